@@ -1,0 +1,301 @@
+/* tutti.h: the public C API of tutti, a collective-communication library for data-parallel
+ * training on CPUs (communicators, collectives, work handles, status codes). */
+#ifndef TUTTI_H
+#define TUTTI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TUTTI_VERSION_MAJOR 0
+#define TUTTI_VERSION_MINOR 1
+#define TUTTI_VERSION_PATCH 0
+
+#if defined(TUTTI_BUILDING_LIBRARY)
+#define TUTTI_API __attribute__((visibility("default")))
+#else
+#define TUTTI_API
+#endif
+
+/**
+ * The status codes, as one X-macro list so that codes and messages cannot drift apart.
+ * TUTTI_OK is 0, errors are negative, TUTTI_IN_PROGRESS (a work handle still running) is 1.
+ */
+#define TUTTI_STATUS_MAP(X)                                                                    \
+    X(OK, 0, "success")                                                                        \
+    X(IN_PROGRESS, 1, "operation still in progress")                                           \
+    X(ERR_INVALID_ARG, -1, "invalid argument")                                                 \
+    X(ERR_INVALID_COMM, -2, "communicator is NULL, destroyed or was never created")            \
+    X(ERR_COMM_FAILED, -3, "communicator failed earlier; destroy it and create a new one")     \
+    X(ERR_TIMEOUT, -4, "operation timed out")                                                  \
+    X(ERR_PEER_FAILED, -5, "a peer rank died or left")                                         \
+    X(ERR_ABORTED, -6, "operation aborted")                                                    \
+    X(ERR_NO_MEMORY, -7, "out of memory")                                                      \
+    X(ERR_NOT_SUPPORTED, -8, "not supported")                                                  \
+    X(ERR_BOOTSTRAP, -9, "bootstrap (rank discovery or rendezvous) failed")                    \
+    X(ERR_TRANSPORT, -10, "transport error")                                                   \
+    X(ERR_SYSTEM, -11, "system call failed")                                                   \
+    X(ERR_INTERNAL, -12, "internal error (a bug in tutti; please report it)")
+
+/** Status of every tutti call: TUTTI_OK (0), TUTTI_IN_PROGRESS (1) or an error (< 0). */
+typedef enum tutti_status {
+#define TUTTI_STATUS_ENUM_(name, value, text) TUTTI_##name = value,
+    TUTTI_STATUS_MAP(TUTTI_STATUS_ENUM_)
+#undef TUTTI_STATUS_ENUM_
+} tutti_status_t;
+
+/** Element types. */
+typedef enum tutti_dtype {
+    TUTTI_INT8 = 0,
+    TUTTI_UINT8,
+    TUTTI_INT32,
+    TUTTI_INT64,
+    TUTTI_FLOAT16, /**< IEEE 754 binary16 */
+    TUTTI_BFLOAT16,
+    TUTTI_FLOAT32,
+    TUTTI_FLOAT64,
+    TUTTI_DTYPE_COUNT
+} tutti_dtype_t;
+
+/** Reduction operations. AVG is for floating types; BAND, BOR, BXOR for integer types.
+ *  Integer SUM and PROD wrap around (two's complement), as in MPI. */
+typedef enum tutti_op {
+    TUTTI_SUM = 0,
+    TUTTI_PROD,
+    TUTTI_MIN,
+    TUTTI_MAX,
+    TUTTI_AVG,
+    TUTTI_BAND,
+    TUTTI_BOR,
+    TUTTI_BXOR,
+    TUTTI_OP_COUNT
+} tutti_op_t;
+
+/** Collectives, as named by algorithm overrides (tutti_comm_set_algorithm, CCL_<COLL>). */
+typedef enum tutti_coll {
+    TUTTI_COLL_ALLREDUCE = 0, /**< CCL_ALLREDUCE */
+    TUTTI_COLL_ALLGATHER,     /**< CCL_ALLGATHER; also allgatherv */
+    TUTTI_COLL_ALLTOALL,      /**< CCL_ALLTOALL; also alltoallv */
+    TUTTI_COLL_REDUCE_SCATTER, /**< CCL_REDUCE_SCATTER */
+    TUTTI_COLL_BCAST,         /**< CCL_BCAST */
+    TUTTI_COLL_REDUCE,        /**< CCL_REDUCE */
+    TUTTI_COLL_BARRIER,       /**< CCL_BARRIER */
+    TUTTI_COLL_COUNT
+} tutti_coll_t;
+
+/** Pass as sendbuf to say the input is already in recvbuf (MPI_IN_PLACE). sendbuf == recvbuf
+ *  means the same for allreduce, reduce and alltoall(v); for allgather(v), in place means the
+ *  own block already sits at its place in recvbuf; for reduce_scatter, the whole input is in
+ *  recvbuf and the result replaces its first recvcount elements. */
+#define TUTTI_IN_PLACE ((const void *)1)
+
+typedef struct tutti_comm tutti_comm_t; /**< A communicator (opaque). */
+typedef struct tutti_work tutti_work_t; /**< A posted operation's handle (opaque). */
+
+/**
+ * Out-of-band exchange for bootstrap: a key-value store shared by all ranks, supplied by the
+ * caller (PyTorch's c10d Store, an MPI job, ...). Keys are NUL-terminated strings; tutti
+ * writes every key once.
+ */
+typedef struct tutti_oob {
+    void *ctx; /**< passed back to the callbacks */
+    /** Store value under key. @return 0 on success, nonzero on failure. */
+    int (*put)(void *ctx, const char *key, const void *value, size_t len);
+    /** Wait up to timeout_s seconds for key, then copy its value (at most cap bytes) to buf and
+     *  set *len to the value's full length. @return 0 found, 1 not there after timeout_s,
+     *  negative on failure. timeout_s == 0 asks without waiting. */
+    int (*get)(void *ctx, const char *key, void *buf, size_t cap, size_t *len, double timeout_s);
+} tutti_oob_t;
+
+/** Options for communicator creation; every field has a default. Initialize with
+ *  TUTTI_COMM_CONFIG_INIT so that struct_size tells the library which fields exist. */
+typedef struct tutti_comm_config {
+    size_t struct_size;    /**< sizeof(tutti_comm_config_t) as the caller compiled it */
+    double timeout_s;      /**< deadline of every wait; <= 0: TUTTI_TIMEOUT or 300 s */
+    const char *transport; /**< "auto", "shm" or "ofi"; NULL: TUTTI_TRANSPORT or "auto" */
+} tutti_comm_config_t;
+
+#define TUTTI_COMM_CONFIG_INIT {sizeof(tutti_comm_config_t), 0.0, NULL}
+
+/** @return the library's version, "MAJOR.MINOR.PATCH". */
+TUTTI_API const char *tutti_version(void);
+
+/** @return a static text describing status (never NULL, also for unknown values). */
+TUTTI_API const char *tutti_strerror(tutti_status_t status);
+
+/** @return the size in bytes of one element of dtype, or 0 for an unknown dtype. */
+TUTTI_API size_t tutti_dtype_size(tutti_dtype_t dtype);
+
+/** @return "bf16", "fp32", ... or "unknown". */
+TUTTI_API const char *tutti_dtype_name(tutti_dtype_t dtype);
+
+/** @return "sum", "avg", ... or "unknown". */
+TUTTI_API const char *tutti_op_name(tutti_op_t op);
+
+/**
+ * Create a communicator from the launcher's environment. Rank and size come from RANK /
+ * WORLD_SIZE (torchrun), PMI_RANK / PMI_SIZE (MPICH, Intel MPI), OMPI_COMM_WORLD_RANK / SIZE
+ * (Open MPI) or SLURM_PROCID / SLURM_NTASKS, in that order; a single process with none of
+ * them is rank 0 of 1. Ranks meet at a TCP store served by rank 0 on MASTER_ADDR:MASTER_PORT
+ * (default 127.0.0.1:29500). Collective over all ranks; blocks until all have arrived or the
+ * timeout passes (the error then names the missing ranks).
+ * @param config NULL for defaults.
+ * @param comm receives the new communicator.
+ * @return TUTTI_OK, or an error with the text in tutti_last_error().
+ */
+TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config,
+                                             tutti_comm_t **comm);
+
+/**
+ * Create a communicator of size ranks whose bootstrap travels through the caller's key-value
+ * store. Collective over all ranks.
+ * @param rank this process's rank, 0 <= rank < size.
+ * @param size number of ranks.
+ * @param oob the caller's store; it is used only during this call.
+ * @param config NULL for defaults.
+ * @param comm receives the new communicator.
+ */
+TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *oob,
+                                         const tutti_comm_config_t *config, tutti_comm_t **comm);
+
+/**
+ * Destroy a communicator. On a healthy communicator this waits (up to the timeout) until every
+ * live peer has destroyed it too, so that no rank frees memory a peer still reads; on a failed
+ * one it returns at once. Any later call with this handle returns TUTTI_ERR_INVALID_COMM.
+ * Work handles of this communicator stay valid and must still be freed.
+ */
+TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm);
+
+/** @return this process's rank in comm, or -1 if comm is not a live communicator. */
+TUTTI_API int tutti_comm_rank(const tutti_comm_t *comm);
+/** @return the number of ranks in comm, or -1. */
+TUTTI_API int tutti_comm_size(const tutti_comm_t *comm);
+/** @return the rank's index among the ranks of its node, or -1. */
+TUTTI_API int tutti_comm_local_rank(const tutti_comm_t *comm);
+/** @return the number of ranks on this rank's node, or -1. */
+TUTTI_API int tutti_comm_local_size(const tutti_comm_t *comm);
+/** @return the number of nodes the communicator spans, or -1. */
+TUTTI_API int tutti_comm_node_count(const tutti_comm_t *comm);
+/** @return the number of collectives posted on comm so far (the next one's sequence number). */
+TUTTI_API uint64_t tutti_comm_seq(const tutti_comm_t *comm);
+/** @return the transport used towards peer ("shm", "ofi", "self"), or NULL. */
+TUTTI_API const char *tutti_comm_transport(const tutti_comm_t *comm, int peer);
+
+/**
+ * @return the text of the last error this thread met in a tutti call (what happened, where, and
+ * what to do), or "" if none. Also covers errors before a communicator exists.
+ */
+TUTTI_API const char *tutti_last_error(void);
+
+/** @return the text of the last error met on comm, or "" if none (or comm is invalid). */
+TUTTI_API const char *tutti_comm_last_error(const tutti_comm_t *comm);
+
+/**
+ * Override the algorithm choice for one collective, with oneCCL's syntax:
+ * "ring", or "tree:0-16384;ring:16385-max" (byte ranges of count * element size). Every rank
+ * must make the same call at the same point. An unknown or inapplicable name is an error that
+ * lists the valid ones; the previous setting then stays.
+ */
+TUTTI_API tutti_status_t tutti_comm_set_algorithm(tutti_comm_t *comm, tutti_coll_t coll,
+                                                  const char *spec);
+
+/** @return the name of the algorithm comm would use for coll at bytes bytes, or NULL. */
+TUTTI_API const char *tutti_comm_algorithm(const tutti_comm_t *comm, tutti_coll_t coll,
+                                           size_t bytes);
+
+/*
+ * Collectives. Every rank of the communicator calls the same collectives in the same order.
+ * With work == NULL a call blocks until the operation is complete; otherwise it stores a
+ * handle in *work that the caller waits on and frees. Arguments are checked before anything
+ * happens: bad input returns TUTTI_ERR_INVALID_ARG, touches no buffer and posts nothing.
+ */
+
+/** recvbuf[i] = op over ranks of sendbuf[i], for count elements. */
+TUTTI_API tutti_status_t tutti_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                         tutti_dtype_t dtype, tutti_op_t op, tutti_comm_t *comm,
+                                         tutti_work_t **work);
+
+/** recvbuf (size * sendcount elements) = every rank's sendbuf, in rank order. */
+TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                         tutti_dtype_t dtype, tutti_comm_t *comm,
+                                         tutti_work_t **work);
+
+/** Rank r's sendcount elements land at recvbuf + displs[r] (elements); sendcount must equal
+ *  recvcounts[rank]. displs == NULL means packed in rank order. */
+TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                          const size_t *recvcounts, const size_t *displs,
+                                          tutti_dtype_t dtype, tutti_comm_t *comm,
+                                          tutti_work_t **work);
+
+/** Block j (count elements) of sendbuf goes to rank j, landing as block rank of its recvbuf. */
+TUTTI_API tutti_status_t tutti_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                        tutti_dtype_t dtype, tutti_comm_t *comm,
+                                        tutti_work_t **work);
+
+/** Like alltoall with per-peer counts and displacements (in elements); NULL displacements
+ *  mean packed. sendcounts[j] on this rank must equal recvcounts[this rank] on rank j. */
+TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                                         const size_t *sdispls, void *recvbuf,
+                                         const size_t *recvcounts, const size_t *rdispls,
+                                         tutti_dtype_t dtype, tutti_comm_t *comm,
+                                         tutti_work_t **work);
+
+/** sendbuf holds size * recvcount elements; rank r receives block r of the reduction. */
+TUTTI_API tutti_status_t tutti_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                              size_t recvcount, tutti_dtype_t dtype,
+                                              tutti_op_t op, tutti_comm_t *comm,
+                                              tutti_work_t **work);
+
+/** Root's buf is copied into every rank's buf. */
+TUTTI_API tutti_status_t tutti_broadcast(void *buf, size_t count, tutti_dtype_t dtype, int root,
+                                         tutti_comm_t *comm, tutti_work_t **work);
+
+/** root's recvbuf = op over ranks of sendbuf; recvbuf is ignored (may be NULL) elsewhere. */
+TUTTI_API tutti_status_t tutti_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                      tutti_dtype_t dtype, tutti_op_t op, int root,
+                                      tutti_comm_t *comm, tutti_work_t **work);
+
+/** Completes when every rank has entered it. */
+TUTTI_API tutti_status_t tutti_barrier(tutti_comm_t *comm, tutti_work_t **work);
+
+/**
+ * Point-to-point: send count elements to peer. Messages between two ranks are matched in the
+ * order they were posted (not by tag): the n-th send to a peer meets that peer's n-th recv from
+ * this rank, whose count, dtype and tag (0 <= tag < 1024) must be equal. Point-to-point
+ * traffic never mixes with collectives.
+ */
+TUTTI_API tutti_status_t tutti_send(const void *buf, size_t count, tutti_dtype_t dtype, int peer,
+                                    int tag, tutti_comm_t *comm, tutti_work_t **work);
+
+/** Receive count elements from peer; see tutti_send. */
+TUTTI_API tutti_status_t tutti_recv(void *buf, size_t count, tutti_dtype_t dtype, int peer,
+                                    int tag, tutti_comm_t *comm, tutti_work_t **work);
+
+/**
+ * Wait for a posted operation.
+ * @param timeout_s the longest to wait here; < 0 waits up to the operation's own deadline
+ *        (the communicator's timeout), which always applies.
+ * @return the operation's status; TUTTI_IN_PROGRESS if timeout_s passed first (the operation
+ *         goes on; wait again or free).
+ */
+TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *work, double timeout_s);
+
+/** Check without blocking. *done = 1 once complete. @return the status as tutti_work_status. */
+TUTTI_API tutti_status_t tutti_work_test(tutti_work_t *work, int *done);
+
+/** @return TUTTI_IN_PROGRESS while running, then TUTTI_OK or the operation's error. */
+TUTTI_API tutti_status_t tutti_work_status(const tutti_work_t *work);
+
+/** @return the operation's error text, "" if none. Valid until tutti_work_free. */
+TUTTI_API const char *tutti_work_error(const tutti_work_t *work);
+
+/** Free a handle (NULL is fine). A handle still in progress is completed first. */
+TUTTI_API void tutti_work_free(tutti_work_t *work);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TUTTI_H */

@@ -1,0 +1,112 @@
+/* algos.h: what an algorithm sees (the call's arguments and context), the primitives it may
+ * use (point-to-point through whatever transport serves a peer, and the shm window), and the
+ * per-collective algorithm tables that select.c chooses from. */
+#ifndef TUTTI_ALGOS_H
+#define TUTTI_ALGOS_H
+
+#include "../common/common.h"
+#include "../kernels/kernels.h"
+#include "../transport/transport.h"
+
+typedef struct tutti__algo tutti__algo_t;
+
+/*
+ * tutti__coll_t is one collective call: its arguments (already checked, in-place resolved:
+ * sendbuf is never TUTTI_IN_PLACE here, sendbuf == recvbuf means in place) and its context.
+ * Counts are in elements, except where a field says bytes.
+ */
+typedef struct tutti__coll {
+    tutti_comm_t *comm;
+    int rank, size;
+    tutti_coll_t kind;    /* which collective; TUTTI_COLL_COUNT for send/recv */
+    const char *name;     /* "allreduce", "allgatherv", "send", ... for messages */
+    uint64_t seq;         /* sequence number on the communicator */
+    const tutti__algo_t *algo;
+    double deadline;      /* absolute, tutti__now() clock */
+    char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */
+
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;         /* allreduce, reduce, bcast: elements; allgather: per rank;
+                             alltoall: per peer; reduce_scatter: per rank (recvcount) */
+    tutti_dtype_t dtype;
+    size_t esize;         /* bytes per element */
+    tutti_op_t op;
+    int root;             /* bcast, reduce; the peer for send/recv */
+    int tag;              /* send/recv */
+    const size_t *counts;  /* allgatherv: recvcounts; alltoallv: recvcounts */
+    const size_t *displs;  /* allgatherv, alltoallv: recv displacements (never NULL here) */
+    const size_t *scounts; /* alltoallv: sendcounts */
+    const size_t *sdispls; /* alltoallv: send displacements (never NULL here) */
+} tutti__coll_t;
+
+/* An algorithm: run it for c. It returns TUTTI_OK or an error whose text it wrote to c->err
+ * (the primitives below do that for transport failures, timeouts and dead peers). */
+typedef tutti_status_t (*tutti__algo_fn)(tutti__coll_t *c);
+
+struct tutti__algo {
+    const char *name;
+    tutti__algo_fn run;
+    bool needs_window; /* direct algorithms: offered only when comm has a shm window */
+    const char *desc;
+};
+
+/* ---- primitives (pg/prims.c) ---- */
+
+/* tutti__isend / tutti__irecv post bytes to / from peer on the collective channel (chan of c:
+ * P2P for send/recv). req must stay alive until tutti__waitall returns for it. */
+tutti_status_t tutti__isend(tutti__coll_t *c, int peer, const void *buf, size_t bytes,
+                            tutti__req_t *req);
+tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes, tutti__req_t *req);
+
+/*
+ * tutti__waitall progresses until all n requests are done. Every wait has c->deadline, checks
+ * that no peer has died, and backs off when ranks outnumber cores. On failure the text in
+ * c->err names the collective, its sequence number and the peers still missing, and the
+ * communicator is marked failed.
+ */
+tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n);
+
+/* Blocking helpers built on the three above. */
+tutti_status_t tutti__send(tutti__coll_t *c, int peer, const void *buf, size_t bytes);
+tutti_status_t tutti__recv(tutti__coll_t *c, int peer, void *buf, size_t bytes);
+tutti_status_t tutti__sendrecv(tutti__coll_t *c, int speer, const void *sbuf, size_t sbytes,
+                               int rpeer, void *rbuf, size_t rbytes);
+
+/* tutti__window returns the communicator's shm window (NULL if it has none). */
+tutti__window_t *tutti__window(tutti__coll_t *c);
+
+/*
+ * tutti__win_barrier: every rank of the window waits for all others to reach the same barrier
+ * (epoch counters, no reset, so no ABA). Release/acquire: writes before it are visible to all
+ * after it. Same deadline and failure checks as tutti__waitall.
+ */
+tutti_status_t tutti__win_barrier(tutti__coll_t *c);
+
+/* tutti__coll_scratch returns a per-communicator scratch buffer of at least bytes (grown on
+ * demand, freed with the communicator), or NULL with c->err set. */
+void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);
+
+/* ---- algorithm tables (one file per algorithm; the tables live in select.c) ---- */
+
+extern const tutti__algo_t tutti__allreduce_ring, tutti__allreduce_tree, tutti__allreduce_direct;
+extern const tutti__algo_t tutti__allgather_ring, tutti__allgather_direct;
+extern const tutti__algo_t tutti__alltoall_pairwise, tutti__alltoall_direct;
+extern const tutti__algo_t tutti__reduce_scatter_ring, tutti__reduce_scatter_direct;
+extern const tutti__algo_t tutti__bcast_tree, tutti__bcast_direct;
+extern const tutti__algo_t tutti__reduce_tree, tutti__reduce_direct;
+extern const tutti__algo_t tutti__barrier_dissemination, tutti__barrier_direct;
+/* point-to-point send and recv (algos/p2p.c); not selectable */
+extern const tutti__algo_t tutti__p2p_send, tutti__p2p_recv;
+
+/* tutti__algos_for lists the algorithms of coll (NULL-terminated). */
+const tutti__algo_t *const *tutti__algos_for(tutti_coll_t coll);
+
+/* tutti__select picks the algorithm for c (override, else defaults by size, ranks, topology). */
+const tutti__algo_t *tutti__select(tutti_comm_t *comm, tutti_coll_t coll, size_t bytes);
+
+/* tutti__coll_bytes is the size that selection and overrides see: count * esize (allgather,
+ * reduce_scatter, alltoall: per rank; v-variants: the largest block). */
+size_t tutti__coll_bytes(const tutti__coll_t *c);
+
+#endif /* TUTTI_ALGOS_H */

@@ -1,0 +1,134 @@
+/* common.h: tutti's umbrella of internal helpers (errors, time, logging, environment, dtypes,
+ * bf16/fp16 conversion); internal only, never installed. */
+#ifndef TUTTI_COMMON_H
+#define TUTTI_COMMON_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tutti.h"
+
+#define TUTTI__ERRLEN 1024
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+/* tutti__set_error formats a message into the calling thread's last-error text (read by
+ * tutti_last_error) and returns status, so that `return tutti__set_error(...)` reads well. */
+tutti_status_t tutti__set_error(tutti_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* tutti__fmt_error writes a message into buf (TUTTI__ERRLEN bytes) and returns status. */
+tutti_status_t tutti__fmt_error(char *buf, tutti_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* tutti__tls_error is the calling thread's last-error buffer (TUTTI__ERRLEN bytes). */
+char *tutti__tls_error(void);
+
+/* TUTTI__CHECK_GOTO runs cmd; on an error status stores it in st and jumps to label. */
+#define TUTTI__CHECK_GOTO(cmd, st, label)                                                      \
+    do {                                                                                       \
+        (st) = (cmd);                                                                          \
+        if ((st) < 0)                                                                          \
+            goto label;                                                                        \
+    } while (0)
+
+#define TUTTI__CHECK(cmd)                                                                      \
+    do {                                                                                       \
+        tutti_status_t st_ = (cmd);                                                            \
+        if (st_ < 0)                                                                           \
+            return st_;                                                                        \
+    } while (0)
+
+/* ---- time -------------------------------------------------------------------------------- */
+
+/* tutti__now returns CLOCK_MONOTONIC in seconds. */
+double tutti__now(void);
+
+/* tutti__sleep_us sleeps for us microseconds. */
+void tutti__sleep_us(unsigned us);
+
+/* A backoff for wait loops: spins briefly, then yields, then sleeps, so that ranks that
+ * outnumber cores do not starve each other. oversubscribed skips the spinning. */
+typedef struct tutti__backoff {
+    unsigned iter;
+    double start;
+    bool oversubscribed;
+} tutti__backoff_t;
+
+void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed);
+/* tutti__backoff_pause waits a little, longer the longer the wait has gone on. */
+void tutti__backoff_pause(tutti__backoff_t *b);
+
+static inline void tutti__cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* ---- logging (CCL_LOG_LEVEL) --------------------------------------------------------------- */
+
+enum { TUTTI__LOG_ERROR = 0, TUTTI__LOG_WARN, TUTTI__LOG_INFO, TUTTI__LOG_DEBUG, TUTTI__LOG_TRACE };
+extern int tutti__log_level;
+void tutti__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define TUTTI__LOG(level, ...)                                                                 \
+    do {                                                                                       \
+        if ((level) <= tutti__log_level)                                                       \
+            tutti__log((level), __VA_ARGS__);                                                  \
+    } while (0)
+
+/* ---- environment (env.c holds the one table of knobs with help text) ---------------------- */
+
+typedef struct tutti__env_knob {
+    const char *name;
+    const char *deflt; /* NULL: unset by default */
+    const char *help;
+} tutti__env_knob_t;
+
+/* tutti__env_knobs lists every variable tutti reads; tutti__env_knob_count their number. */
+extern const tutti__env_knob_t tutti__env_knobs[];
+extern const size_t tutti__env_knob_count;
+
+/* tutti__env_get returns the variable's value, or its table default (NULL if none). Only names
+ * in the table may be asked for (a debug assertion checks). */
+const char *tutti__env_get(const char *name);
+
+/* tutti__env_long parses an integer knob into *out (default used if unset); an unparsable or
+ * out-of-range value is TUTTI_ERR_INVALID_ARG with a message naming the variable. */
+tutti_status_t tutti__env_long(const char *name, long lo, long hi, long *out);
+
+/* tutti__env_double: the same for a non-negative real number. */
+tutti_status_t tutti__env_double(const char *name, double *out);
+
+/* tutti__parse_size parses "4096", "64K", "16M", "1G" (binary units); false if malformed. */
+bool tutti__parse_size(const char *s, size_t *out);
+
+/* ---- dtypes and ops ----------------------------------------------------------------------- */
+
+bool tutti__dtype_valid(tutti_dtype_t dt);
+bool tutti__dtype_is_float(tutti_dtype_t dt);
+bool tutti__op_valid(tutti_op_t op);
+/* tutti__op_supported: false for AVG on integers and BAND/BOR/BXOR on floating types. */
+bool tutti__op_supported(tutti_op_t op, tutti_dtype_t dt);
+
+/* bf16 and fp16 conversions; narrowing rounds to nearest even, NaN stays a quiet NaN. */
+static inline float tutti__bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t tutti__f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign and top payload, force quiet */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float tutti__f16_to_f32(uint16_t h);
+uint16_t tutti__f32_to_f16(float f);
+
+#endif /* TUTTI_COMMON_H */

@@ -1,0 +1,111 @@
+/* env.c: the one table of environment variables tutti reads, with defaults and help text. */
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#include "common.h"
+
+const tutti__env_knob_t tutti__env_knobs[] = {
+    {"TUTTI_TIMEOUT", "300", "seconds any wait may take before it fails with TUTTI_ERR_TIMEOUT"},
+    {"TUTTI_TRANSPORT", "auto",
+     "auto: shm between ranks of a node, ofi across nodes; ofi: libfabric for every peer; "
+     "shm: shared memory only (error if the group spans nodes)"},
+    {"MASTER_ADDR", "127.0.0.1", "host of rank 0's rendezvous store"},
+    {"MASTER_PORT", "29500", "TCP port of rank 0's rendezvous store"},
+    {"RANK", NULL, "rank (torchrun); also LOCAL_RANK is ignored, nodes are found by tutti"},
+    {"WORLD_SIZE", NULL, "number of ranks (torchrun)"},
+    {"PMI_RANK", NULL, "rank (MPICH Hydra, Intel MPI)"},
+    {"PMI_SIZE", NULL, "number of ranks (MPICH Hydra, Intel MPI)"},
+    {"OMPI_COMM_WORLD_RANK", NULL, "rank (Open MPI)"},
+    {"OMPI_COMM_WORLD_SIZE", NULL, "number of ranks (Open MPI)"},
+    {"SLURM_PROCID", NULL, "rank (Slurm srun)"},
+    {"SLURM_NTASKS", NULL, "number of ranks (Slurm srun)"},
+    {"CCL_ALLREDUCE", NULL, "allreduce algorithm override, e.g. \"tree:0-16384;ring:16385-max\""},
+    {"CCL_ALLGATHER", NULL, "allgather(v) algorithm override"},
+    {"CCL_ALLTOALL", NULL, "alltoall(v) algorithm override"},
+    {"CCL_REDUCE_SCATTER", NULL, "reduce_scatter algorithm override"},
+    {"CCL_BCAST", NULL, "broadcast algorithm override"},
+    {"CCL_REDUCE", NULL, "reduce algorithm override"},
+    {"CCL_BARRIER", NULL, "barrier algorithm override"},
+    {"CCL_LOG_LEVEL", "warn", "error, warn, info, debug or trace; messages go to stderr"},
+    {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit)"},
+    {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
+    {"TUTTI_SHM_WINDOW", "4194304", "bytes per rank of the shared window the direct algorithms use"},
+    {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
+};
+const size_t tutti__env_knob_count = sizeof tutti__env_knobs / sizeof tutti__env_knobs[0];
+
+static const tutti__env_knob_t *find(const char *name)
+{
+    for (size_t i = 0; i < tutti__env_knob_count; i++)
+        if (strcmp(tutti__env_knobs[i].name, name) == 0)
+            return &tutti__env_knobs[i];
+    return NULL;
+}
+
+const char *tutti__env_get(const char *name)
+{
+    const tutti__env_knob_t *k = find(name);
+    assert(k != NULL && "every variable tutti reads belongs in env.c's table");
+    const char *v = getenv(name);
+    if (v != NULL && *v != '\0')
+        return v;
+    return k ? k->deflt : NULL;
+}
+
+tutti_status_t tutti__env_long(const char *name, long lo, long hi, long *out)
+{
+    const char *v = tutti__env_get(name);
+    if (v == NULL)
+        return TUTTI_OK;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "%s=\"%s\" is not an integer in [%ld, %ld]; fix or unset it", name,
+                                v, lo, hi);
+    *out = x;
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__env_double(const char *name, double *out)
+{
+    const char *v = tutti__env_get(name);
+    if (v == NULL)
+        return TUTTI_OK;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno != 0 || end == v || *end != '\0' || !(x > 0.0) || x > 1e9)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "%s=\"%s\" is not a positive number of seconds; fix or unset it",
+                                name, v);
+    *out = x;
+    return TUTTI_OK;
+}
+
+bool tutti__parse_size(const char *s, size_t *out)
+{
+    if (s == NULL || *s < '0' || *s > '9')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 10);
+    if (errno != 0)
+        return false;
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: return false;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end != '\0' || (shift && x > (SIZE_MAX >> shift)))
+        return false;
+    *out = (size_t)(x << shift);
+    return true;
+}

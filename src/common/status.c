@@ -1,0 +1,56 @@
+/* status.c: status texts, the per-thread last-error text, and the version string. */
+#include <stdio.h>
+
+#include "common.h"
+
+static _Thread_local char tls_error[TUTTI__ERRLEN];
+
+TUTTI_API const char *tutti_version(void)
+{
+#define STR_(x) #x
+#define STR(x) STR_(x)
+    return STR(TUTTI_VERSION_MAJOR) "." STR(TUTTI_VERSION_MINOR) "." STR(TUTTI_VERSION_PATCH);
+#undef STR
+#undef STR_
+}
+
+TUTTI_API const char *tutti_strerror(tutti_status_t status)
+{
+    switch (status) {
+#define TUTTI_STATUS_CASE_(name, value, text)                                                  \
+    case TUTTI_##name:                                                                         \
+        return text;
+        TUTTI_STATUS_MAP(TUTTI_STATUS_CASE_)
+#undef TUTTI_STATUS_CASE_
+    }
+    return "unknown status code";
+}
+
+char *tutti__tls_error(void) { return tls_error; }
+
+TUTTI_API const char *tutti_last_error(void) { return tls_error; }
+
+static tutti_status_t vfmt(char *buf, tutti_status_t status, const char *fmt, va_list ap)
+{
+    vsnprintf(buf, TUTTI__ERRLEN, fmt, ap);
+    return status;
+}
+
+tutti_status_t tutti__fmt_error(char *buf, tutti_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfmt(buf, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+tutti_status_t tutti__set_error(tutti_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfmt(tls_error, status, fmt, ap);
+    va_end(ap);
+    TUTTI__LOG(TUTTI__LOG_DEBUG, "error %d: %s", (int)status, tls_error);
+    return status;
+}

@@ -1,0 +1,47 @@
+/* time.c: the monotonic clock and the backoff that every wait loop uses. */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <time.h>
+
+#include "common.h"
+
+double tutti__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void tutti__sleep_us(unsigned us)
+{
+    struct timespec ts = {.tv_sec = us / 1000000u, .tv_nsec = (long)(us % 1000000u) * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed)
+{
+    b->iter = 0;
+    b->start = 0.0;
+    b->oversubscribed = oversubscribed;
+}
+
+/* Spinning wins while the peer runs on another core (sub-microsecond hand-offs); once the wait
+ * is long, or when ranks outnumber cores, the waiter must give its core away or it delays the
+ * very peer it waits for. */
+void tutti__backoff_pause(tutti__backoff_t *b)
+{
+    unsigned it = b->iter++;
+    if (!b->oversubscribed && it < 2048) {
+        tutti__cpu_relax();
+        return;
+    }
+    if (b->start == 0.0)
+        b->start = tutti__now();
+    if ((it & 15u) != 0 || tutti__now() - b->start < 0.002) {
+        sched_yield();
+        return;
+    }
+    /* Long waits: sleep, growing to 200 us, so an idle rank costs almost nothing. */
+    double waited = tutti__now() - b->start;
+    tutti__sleep_us(waited < 0.05 ? 20u : 200u);
+}

@@ -1,0 +1,105 @@
+/* reduce_scalar.c: portable reduction kernels for every dtype and op, written in blocks so
+ * that the compiler can vectorize them; the reference the SIMD variants must match bit for bit. */
+#include <math.h>
+
+#include "kernels.h"
+
+#define BLOCK 256
+
+/* Integer arithmetic goes through the unsigned type so that overflow wraps instead of being
+ * undefined. */
+#define ISUM(a, b, U) ((__typeof__(a))((U)(a) + (U)(b)))
+#define IPROD(a, b, U) ((__typeof__(a))((U)(a) * (U)(b)))
+#define MINV(a, b) ((b) < (a) ? (b) : (a))
+#define MAXV(a, b) ((b) > (a) ? (b) : (a))
+/* Floating min/max propagate NaN, whichever side it is on. */
+#define FMINV(a, b) (isnan(a) ? (a) : isnan(b) ? (b) : MINV(a, b))
+#define FMAXV(a, b) (isnan(a) ? (a) : isnan(b) ? (b) : MAXV(a, b))
+
+#define INT_KERNEL(NAME, T, U)                                                                 \
+    static void NAME(T *dst, const void *const *srcs, int nsrc, size_t n, tutti_op_t op)       \
+    {                                                                                          \
+        T acc[BLOCK];                                                                          \
+        for (size_t b = 0; b < n; b += BLOCK) {                                                \
+            size_t m = n - b < BLOCK ? n - b : BLOCK;                                          \
+            const T *s0 = (const T *)srcs[0] + b;                                              \
+            for (size_t i = 0; i < m; i++)                                                     \
+                acc[i] = s0[i];                                                                \
+            for (int k = 1; k < nsrc; k++) {                                                   \
+                const T *s = (const T *)srcs[k] + b;                                           \
+                switch (op) {                                                                  \
+                case TUTTI_SUM: for (size_t i = 0; i < m; i++) acc[i] = ISUM(acc[i], s[i], U); break; \
+                case TUTTI_PROD: for (size_t i = 0; i < m; i++) acc[i] = IPROD(acc[i], s[i], U); break; \
+                case TUTTI_MIN: for (size_t i = 0; i < m; i++) acc[i] = MINV(acc[i], s[i]); break; \
+                case TUTTI_MAX: for (size_t i = 0; i < m; i++) acc[i] = MAXV(acc[i], s[i]); break; \
+                case TUTTI_BAND: for (size_t i = 0; i < m; i++) acc[i] &= s[i]; break;         \
+                case TUTTI_BOR: for (size_t i = 0; i < m; i++) acc[i] |= s[i]; break;          \
+                case TUTTI_BXOR: for (size_t i = 0; i < m; i++) acc[i] ^= s[i]; break;         \
+                default: break;                                                                \
+                }                                                                              \
+            }                                                                                  \
+            memcpy(dst + b, acc, m * sizeof(T));                                               \
+        }                                                                                      \
+    }
+
+INT_KERNEL(reduce_i8, int8_t, uint8_t)
+INT_KERNEL(reduce_u8, uint8_t, uint8_t)
+INT_KERNEL(reduce_i32, int32_t, uint32_t)
+INT_KERNEL(reduce_i64, int64_t, uint64_t)
+
+/* Floating types: ACC is the accumulation type, LOAD/STORE convert to and from it, so bf16
+ * and fp16 accumulate in fp32 and round once at the store. */
+#define FLOAT_KERNEL(NAME, T, ACC, LOAD, STORE)                                                \
+    static void NAME(T *dst, const void *const *srcs, int nsrc, size_t n, tutti_op_t op,       \
+                     int avg_div)                                                              \
+    {                                                                                          \
+        ACC acc[BLOCK];                                                                        \
+        for (size_t b = 0; b < n; b += BLOCK) {                                                \
+            size_t m = n - b < BLOCK ? n - b : BLOCK;                                          \
+            const T *s0 = (const T *)srcs[0] + b;                                              \
+            for (size_t i = 0; i < m; i++)                                                     \
+                acc[i] = LOAD(s0[i]);                                                          \
+            for (int k = 1; k < nsrc; k++) {                                                   \
+                const T *s = (const T *)srcs[k] + b;                                           \
+                switch (op) {                                                                  \
+                case TUTTI_SUM:                                                                \
+                case TUTTI_AVG: for (size_t i = 0; i < m; i++) acc[i] += LOAD(s[i]); break;    \
+                case TUTTI_PROD: for (size_t i = 0; i < m; i++) acc[i] *= LOAD(s[i]); break;   \
+                case TUTTI_MIN: for (size_t i = 0; i < m; i++) acc[i] = FMINV(acc[i], LOAD(s[i])); break; \
+                case TUTTI_MAX: for (size_t i = 0; i < m; i++) acc[i] = FMAXV(acc[i], LOAD(s[i])); break; \
+                default: break;                                                                \
+                }                                                                              \
+            }                                                                                  \
+            if (op == TUTTI_AVG && avg_div > 0) {                                              \
+                ACC d = (ACC)avg_div;                                                          \
+                for (size_t i = 0; i < m; i++)                                                 \
+                    acc[i] /= d;                                                               \
+            }                                                                                  \
+            for (size_t i = 0; i < m; i++)                                                     \
+                dst[b + i] = STORE(acc[i]);                                                    \
+        }                                                                                      \
+    }
+
+#define ID(x) (x)
+FLOAT_KERNEL(reduce_f32, float, float, ID, ID)
+FLOAT_KERNEL(reduce_f64, double, double, ID, ID)
+FLOAT_KERNEL(reduce_bf16, uint16_t, float, tutti__bf16_to_f32, tutti__f32_to_bf16)
+FLOAT_KERNEL(reduce_f16, uint16_t, float, tutti__f16_to_f32, tutti__f32_to_f16)
+
+void tutti__reduce(void *dst, const void *const *srcs, int nsrc, size_t count, tutti_dtype_t dt,
+                   tutti_op_t op, int avg_div)
+{
+    if (count == 0 || nsrc <= 0)
+        return;
+    switch (dt) {
+    case TUTTI_INT8: reduce_i8(dst, srcs, nsrc, count, op); break;
+    case TUTTI_UINT8: reduce_u8(dst, srcs, nsrc, count, op); break;
+    case TUTTI_INT32: reduce_i32(dst, srcs, nsrc, count, op); break;
+    case TUTTI_INT64: reduce_i64(dst, srcs, nsrc, count, op); break;
+    case TUTTI_FLOAT16: reduce_f16(dst, srcs, nsrc, count, op, avg_div); break;
+    case TUTTI_BFLOAT16: reduce_bf16(dst, srcs, nsrc, count, op, avg_div); break;
+    case TUTTI_FLOAT32: reduce_f32(dst, srcs, nsrc, count, op, avg_div); break;
+    case TUTTI_FLOAT64: reduce_f64(dst, srcs, nsrc, count, op, avg_div); break;
+    default: break;
+    }
+}

@@ -1,0 +1,97 @@
+/* transport.h: the small vtable every transport (shm, ofi) fills, the request it progresses,
+ * and the shared-memory window that only shm offers. Transports know peers and bytes, never
+ * which collective they serve. */
+#ifndef TUTTI_TRANSPORT_H
+#define TUTTI_TRANSPORT_H
+
+#include "../common/common.h"
+
+typedef struct tutti_comm tutti_comm_t;
+typedef struct tutti__transport tutti__transport_t;
+
+enum { TUTTI__REQ_SEND = 0, TUTTI__REQ_RECV = 1 };
+/* Two independent message streams per pair of ranks: collectives, and user send/recv. */
+enum { TUTTI__CHAN_COLL = 0, TUTTI__CHAN_P2P = 1, TUTTI__CHAN_COUNT = 2 };
+
+/*
+ * tutti__req_t is one posted send or receive. The caller owns its memory and keeps it (and the
+ * buffer) alive until done is set or the transport is destroyed. Messages between two ranks on
+ * one channel are matched in posting order: the n-th send from a to b meets b's n-th receive
+ * from a, whose len and tag must be equal (a mismatch fails the request: TUTTI_ERR_INTERNAL
+ * with a text naming both lengths or tags).
+ */
+typedef struct tutti__req {
+    struct tutti__req *next; /* the transport's per-peer queue; private to the transport */
+    int kind;                /* TUTTI__REQ_SEND or TUTTI__REQ_RECV */
+    int chan;                /* TUTTI__CHAN_COLL or TUTTI__CHAN_P2P */
+    int peer;                /* global rank */
+    uint32_t tag;            /* checked against the sender's, 0 for collectives */
+    char *buf;
+    size_t len;
+    size_t off;              /* bytes moved so far (transport's bookkeeping) */
+    volatile int done;       /* set to 1 by the transport when complete (or failed) */
+    tutti_status_t status;   /* TUTTI_OK, or the error that failed it */
+    _Alignas(16) unsigned char priv[96]; /* transport-private (fi_context2 and friends) */
+} tutti__req_t;
+
+typedef struct tutti__transport_ops {
+    const char *name;
+    /* post starts req (send or receive, per req->kind) towards req->peer. Returns an error
+     * only when the request could not be queued at all; errors found later go into req. */
+    tutti_status_t (*post)(tutti__transport_t *tp, tutti__req_t *req);
+    /* progress moves every posted request of tp forward as far as possible without blocking,
+     * setting done (and status) on the ones that finish. Returns an error only for a failure
+     * of the transport itself (then the text is in tp->err). */
+    tutti_status_t (*progress)(tutti__transport_t *tp);
+    /* destroy frees tp; requests still posted are abandoned (their buffers are not touched
+     * after destroy returns). */
+    void (*destroy)(tutti__transport_t *tp);
+} tutti__transport_ops_t;
+
+struct tutti__transport {
+    const tutti__transport_ops_t *ops;
+    tutti_comm_t *comm;
+    char err[TUTTI__ERRLEN];
+};
+
+/*
+ * The shared-memory window (shm only): every rank on the node maps one region per local rank,
+ * region_size bytes each, plus one flag per local rank for barriers. Only offered when every
+ * rank of the communicator is on this node, so local index == rank.
+ */
+typedef struct tutti__window {
+    int nranks;
+    size_t region_size;
+    char **regions;                /* regions[r]: base of rank r's region, 64-byte aligned */
+    volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
+    uint64_t epoch;                /* this rank's last posted epoch */
+} tutti__window_t;
+
+/* ---- the shm transport (transport/shm.c) ---- */
+
+/*
+ * tutti__shm_create builds the node's shared segment for the local ranks (local_ranks[0..n-1],
+ * global ranks in increasing order; this rank is local_ranks[my_local]). The lowest local rank
+ * creates it (0600, unguessable name) and publishes the name through the bootstrap; the others
+ * map it; after a node barrier the creator unlinks it, so nothing stays in /dev/shm even if a
+ * rank crashes later. On success *out is the transport and *win (if win != NULL) the window.
+ */
+struct tutti__bootstrap;
+tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
+                                 const int *local_ranks, int nlocal, int my_local,
+                                 tutti__transport_t **out, tutti__window_t **win);
+
+/* ---- the ofi transport (transport/ofi.c) ---- */
+
+/*
+ * tutti__ofi_create opens a libfabric RDM endpoint with tagged messages (provider chosen by
+ * libfabric or FI_PROVIDER; on a single-node job the loopback interface is preferred),
+ * exchanges endpoint names through the bootstrap and inserts peers[0..npeers-1] (global ranks)
+ * into its address vector. Every rank of the communicator calls it collectively when any rank
+ * needs ofi.
+ */
+tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
+                                 const int *peers, int npeers, bool single_node,
+                                 tutti__transport_t **out);
+
+#endif /* TUTTI_TRANSPORT_H */

@@ -1,5 +1,4 @@
 /* time.c: the monotonic clock and the backoff that every wait loop uses. */
-#define _GNU_SOURCE
 #include <sched.h>
 #include <time.h>
 

@@ -46,6 +46,9 @@ struct tutti_comm {
     char failed_msg[TUTTI__ERRLEN];
     char last_error[TUTTI__ERRLEN];
     tutti__algo_override_t algo[TUTTI_COLL_COUNT];
+    void *scratch;             /* tutti__coll_scratch's buffer */
+    size_t scratch_size;
+    uint64_t p2p_seq;          /* send/recv calls so far, for messages */
 };
 
 /* The state a work handle passes through. */
@@ -56,6 +59,7 @@ struct tutti_work {
     tutti__coll_t coll;
     volatile int state;
     tutti_status_t status;
+    size_t *owned;      /* packed displacements made for a v-collective, freed with the work */
     char error[TUTTI__ERRLEN];
 };
 

@@ -1,0 +1,463 @@
+/* coll.c: the public collectives: argument checks (bad input changes nothing and posts nothing),
+ * in-place resolution, algorithm selection, and running the call into a work handle. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm.h"
+
+/* ---- checks ---- */
+
+#define BAD(comm, ...) tutti__comm_error((comm), TUTTI_ERR_INVALID_ARG, __VA_ARGS__)
+
+static tutti_status_t check_comm(tutti_comm_t *comm, const char *fn)
+{
+    if (!tutti__comm_valid(comm))
+        return tutti__set_error(TUTTI_ERR_INVALID_COMM,
+                                "%s: communicator %p is not live (NULL, destroyed, or never "
+                                "created)",
+                                fn, (void *)comm);
+    if (comm->failed != TUTTI_OK)
+        return tutti__comm_error(comm, TUTTI_ERR_COMM_FAILED,
+                                 "%s: the communicator failed earlier and can run nothing more; "
+                                 "destroy it and create a new one. The first failure was: %s",
+                                 fn, comm->failed_msg);
+    return TUTTI_OK;
+}
+
+static tutti_status_t check_dtype(tutti_comm_t *comm, const char *fn, tutti_dtype_t dt)
+{
+    if (!tutti__dtype_valid(dt))
+        return BAD(comm, "%s: unknown dtype %d; use a tutti_dtype_t value (TUTTI_FLOAT32, ...)", fn,
+                   (int)dt);
+    return TUTTI_OK;
+}
+
+static tutti_status_t check_op(tutti_comm_t *comm, const char *fn, tutti_op_t op, tutti_dtype_t dt)
+{
+    if (!tutti__op_valid(op))
+        return BAD(comm, "%s: unknown op %d; use a tutti_op_t value (TUTTI_SUM, ...)", fn, (int)op);
+    if (!tutti__op_supported(op, dt))
+        return BAD(comm, "%s: op %s does not apply to %s (avg is for floating types; band, bor, "
+                         "bxor for integer types)",
+                   fn, tutti_op_name(op), tutti_dtype_name(dt));
+    return TUTTI_OK;
+}
+
+/* check_bytes sets *bytes = count * esize * mult, rejecting overflow. */
+static tutti_status_t check_bytes(tutti_comm_t *comm, const char *fn, size_t count, size_t esize,
+                                  size_t mult, size_t *bytes)
+{
+    if (count != 0 && (esize > SIZE_MAX / count || count * esize > SIZE_MAX / mult))
+        return BAD(comm, "%s: count %zu of %zu-byte elements (x%zu) overflows the address space", fn,
+                   count, esize, mult);
+    *bytes = count * esize * mult;
+    return TUTTI_OK;
+}
+
+static tutti_status_t check_buf(tutti_comm_t *comm, const char *fn, const char *what,
+                                const void *buf, size_t bytes)
+{
+    if (buf == NULL && bytes > 0)
+        return BAD(comm, "%s: %s is NULL but %zu bytes are to be %s", fn, what, bytes,
+                   strcmp(what, "recvbuf") == 0 || strcmp(what, "buf") == 0 ? "written" : "read");
+    return TUTTI_OK;
+}
+
+static tutti_status_t check_rank(tutti_comm_t *comm, const char *fn, const char *what, int r)
+{
+    if (r < 0 || r >= comm->size)
+        return BAD(comm, "%s: %s %d is out of range: the communicator has ranks 0..%d", fn, what, r,
+                   comm->size - 1);
+    return TUTTI_OK;
+}
+
+/* Partly overlapping buffers would be read after being overwritten: only exact in-place forms
+ * are allowed. */
+static tutti_status_t check_overlap(tutti_comm_t *comm, const char *fn, const void *s, size_t sb,
+                                    const void *r, size_t rb)
+{
+    const char *a = s, *b = r;
+    if (sb == 0 || rb == 0 || a == b)
+        return TUTTI_OK;
+    if (a < b + rb && b < a + sb)
+        return BAD(comm, "%s: sendbuf and recvbuf overlap without being the same buffer; use "
+                         "TUTTI_IN_PLACE or separate buffers",
+                   fn);
+    return TUTTI_OK;
+}
+
+/* check_v validates counts/displs for n ranks and returns the bytes the layout spans. */
+static tutti_status_t check_v(tutti_comm_t *comm, const char *fn, const char *what,
+                              const size_t *counts, const size_t *displs, size_t esize, size_t *span)
+{
+    if (counts == NULL)
+        return BAD(comm, "%s: %s is NULL", fn, what);
+    size_t end = 0, sum = 0;
+    for (int r = 0; r < comm->size; r++) {
+        size_t d = displs ? displs[r] : sum;
+        if (counts[r] > SIZE_MAX - d || SIZE_MAX - sum < counts[r])
+            return BAD(comm, "%s: %s[%d] = %zu overflows", fn, what, r, counts[r]);
+        sum += counts[r];
+        if (counts[r] && d + counts[r] > end)
+            end = d + counts[r];
+    }
+    return check_bytes(comm, fn, end, esize, 1, span);
+}
+
+/* ---- running ---- */
+
+static void init_coll(tutti__coll_t *c, tutti_comm_t *comm, tutti_coll_t kind, const char *name)
+{
+    memset(c, 0, sizeof *c);
+    c->comm = comm;
+    c->rank = comm->rank;
+    c->size = comm->size;
+    c->kind = kind;
+    c->name = name;
+    c->root = -1;
+}
+
+/* local runs the single-rank case, where every collective is a copy (or nothing). */
+static void run_local(tutti__coll_t *c)
+{
+    const char *s = c->sendbuf;
+    char *r = c->recvbuf;
+    size_t bytes = c->count * c->esize;
+    switch (c->kind) {
+    case TUTTI_COLL_ALLGATHER:
+    case TUTTI_COLL_ALLTOALL:
+        if (c->counts != NULL) {
+            bytes = c->counts[0] * c->esize;
+            r += c->displs[0] * c->esize;
+            if (c->sdispls != NULL)
+                s += c->sdispls[0] * c->esize;
+        }
+        break;
+    case TUTTI_COLL_BCAST:
+    case TUTTI_COLL_BARRIER: return;
+    default: break;
+    }
+    if (bytes > 0 && s != r && r != NULL)
+        memmove(r, s, bytes);
+}
+
+/* submit assigns the sequence number, picks the algorithm, runs the call and records its
+ * outcome in w. Collectives run in the calling thread for now; the handle is the same either
+ * way. */
+static tutti_status_t submit(tutti__coll_t *c, tutti_work_t *w, bool trivial)
+{
+    tutti_comm_t *comm = c->comm;
+    c->esize = tutti_dtype_size(c->dtype);
+    if (c->kind == TUTTI_COLL_COUNT) {
+        c->seq = comm->p2p_seq++;
+    } else {
+        c->seq = comm->seq++;
+        c->algo = tutti__select(comm, c->kind, tutti__coll_bytes(c));
+    }
+    c->deadline = tutti__now() + comm->timeout_s;
+    w->comm = comm;
+    w->error[0] = '\0';
+    c->err = w->error;
+    tutti_status_t st = TUTTI_OK;
+    if (comm->size == 1)
+        run_local(c);
+    else if (!trivial)
+        st = c->algo->run(c);
+    w->coll = *c;
+    w->status = st;
+    __atomic_store_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_RELEASE);
+    if (st < 0) {
+        snprintf(comm->last_error, sizeof comm->last_error, "%s", w->error);
+        snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", w->error);
+    }
+    return st;
+}
+
+/* finish either hands the work to the caller or, for a blocking call, returns its status. */
+static tutti_status_t run(tutti__coll_t *c, tutti_work_t **work, bool trivial, size_t *owned)
+{
+    if (work == NULL) {
+        tutti_work_t w;
+        memset(&w, 0, offsetof(tutti_work_t, error));
+        tutti_status_t st = submit(c, &w, trivial);
+        free(owned);
+        return st;
+    }
+    tutti_work_t *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        free(owned);
+        return tutti__comm_error(c->comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory for the work handle",
+                                 c->name);
+    }
+    w->owned = owned;
+    submit(c, w, trivial);
+    *work = w;
+    return TUTTI_OK;
+}
+
+#define BEGIN(fn)                                                                              \
+    if (work != NULL)                                                                          \
+        *work = NULL;                                                                          \
+    TUTTI__CHECK(check_comm(comm, fn))
+
+TUTTI_API tutti_status_t tutti_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                         tutti_dtype_t dtype, tutti_op_t op, tutti_comm_t *comm,
+                                         tutti_work_t **work)
+{
+    static const char fn[] = "tutti_allreduce";
+    size_t bytes = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    TUTTI__CHECK(check_op(comm, fn, op, dtype));
+    TUTTI__CHECK(check_bytes(comm, fn, count, tutti_dtype_size(dtype), 1, &bytes));
+    if (sendbuf == TUTTI_IN_PLACE)
+        sendbuf = recvbuf;
+    TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, bytes));
+    TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, bytes));
+    TUTTI__CHECK(check_overlap(comm, fn, sendbuf, bytes, recvbuf, bytes));
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_ALLREDUCE, "allreduce");
+    c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = count, c.dtype = dtype, c.op = op;
+    return run(&c, work, bytes == 0, NULL);
+}
+
+TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                         tutti_dtype_t dtype, tutti_comm_t *comm,
+                                         tutti_work_t **work)
+{
+    static const char fn[] = "tutti_allgather";
+    size_t bytes = 0, total = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    TUTTI__CHECK(check_bytes(comm, fn, sendcount, tutti_dtype_size(dtype), 1, &bytes));
+    TUTTI__CHECK(check_bytes(comm, fn, sendcount, tutti_dtype_size(dtype), (size_t)comm->size, &total));
+    TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, total));
+    if (sendbuf == TUTTI_IN_PLACE)
+        sendbuf = (const char *)recvbuf + (size_t)comm->rank * bytes;
+    TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, bytes));
+    if (sendbuf != (const char *)recvbuf + (size_t)comm->rank * bytes)
+        TUTTI__CHECK(check_overlap(comm, fn, sendbuf, bytes, recvbuf, total));
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_ALLGATHER, "allgather");
+    c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = sendcount, c.dtype = dtype;
+    return run(&c, work, bytes == 0, NULL);
+}
+
+/* packed returns displacements for counts laid end to end (or NULL on OOM). */
+static size_t *packed(const size_t *counts, int n)
+{
+    size_t *d = malloc((size_t)n * sizeof *d), sum = 0;
+    for (int r = 0; d != NULL && r < n; r++) {
+        d[r] = sum;
+        sum += counts[r];
+    }
+    return d;
+}
+
+TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
+                                          const size_t *recvcounts, const size_t *displs,
+                                          tutti_dtype_t dtype, tutti_comm_t *comm,
+                                          tutti_work_t **work)
+{
+    static const char fn[] = "tutti_allgatherv";
+    size_t span = 0, bytes = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    size_t es = tutti_dtype_size(dtype);
+    TUTTI__CHECK(check_v(comm, fn, "recvcounts", recvcounts, displs, es, &span));
+    TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, span));
+    if (sendbuf != TUTTI_IN_PLACE && sendcount != recvcounts[comm->rank])
+        return BAD(comm, "%s: sendcount %zu differs from recvcounts[%d] = %zu", fn, sendcount,
+                   comm->rank, recvcounts[comm->rank]);
+    TUTTI__CHECK(check_bytes(comm, fn, recvcounts[comm->rank], es, 1, &bytes));
+    size_t *owned = displs ? NULL : packed(recvcounts, comm->size);
+    if (displs == NULL && owned == NULL)
+        return tutti__comm_error(comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory", fn);
+    const size_t *d = displs ? displs : owned;
+    const char *own = (const char *)recvbuf + d[comm->rank] * es;
+    if (sendbuf == TUTTI_IN_PLACE)
+        sendbuf = own;
+    tutti_status_t st = check_buf(comm, fn, "sendbuf", sendbuf, bytes);
+    if (st == TUTTI_OK && sendbuf != own)
+        st = check_overlap(comm, fn, sendbuf, bytes, recvbuf, span);
+    if (st < 0) {
+        free(owned);
+        return st;
+    }
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_ALLGATHER, "allgatherv");
+    c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = bytes / (es ? es : 1), c.dtype = dtype;
+    c.counts = recvcounts, c.displs = d;
+    return run(&c, work, false, owned);
+}
+
+TUTTI_API tutti_status_t tutti_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                                        tutti_dtype_t dtype, tutti_comm_t *comm,
+                                        tutti_work_t **work)
+{
+    static const char fn[] = "tutti_alltoall";
+    size_t total = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    TUTTI__CHECK(check_bytes(comm, fn, count, tutti_dtype_size(dtype), (size_t)comm->size, &total));
+    if (sendbuf == TUTTI_IN_PLACE)
+        sendbuf = recvbuf;
+    TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, total));
+    TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, total));
+    TUTTI__CHECK(check_overlap(comm, fn, sendbuf, total, recvbuf, total));
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_ALLTOALL, "alltoall");
+    c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = count, c.dtype = dtype;
+    return run(&c, work, total == 0, NULL);
+}
+
+TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                                         const size_t *sdispls, void *recvbuf,
+                                         const size_t *recvcounts, const size_t *rdispls,
+                                         tutti_dtype_t dtype, tutti_comm_t *comm,
+                                         tutti_work_t **work)
+{
+    static const char fn[] = "tutti_alltoallv";
+    size_t rspan = 0, sspan = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    size_t es = tutti_dtype_size(dtype);
+    bool in_place = sendbuf == TUTTI_IN_PLACE || sendbuf == recvbuf;
+    if (in_place) { /* MPI: in place, the send layout is the receive layout */
+        sendcounts = recvcounts;
+        sdispls = rdispls;
+        sendbuf = recvbuf;
+    }
+    TUTTI__CHECK(check_v(comm, fn, "recvcounts", recvcounts, rdispls, es, &rspan));
+    TUTTI__CHECK(check_v(comm, fn, "sendcounts", sendcounts, sdispls, es, &sspan));
+    TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, rspan));
+    TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, sspan));
+    TUTTI__CHECK(check_overlap(comm, fn, sendbuf, sspan, recvbuf, rspan));
+    int n = comm->size;
+    size_t *owned = calloc(2 * (size_t)n, sizeof(size_t));
+    if (owned == NULL)
+        return tutti__comm_error(comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory", fn);
+    for (int r = 0; r < n; r++) { /* always copied: the caller may reuse its arrays at once */
+        owned[r] = rdispls ? rdispls[r] : (r ? owned[r - 1] + recvcounts[r - 1] : 0);
+        owned[n + r] = sdispls ? sdispls[r] : (r ? owned[n + r - 1] + sendcounts[r - 1] : 0);
+    }
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_ALLTOALL, "alltoallv");
+    c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.dtype = dtype;
+    c.counts = recvcounts, c.displs = owned, c.scounts = sendcounts, c.sdispls = owned + n;
+    c.count = recvcounts[comm->rank];
+    return run(&c, work, false, owned);
+}
+
+TUTTI_API tutti_status_t tutti_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                              size_t recvcount, tutti_dtype_t dtype,
+                                              tutti_op_t op, tutti_comm_t *comm,
+                                              tutti_work_t **work)
+{
+    static const char fn[] = "tutti_reduce_scatter";
+    size_t bytes = 0, total = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    TUTTI__CHECK(check_op(comm, fn, op, dtype));
+    size_t es = tutti_dtype_size(dtype);
+    TUTTI__CHECK(check_bytes(comm, fn, recvcount, es, 1, &bytes));
+    TUTTI__CHECK(check_bytes(comm, fn, recvcount, es, (size_t)comm->size, &total));
+    bool in_place = sendbuf == TUTTI_IN_PLACE || sendbuf == recvbuf;
+    if (in_place)
+        sendbuf = recvbuf;
+    TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, total));
+    TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, in_place ? total : bytes));
+    TUTTI__CHECK(check_overlap(comm, fn, sendbuf, total, recvbuf, bytes));
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_REDUCE_SCATTER, "reduce_scatter");
+    c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = recvcount, c.dtype = dtype, c.op = op;
+    return run(&c, work, bytes == 0, NULL);
+}
+
+TUTTI_API tutti_status_t tutti_broadcast(void *buf, size_t count, tutti_dtype_t dtype, int root,
+                                         tutti_comm_t *comm, tutti_work_t **work)
+{
+    static const char fn[] = "tutti_broadcast";
+    size_t bytes = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    TUTTI__CHECK(check_rank(comm, fn, "root", root));
+    TUTTI__CHECK(check_bytes(comm, fn, count, tutti_dtype_size(dtype), 1, &bytes));
+    TUTTI__CHECK(check_buf(comm, fn, "buf", buf, bytes));
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_BCAST, "bcast");
+    c.sendbuf = buf, c.recvbuf = buf, c.count = count, c.dtype = dtype, c.root = root;
+    return run(&c, work, bytes == 0, NULL);
+}
+
+TUTTI_API tutti_status_t tutti_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                      tutti_dtype_t dtype, tutti_op_t op, int root,
+                                      tutti_comm_t *comm, tutti_work_t **work)
+{
+    static const char fn[] = "tutti_reduce";
+    size_t bytes = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    TUTTI__CHECK(check_op(comm, fn, op, dtype));
+    TUTTI__CHECK(check_rank(comm, fn, "root", root));
+    TUTTI__CHECK(check_bytes(comm, fn, count, tutti_dtype_size(dtype), 1, &bytes));
+    bool is_root = comm->rank == root;
+    if (sendbuf == TUTTI_IN_PLACE) {
+        if (!is_root)
+            return BAD(comm, "%s: TUTTI_IN_PLACE is only meaningful at the root (rank %d)", fn, root);
+        sendbuf = recvbuf;
+    }
+    TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, bytes));
+    if (is_root) {
+        TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, bytes));
+        TUTTI__CHECK(check_overlap(comm, fn, sendbuf, bytes, recvbuf, bytes));
+    } else {
+        recvbuf = NULL; /* ignored away from the root, whatever the caller passed */
+    }
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_REDUCE, "reduce");
+    c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = count, c.dtype = dtype, c.op = op;
+    c.root = root;
+    return run(&c, work, bytes == 0, NULL);
+}
+
+TUTTI_API tutti_status_t tutti_barrier(tutti_comm_t *comm, tutti_work_t **work)
+{
+    BEGIN("tutti_barrier");
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_BARRIER, "barrier");
+    c.dtype = TUTTI_UINT8;
+    return run(&c, work, false, NULL);
+}
+
+static tutti_status_t p2p(const char *fn, bool is_send, void *buf, size_t count, tutti_dtype_t dtype,
+                          int peer, int tag, tutti_comm_t *comm, tutti_work_t **work)
+{
+    size_t bytes = 0;
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    TUTTI__CHECK(check_rank(comm, fn, "peer", peer));
+    if (peer == comm->rank)
+        return BAD(comm, "%s: peer %d is this rank; sending to oneself is not supported", fn, peer);
+    if (tag < 0 || tag > 1023)
+        return BAD(comm, "%s: tag %d is out of range 0..1023", fn, tag);
+    TUTTI__CHECK(check_bytes(comm, fn, count, tutti_dtype_size(dtype), 1, &bytes));
+    TUTTI__CHECK(check_buf(comm, fn, "buf", buf, bytes));
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_COUNT, is_send ? "send" : "recv");
+    c.sendbuf = buf, c.recvbuf = buf, c.count = count, c.dtype = dtype, c.root = peer, c.tag = tag;
+    c.algo = is_send ? &tutti__p2p_send : &tutti__p2p_recv;
+    return run(&c, work, false, NULL);
+}
+
+TUTTI_API tutti_status_t tutti_send(const void *buf, size_t count, tutti_dtype_t dtype, int peer,
+                                    int tag, tutti_comm_t *comm, tutti_work_t **work)
+{
+    return p2p("tutti_send", true, (void *)buf, count, dtype, peer, tag, comm, work);
+}
+
+TUTTI_API tutti_status_t tutti_recv(void *buf, size_t count, tutti_dtype_t dtype, int peer, int tag,
+                                    tutti_comm_t *comm, tutti_work_t **work)
+{
+    return p2p("tutti_recv", false, buf, count, dtype, peer, tag, comm, work);
+}

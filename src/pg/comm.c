@@ -1,0 +1,467 @@
+/* comm.c: the communicator's life cycle: creation from the environment or a caller's store
+ * (rank discovery, node discovery, transports, liveness mesh), the registry of live handles,
+ * accessors, error texts, and destruction. */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+/* ---- registry of live communicators: lets every call reject a destroyed or bogus handle ---- */
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static const tutti_comm_t **reg;
+static size_t reg_n, reg_cap;
+
+static bool reg_add(const tutti_comm_t *c)
+{
+    pthread_mutex_lock(&reg_lock);
+    if (reg_n == reg_cap) {
+        size_t cap = reg_cap ? reg_cap * 2 : 8;
+        const tutti_comm_t **r = realloc(reg, cap * sizeof *r);
+        if (r == NULL) {
+            pthread_mutex_unlock(&reg_lock);
+            return false;
+        }
+        reg = r;
+        reg_cap = cap;
+    }
+    reg[reg_n++] = c;
+    pthread_mutex_unlock(&reg_lock);
+    return true;
+}
+
+static void reg_remove(const tutti_comm_t *c)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (size_t i = 0; i < reg_n; i++)
+        if (reg[i] == c) {
+            reg[i] = reg[--reg_n];
+            break;
+        }
+    pthread_mutex_unlock(&reg_lock);
+}
+
+bool tutti__comm_valid(const tutti_comm_t *c)
+{
+    if (c == NULL)
+        return false;
+    bool found = false;
+    pthread_mutex_lock(&reg_lock);
+    for (size_t i = 0; i < reg_n && !found; i++)
+        found = reg[i] == c;
+    pthread_mutex_unlock(&reg_lock);
+    return found && c->magic == TUTTI__COMM_MAGIC;
+}
+
+/* ---- errors ---- */
+
+tutti_status_t tutti__comm_fail(tutti_comm_t *c, tutti_status_t status, const char *msg)
+{
+    if (c->failed == TUTTI_OK) {
+        c->failed = status;
+        snprintf(c->failed_msg, sizeof c->failed_msg, "%s", msg);
+        TUTTI__LOG(TUTTI__LOG_ERROR, "rank %d: %s", c->rank, msg);
+    }
+    snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+    snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", msg);
+    return status;
+}
+
+tutti_status_t tutti__comm_error(tutti_comm_t *c, tutti_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+    va_end(ap);
+    snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", c->last_error);
+    return status;
+}
+
+/* ---- rank discovery ---- */
+
+static bool env_int(const char *name, long *out)
+{
+    const char *v = tutti__env_get(name);
+    if (v == NULL)
+        return false;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end != '\0' || end == v)
+        return false;
+    *out = x;
+    return true;
+}
+
+/* Launchers in the order of the design card: torchrun, MPICH/Intel MPI, Open MPI, Slurm. */
+static tutti_status_t discover_rank(int *rank, int *size, const char **how)
+{
+    static const char *const pairs[][3] = {
+        {"RANK", "WORLD_SIZE", "RANK/WORLD_SIZE"},
+        {"PMI_RANK", "PMI_SIZE", "PMI_RANK/PMI_SIZE"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK/SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_PROCID/SLURM_NTASKS"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        long r = 0, s = 0;
+        bool hr = env_int(pairs[i][0], &r), hs = env_int(pairs[i][1], &s);
+        if (!hr && !hs && tutti__env_get(pairs[i][0]) == NULL && tutti__env_get(pairs[i][1]) == NULL)
+            continue;
+        if (!hr || !hs || s < 1 || s > (1 << 20) || r < 0 || r >= s)
+            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                    "bootstrap: %s=\"%s\" and %s=\"%s\" do not make a valid rank and "
+                                    "size (need 0 <= rank < size); fix the launcher's environment",
+                                    pairs[i][0], tutti__env_get(pairs[i][0]) ? tutti__env_get(pairs[i][0]) : "",
+                                    pairs[i][1], tutti__env_get(pairs[i][1]) ? tutti__env_get(pairs[i][1]) : "");
+        *rank = (int)r;
+        *size = (int)s;
+        *how = pairs[i][2];
+        return TUTTI_OK;
+    }
+    *rank = 0;
+    *size = 1;
+    *how = "no launcher variables: a single rank";
+    return TUTTI_OK;
+}
+
+/* ---- node discovery ---- */
+
+/* Ranks share memory when they share a host, a boot, and the mount and network namespaces:
+ * ranks in different network namespaces are treated as different nodes (this is also how the
+ * multi-host tests run several "hosts" on one machine). */
+typedef struct node_info {
+    char host[64];
+    char boot_id[40];
+    uint64_t netns, mntns;
+    int32_t pid;
+    int32_t ncpus; /* cores this process may run on */
+} node_info_t;
+
+static uint64_t ns_inode(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static void read_node_info(node_info_t *ni)
+{
+    memset(ni, 0, sizeof *ni);
+    gethostname(ni->host, sizeof ni->host - 1);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(ni->boot_id, sizeof ni->boot_id, f) == NULL)
+            ni->boot_id[0] = '\0';
+        fclose(f);
+    }
+    ni->netns = ns_inode("/proc/self/ns/net");
+    ni->mntns = ns_inode("/proc/self/ns/mnt");
+    ni->pid = (int32_t)getpid();
+    cpu_set_t set;
+    ni->ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+static bool same_node(const node_info_t *a, const node_info_t *b)
+{
+    return strcmp(a->host, b->host) == 0 && strcmp(a->boot_id, b->boot_id) == 0 &&
+           a->netns == b->netns && a->mntns == b->mntns;
+}
+
+static tutti_status_t find_nodes(tutti_comm_t *c, tutti__bootstrap_t *bs, int *ncpus)
+{
+    node_info_t mine, *all = calloc((size_t)c->size, sizeof *all);
+    c->node_of = calloc((size_t)c->size, sizeof(int));
+    c->local_ranks = calloc((size_t)c->size, sizeof(int));
+    if (all == NULL || c->node_of == NULL || c->local_ranks == NULL) {
+        free(all);
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "bootstrap: out of memory for %d ranks", c->size);
+    }
+    read_node_info(&mine);
+    tutti_status_t st = tutti__bs_allgather(bs, &mine, sizeof mine, all);
+    if (st < 0) {
+        free(all);
+        return st;
+    }
+    c->nnodes = 0;
+    for (int r = 0; r < c->size; r++) {
+        c->node_of[r] = -1;
+        for (int q = 0; q < r; q++)
+            if (same_node(&all[q], &all[r])) {
+                c->node_of[r] = c->node_of[q];
+                break;
+            }
+        if (c->node_of[r] < 0)
+            c->node_of[r] = c->nnodes++;
+    }
+    c->local_size = 0;
+    for (int r = 0; r < c->size; r++)
+        if (c->node_of[r] == c->node_of[c->rank]) {
+            if (r == c->rank)
+                c->local_rank = c->local_size;
+            c->local_ranks[c->local_size++] = r;
+        }
+    *ncpus = mine.ncpus;
+    free(all);
+    return TUTTI_OK;
+}
+
+/* The address other ranks reach this one at: loopback on one node (the only safe choice on a
+ * machine whose other interfaces lead nowhere), else the one that routes to MASTER_ADDR. */
+static void pick_local_ip(tutti_comm_t *c, tutti__store_t *store, char ip[64])
+{
+    snprintf(ip, 64, "127.0.0.1");
+    if (c->nnodes == 1)
+        return;
+    if (store != NULL) {
+        snprintf(ip, 64, "%s", tutti__store_local_ip(store));
+        return;
+    }
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+    if (getaddrinfo(tutti__env_get("MASTER_ADDR"), "9", &hints, &ai) == 0 && ai != NULL) {
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa;
+        socklen_t len = sizeof sa;
+        /* connect() on UDP sends nothing: it only asks the kernel for the route. */
+        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+            inet_ntop(AF_INET, &sa.sin_addr, ip, 64);
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+    }
+}
+
+/* ---- creation ---- */
+
+static tutti_status_t read_config(const tutti_comm_config_t *cfg, double *timeout, const char **tp)
+{
+    double t = 300.0;
+    TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", &t));
+    const char *transport = tutti__env_get("TUTTI_TRANSPORT");
+    if (cfg != NULL) {
+        if (cfg->struct_size < offsetof(tutti_comm_config_t, timeout_s) + sizeof(double))
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                    "tutti_comm_config_t.struct_size is %zu: initialize the "
+                                    "config with TUTTI_COMM_CONFIG_INIT",
+                                    cfg->struct_size);
+        if (cfg->timeout_s > 0)
+            t = cfg->timeout_s;
+        if (cfg->struct_size >= offsetof(tutti_comm_config_t, transport) + sizeof(char *) &&
+            cfg->transport != NULL)
+            transport = cfg->transport;
+    }
+    if (strcmp(transport, "auto") != 0 && strcmp(transport, "shm") != 0 &&
+        strcmp(transport, "ofi") != 0)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "unknown transport \"%s\" (TUTTI_TRANSPORT or config): valid are "
+                                "auto, shm, ofi",
+                                transport);
+    *timeout = t;
+    *tp = transport;
+    return TUTTI_OK;
+}
+
+static void set_log_level(void)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug", "trace"};
+    const char *v = tutti__env_get("CCL_LOG_LEVEL");
+    for (int i = 0; v != NULL && i < 5; i++)
+        if (strcmp(v, names[i]) == 0)
+            tutti__log_level = i;
+}
+
+static void comm_free(tutti_comm_t *c)
+{
+    if (c == NULL)
+        return;
+    if (c->shm != NULL)
+        c->shm->ops->destroy(c->shm);
+    if (c->ofi != NULL)
+        c->ofi->ops->destroy(c->ofi);
+    tutti__live_destroy(c->live);
+    free(c->peer_tp);
+    free(c->node_of);
+    free(c->local_ranks);
+    free(c->scratch);
+    c->magic = 0;
+    free(c);
+}
+
+static tutti_status_t connect_transports(tutti_comm_t *c, tutti__bootstrap_t *bs, const char *mode)
+{
+    bool use_ofi = strcmp(mode, "ofi") == 0;
+    if (strcmp(mode, "shm") == 0 && c->nnodes > 1)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "TUTTI_TRANSPORT=shm but the ranks span %d nodes: shared memory only "
+                                "reaches ranks of one node; use auto or ofi",
+                                c->nnodes);
+    c->peer_tp = calloc((size_t)c->size, sizeof *c->peer_tp);
+    if (c->peer_tp == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    /* Each decision below depends only on allgathered facts, so every rank makes the same
+     * collective calls in the same order. */
+    if (!use_ofi && (c->local_size > 1 || c->nnodes == 1)) {
+        TUTTI__CHECK(tutti__shm_create(c, bs, c->local_ranks, c->local_size, c->local_rank, &c->shm,
+                                       c->nnodes == 1 ? &c->win : NULL));
+        for (int i = 0; i < c->local_size; i++)
+            if (c->local_ranks[i] != c->rank)
+                c->peer_tp[c->local_ranks[i]] = c->shm;
+    }
+    if ((use_ofi && c->size > 1) || c->nnodes > 1) {
+        int *peers = malloc((size_t)c->size * sizeof(int)), n = 0;
+        if (peers == NULL)
+            return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+        for (int r = 0; r < c->size; r++)
+            if (r != c->rank && c->peer_tp[r] == NULL)
+                peers[n++] = r;
+        tutti_status_t st = tutti__ofi_create(c, bs, peers, n, c->nnodes == 1, &c->ofi);
+        if (st == TUTTI_OK)
+            for (int i = 0; i < n; i++)
+                c->peer_tp[peers[i]] = c->ofi;
+        free(peers);
+        TUTTI__CHECK(st);
+    }
+    return TUTTI_OK;
+}
+
+static tutti_status_t comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
+                                  double timeout, const char *mode, tutti_comm_t **out)
+{
+    tutti_status_t st;
+    int ncpus = 1;
+    char ip[64];
+    tutti_comm_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    c->magic = TUTTI__COMM_MAGIC;
+    c->rank = rank;
+    c->size = size;
+    c->timeout_s = timeout;
+    TUTTI__CHECK_GOTO(find_nodes(c, bs, &ncpus), st, fail);
+    c->oversubscribed = c->local_size > ncpus;
+    TUTTI__CHECK_GOTO(connect_transports(c, bs, mode), st, fail);
+    /* Overrides are checked once the transports are known: "direct" needs the window. */
+    TUTTI__CHECK_GOTO(tutti__select_init(c), st, fail);
+    pick_local_ip(c, store, ip);
+    TUTTI__CHECK_GOTO(tutti__live_create(bs, ip, &c->live), st, fail);
+    if (!reg_add(c)) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+        goto fail;
+    }
+    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d/%d: %d node(s), %d local rank(s), shm %s, ofi %s", rank,
+               size, c->nnodes, c->local_size, c->shm ? "yes" : "no", c->ofi ? "yes" : "no");
+    *out = c;
+    return TUTTI_OK;
+fail:
+    comm_free(c);
+    return st;
+}
+
+TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, tutti_comm_t **comm)
+{
+    tutti__tls_error()[0] = '\0';
+    if (comm == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_init_env: comm is NULL");
+    *comm = NULL;
+    set_log_level();
+    double timeout;
+    const char *mode, *how;
+    int rank, size;
+    TUTTI__CHECK(read_config(config, &timeout, &mode));
+    TUTTI__CHECK(discover_rank(&rank, &size, &how));
+    const char *addr = tutti__env_get("MASTER_ADDR");
+    long port = 29500;
+    tutti_status_t st = tutti__env_long("MASTER_PORT", 1, 65535, &port);
+    if (st < 0)
+        return st;
+    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld", rank, size, how, addr,
+               port);
+    double deadline = tutti__now() + timeout;
+    tutti__store_t *store = NULL;
+    TUTTI__CHECK(tutti__store_open(rank, size, addr, (int)port, deadline, &store));
+    char where[128];
+    snprintf(where, sizeof where, "the rendezvous store at %s:%ld", addr, port);
+    tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = deadline,
+                             .oob = tutti__store_oob(store), .where = where};
+    st = comm_create(rank, size, &bs, store, timeout, mode, comm);
+    /* Keep the failure text: closing the store must not overwrite it. */
+    char saved[TUTTI__ERRLEN];
+    snprintf(saved, sizeof saved, "%s", tutti__tls_error());
+    tutti__store_close(store);
+    snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", st < 0 ? saved : "");
+    return st;
+}
+
+TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *oob,
+                                         const tutti_comm_config_t *config, tutti_comm_t **comm)
+{
+    tutti__tls_error()[0] = '\0';
+    if (comm == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_init: comm is NULL");
+    *comm = NULL;
+    if (size < 1 || rank < 0 || rank >= size)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_comm_init: rank %d and size %d: need 0 <= rank < size", rank,
+                                size);
+    if (oob == NULL || oob->put == NULL || oob->get == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_comm_init: the out-of-band store (oob, oob->put, oob->get) "
+                                "must not be NULL");
+    set_log_level();
+    double timeout;
+    const char *mode;
+    TUTTI__CHECK(read_config(config, &timeout, &mode));
+    tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + timeout,
+                             .oob = *oob, .where = "the caller's out-of-band store"};
+    return comm_create(rank, size, &bs, NULL, timeout, mode, comm);
+}
+
+TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
+{
+    if (!tutti__comm_valid(comm))
+        return tutti__set_error(TUTTI_ERR_INVALID_COMM,
+                                "tutti_comm_destroy: %p is not a live communicator (NULL, already "
+                                "destroyed, or never created)",
+                                (void *)comm);
+    reg_remove(comm);
+    /* A healthy communicator waits for its peers: a peer may still be reading this rank's shared
+     * memory or receiving its last message. A failed one has nothing left to protect. */
+    bool wait = comm->failed == TUTTI_OK;
+    tutti_status_t st = tutti__live_goodbye(comm->live, wait, tutti__now() + comm->timeout_s);
+    comm_free(comm);
+    return st;
+}
+
+/* ---- accessors ---- */
+
+#define GETTER(name, expr)                                                                     \
+    TUTTI_API int tutti_comm_##name(const tutti_comm_t *c) { return tutti__comm_valid(c) ? (expr) : -1; }
+GETTER(rank, c->rank)
+GETTER(size, c->size)
+GETTER(local_rank, c->local_rank)
+GETTER(local_size, c->local_size)
+GETTER(node_count, c->nnodes)
+#undef GETTER
+
+TUTTI_API uint64_t tutti_comm_seq(const tutti_comm_t *c) { return tutti__comm_valid(c) ? c->seq : 0; }
+
+TUTTI_API const char *tutti_comm_transport(const tutti_comm_t *c, int peer)
+{
+    if (!tutti__comm_valid(c) || peer < 0 || peer >= c->size)
+        return NULL;
+    if (peer == c->rank)
+        return "self";
+    return c->peer_tp[peer] ? c->peer_tp[peer]->ops->name : NULL;
+}
+
+TUTTI_API const char *tutti_comm_last_error(const tutti_comm_t *c)
+{
+    return tutti__comm_valid(c) ? c->last_error : "";
+}

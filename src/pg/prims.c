@@ -1,0 +1,219 @@
+/* prims.c: the primitives algorithms run on: point-to-point through the transport that serves a
+ * peer, the wait loop (deadline, dead-peer check, backoff), the window barrier and scratch. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm.h"
+
+/* How often a waiting rank asks the liveness mesh whether a peer died: often enough that a
+ * death becomes an error well within a second, rarely enough to cost nothing. */
+#define LIVE_CHECK_PERIOD 0.05
+
+/* describe writes "allreduce #12 (ring, 4096 bytes of fp32)" for error texts. */
+static int describe(const tutti__coll_t *c, char *buf, size_t cap)
+{
+    if (c->kind == TUTTI_COLL_COUNT)
+        return snprintf(buf, cap, "%s #%llu (%zu bytes, tag %d, peer %d)", c->name,
+                        (unsigned long long)c->seq, c->count * c->esize, c->tag, c->root);
+    return snprintf(buf, cap, "%s #%llu (%s, %zu bytes of %s)", c->name,
+                    (unsigned long long)c->seq, c->algo ? c->algo->name : "-",
+                    c->count * c->esize, tutti_dtype_name(c->dtype));
+}
+
+static void append_rank_list(char *buf, size_t cap, const int *ranks, int n)
+{
+    size_t len = strlen(buf);
+    for (int i = 0; i < n && len + 16 < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%d", i ? ", " : "", ranks[i]);
+}
+
+static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt, ...)
+{
+    char what[256];
+    describe(c, what, sizeof what);
+    char detail[TUTTI__ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    snprintf(c->err, TUTTI__ERRLEN, "rank %d: %s: %s", c->rank, what, detail);
+    return tutti__comm_fail(c->comm, st, c->err);
+}
+
+static tutti_status_t post(tutti__coll_t *c, int kind, int peer, const void *buf, size_t bytes,
+                           tutti__req_t *req)
+{
+    tutti_comm_t *comm = c->comm;
+    tutti__transport_t *tp = comm->peer_tp[peer];
+    memset(req, 0, offsetof(tutti__req_t, priv));
+    req->kind = kind;
+    req->chan = c->kind == TUTTI_COLL_COUNT ? TUTTI__CHAN_P2P : TUTTI__CHAN_COLL;
+    req->tag = req->chan == TUTTI__CHAN_P2P ? (uint32_t)c->tag : 0u;
+    req->peer = peer;
+    req->buf = (char *)buf;
+    req->len = bytes;
+    if (tp == NULL)
+        return fail(c, TUTTI_ERR_INTERNAL, "no transport reaches rank %d", peer);
+    tutti_status_t st = tp->ops->post(tp, req);
+    if (st < 0)
+        return fail(c, st, "%s could not post a %s of %zu bytes %s rank %d: %s", tp->ops->name,
+                    kind == TUTTI__REQ_SEND ? "send" : "receive", bytes,
+                    kind == TUTTI__REQ_SEND ? "to" : "from", peer, tp->err);
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__isend(tutti__coll_t *c, int peer, const void *buf, size_t bytes,
+                            tutti__req_t *req)
+{
+    return post(c, TUTTI__REQ_SEND, peer, buf, bytes, req);
+}
+
+tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes, tutti__req_t *req)
+{
+    return post(c, TUTTI__REQ_RECV, peer, buf, bytes, req);
+}
+
+static tutti_status_t progress_all(tutti__coll_t *c)
+{
+    tutti_comm_t *comm = c->comm;
+    tutti__transport_t *tps[2] = {comm->shm, comm->ofi};
+    for (int i = 0; i < 2; i++) {
+        if (tps[i] == NULL)
+            continue;
+        tutti_status_t st = tps[i]->ops->progress(tps[i]);
+        if (st < 0)
+            return fail(c, st, "%s transport failed: %s", tps[i]->ops->name, tps[i]->err);
+    }
+    return TUTTI_OK;
+}
+
+/* check_time runs the slow checks of a wait: the deadline and the liveness mesh. missing[] are
+ * the ranks the wait still needs, for the message. */
+static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmissing)
+{
+    tutti_comm_t *comm = c->comm;
+    double now = tutti__now();
+    if (now >= comm->next_live_check) {
+        comm->next_live_check = now + LIVE_CHECK_PERIOD;
+        int dead = -1;
+        if (tutti__live_check(comm->live, &dead) < 0)
+            return fail(c, TUTTI_ERR_PEER_FAILED,
+                        "rank %d (pid %d) died or lost its connection; the communicator is now "
+                        "failed: destroy it and create a new one",
+                        dead, tutti__live_pid(comm->live, dead));
+    }
+    if (now < c->deadline)
+        return TUTTI_OK;
+    char list[512] = "";
+    append_rank_list(list, sizeof list, missing, nmissing);
+    bool left = false;
+    for (int i = 0; i < nmissing; i++)
+        left |= tutti__live_left(comm->live, missing[i]);
+    return fail(c, TUTTI_ERR_TIMEOUT,
+                "timed out after %.0f s waiting for rank(s) %s%s; a peer may be stuck, slower "
+                "than the timeout, or in a different collective: raise TUTTI_TIMEOUT if the job "
+                "is only slow",
+                comm->timeout_s, list,
+                left ? " (some had already destroyed the communicator)" : "");
+}
+
+tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
+{
+    tutti__backoff_t b;
+    tutti__backoff_init(&b, c->comm->oversubscribed);
+    for (unsigned it = 0;; it++) {
+        TUTTI__CHECK(progress_all(c));
+        int pending = 0;
+        for (int i = 0; i < n; i++) {
+            if (!reqs[i].done) {
+                pending++;
+                continue;
+            }
+            if (reqs[i].status < 0) {
+                tutti__transport_t *tp = c->comm->peer_tp[reqs[i].peer];
+                return fail(c, reqs[i].status, "%s %s rank %d failed: %s", tp->ops->name,
+                            reqs[i].kind == TUTTI__REQ_SEND ? "send to" : "receive from",
+                            reqs[i].peer, tp->err);
+            }
+        }
+        if (pending == 0)
+            return TUTTI_OK;
+        /* The clock is cheap but not free: read it every 64 spins, and on every round once the
+         * backoff has started yielding or sleeping. */
+        if ((it & 63u) == 63u || b.iter > 2048 || b.oversubscribed) {
+            int missing[64], nm = 0;
+            for (int i = 0; i < n && nm < 64; i++)
+                if (!reqs[i].done)
+                    missing[nm++] = reqs[i].peer;
+            TUTTI__CHECK(check_time(c, missing, nm));
+        }
+        tutti__backoff_pause(&b);
+    }
+}
+
+tutti_status_t tutti__send(tutti__coll_t *c, int peer, const void *buf, size_t bytes)
+{
+    tutti__req_t req;
+    TUTTI__CHECK(tutti__isend(c, peer, buf, bytes, &req));
+    return tutti__waitall(c, &req, 1);
+}
+
+tutti_status_t tutti__recv(tutti__coll_t *c, int peer, void *buf, size_t bytes)
+{
+    tutti__req_t req;
+    TUTTI__CHECK(tutti__irecv(c, peer, buf, bytes, &req));
+    return tutti__waitall(c, &req, 1);
+}
+
+tutti_status_t tutti__sendrecv(tutti__coll_t *c, int speer, const void *sbuf, size_t sbytes,
+                               int rpeer, void *rbuf, size_t rbytes)
+{
+    tutti__req_t req[2];
+    TUTTI__CHECK(tutti__irecv(c, rpeer, rbuf, rbytes, &req[0]));
+    TUTTI__CHECK(tutti__isend(c, speer, sbuf, sbytes, &req[1]));
+    return tutti__waitall(c, req, 2);
+}
+
+tutti__window_t *tutti__window(tutti__coll_t *c) { return c->comm->win; }
+
+tutti_status_t tutti__win_barrier(tutti__coll_t *c)
+{
+    tutti__window_t *w = c->comm->win;
+    uint64_t e = ++w->epoch;
+    __atomic_store_n(w->flags[c->rank], e, __ATOMIC_RELEASE);
+    tutti__backoff_t b;
+    tutti__backoff_init(&b, c->comm->oversubscribed);
+    /* Epochs only grow, so a rank that has already moved on to the next barrier still counts
+     * as arrived here. */
+    for (unsigned it = 0;; it++) {
+        int missing[64], nm = 0;
+        for (int r = 0; r < w->nranks; r++)
+            if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) < e && nm < 64)
+                missing[nm++] = r;
+        if (nm == 0)
+            return TUTTI_OK;
+        if ((it & 63u) == 63u || b.iter > 2048 || b.oversubscribed)
+            TUTTI__CHECK(check_time(c, missing, nm));
+        tutti__backoff_pause(&b);
+    }
+}
+
+void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
+{
+    tutti_comm_t *comm = c->comm;
+    if (bytes <= comm->scratch_size)
+        return comm->scratch;
+    size_t sz = (bytes + 4095) & ~(size_t)4095;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, sz) != 0) {
+        fail(c, TUTTI_ERR_NO_MEMORY, "out of memory for %zu bytes of scratch", sz);
+        return NULL;
+    }
+    free(comm->scratch);
+    comm->scratch = p;
+    comm->scratch_size = sz;
+    return p;
+}

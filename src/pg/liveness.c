@@ -1,0 +1,576 @@
+/* liveness.c: the liveness mesh, one TCP connection between every pair of ranks that carries
+ * nothing but a goodbye byte, so that a connection closed without one means a dead peer. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+
+#define BYE 'G'
+#define HELLO_MAGIC 0x54544c31u /* "TTL1" */
+#define REC_LEN 96              /* one rank's published record: "ip port pid nonce" */
+#define LIST_MAX 16
+
+enum { PEER_ALIVE = 0, PEER_LEFT = 1, PEER_DEAD = 2 };
+
+typedef struct peer {
+    int fd;              /* -1: self, or closed */
+    int pid;
+    unsigned char state; /* PEER_*; read without the lock by tutti__live_left */
+    bool bye_sent;
+} peer_t;
+
+struct tutti__liveness {
+    int rank, size;
+    peer_t *peers;
+    struct pollfd *pfd;
+    int *pfd_rank;
+    pthread_mutex_t mu;
+    int lowest_dead;  /* -1 while none; read without the lock when the lock is busy */
+    bool forked;      /* this is a fork()ed child's copy: the connections belong to the parent */
+    struct tutti__liveness *next; /* in the registry that fork() walks */
+};
+
+/* ---- fork: a child must not keep the parent's connections open ------------------------------ */
+
+/* A child that inherits the sockets (a data-loader worker, say) would keep them open after the
+ * parent dies, and the peers would never see the parent go; so every child closes its copies.
+ * CLOEXEC covers exec(); these handlers cover plain fork(). */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static tutti__liveness_t *reg_head;
+
+static void atfork_prepare(void) { pthread_mutex_lock(&reg_mu); }
+static void atfork_parent(void) { pthread_mutex_unlock(&reg_mu); }
+
+static void atfork_child(void)
+{
+    for (tutti__liveness_t *l = reg_head; l; l = l->next) {
+        l->forked = true;
+        for (int r = 0; r < l->size; r++)
+            if (l->peers[r].fd >= 0) {
+                close(l->peers[r].fd);
+                l->peers[r].fd = -1;
+            }
+    }
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_init(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
+
+static void reg_add(tutti__liveness_t *l)
+{
+    pthread_once(&reg_once, reg_init);
+    pthread_mutex_lock(&reg_mu);
+    l->next = reg_head;
+    reg_head = l;
+    pthread_mutex_unlock(&reg_mu);
+}
+
+static void reg_remove(tutti__liveness_t *l)
+{
+    pthread_mutex_lock(&reg_mu);
+    for (tutti__liveness_t **p = &reg_head; *p; p = &(*p)->next)
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    pthread_mutex_unlock(&reg_mu);
+}
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static int ms_until(double deadline, int cap_ms)
+{
+    double left = deadline - tutti__now();
+    if (left <= 0)
+        return 0;
+    return left * 1000.0 > cap_ms ? cap_ms : (int)(left * 1000.0) + 1;
+}
+
+static void append_rank(char *list, size_t cap, int *n, int r)
+{
+    size_t off = strlen(list);
+    if (*n < LIST_MAX && off < cap)
+        snprintf(list + off, cap - off, "%s%d", *n ? ", " : "", r);
+    else if (*n == LIST_MAX && off < cap)
+        snprintf(list + off, cap - off, ", ...");
+    (*n)++;
+}
+
+static void set_keepalive(int fd)
+{
+    /* A peer whose host vanishes sends no FIN; keepalive turns that into an error in ~25 s. */
+    int one = 1, idle = 10, intvl = 5, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+static int resolve(const char *ip, int port, struct sockaddr_storage *sa, socklen_t *len)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE},
+                    *ai = NULL;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(ip, ps, &hints, &ai);
+    if (rc != 0)
+        return rc;
+    memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+    *len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+static uint32_t make_nonce(void)
+{
+    double t = tutti__now();
+    uint64_t x = (uint64_t)(t * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&t;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+/* send_all_by sends len bytes on a non-blocking socket before deadline; 0 or an errno. */
+static int send_all_by(int fd, const void *buf, size_t len, double deadline)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return errno;
+        struct pollfd q = {.fd = fd, .events = POLLOUT};
+        int ms = ms_until(deadline, 1000);
+        if (ms == 0)
+            return ETIMEDOUT;
+        poll(&q, 1, ms);
+    }
+    return 0;
+}
+
+/* connect_by connects a non-blocking socket to sa before deadline, retrying a refusal (the peer
+ * listens before it publishes, so that is rare); returns the fd or -1 with *err set. */
+static int connect_by(const struct sockaddr_storage *sa, socklen_t salen, double deadline,
+                      int *err)
+{
+    for (;;) {
+        int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            *err = errno;
+            return -1;
+        }
+        int e = 0;
+        if (connect(fd, (const struct sockaddr *)sa, salen) < 0) {
+            e = errno;
+            while (e == EINPROGRESS || e == EINTR) {
+                struct pollfd q = {.fd = fd, .events = POLLOUT};
+                int ms = ms_until(deadline, 1000);
+                if (ms == 0) {
+                    e = ETIMEDOUT;
+                    break;
+                }
+                if (poll(&q, 1, ms) > 0) {
+                    socklen_t el = sizeof e;
+                    getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
+                }
+            }
+        }
+        if (e == 0)
+            return fd;
+        close(fd);
+        *err = e;
+        if (e != ECONNREFUSED || ms_until(deadline, 20) == 0)
+            return -1;
+        tutti__sleep_us((unsigned)ms_until(deadline, 20) * 1000u);
+    }
+}
+
+/* drain reads what peer r has sent (non-blocking) and updates its state. Caller holds l->mu. */
+static void drain(tutti__liveness_t *l, int r)
+{
+    peer_t *p = &l->peers[r];
+    while (p->fd >= 0) {
+        char buf[64];
+        ssize_t n = recv(p->fd, buf, sizeof buf, 0);
+        if (n > 0) {
+            if (memchr(buf, BYE, (size_t)n) && p->state == PEER_ALIVE)
+                __atomic_store_n(&p->state, PEER_LEFT, __ATOMIC_RELEASE);
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n < 0 && errno == EINTR)
+            continue;
+        /* EOF or a reset: fine after a goodbye, death without one. */
+        close(p->fd);
+        p->fd = -1;
+        if (p->state == PEER_ALIVE) {
+            __atomic_store_n(&p->state, PEER_DEAD, __ATOMIC_RELEASE);
+            TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: rank %d (pid %d) closed its liveness link "
+                       "without a goodbye (%s)", l->rank, r, p->pid,
+                       n == 0 ? "end of stream" : strerror(errno));
+            int low = __atomic_load_n(&l->lowest_dead, __ATOMIC_RELAXED);
+            if (low < 0 || r < low)
+                __atomic_store_n(&l->lowest_dead, r, __ATOMIC_RELEASE);
+        }
+    }
+}
+
+/* poll_peers polls the open connections for up to ms and drains the readable ones; with
+ * want_out, connections whose goodbye is unsent also wait for room to send. Holds l->mu. */
+static void poll_peers(tutti__liveness_t *l, int ms, bool want_out)
+{
+    int n = 0;
+    for (int r = 0; r < l->size; r++)
+        if (l->peers[r].fd >= 0) {
+            l->pfd[n] = (struct pollfd){.fd = l->peers[r].fd, .events = POLLIN};
+            if (want_out && !l->peers[r].bye_sent)
+                l->pfd[n].events |= POLLOUT;
+            l->pfd_rank[n++] = r;
+        }
+    if (n == 0) {
+        if (ms > 0)
+            tutti__sleep_us((unsigned)ms * 1000u);
+        return;
+    }
+    if (poll(l->pfd, (nfds_t)n, ms) <= 0)
+        return;
+    for (int i = 0; i < n; i++)
+        if (l->pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
+            drain(l, l->pfd_rank[i]);
+}
+
+static void send_byes(tutti__liveness_t *l)
+{
+    const char bye = BYE;
+    for (int r = 0; r < l->size; r++) {
+        peer_t *p = &l->peers[r];
+        if (p->fd < 0 || p->bye_sent)
+            continue;
+        ssize_t n = send(p->fd, &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* EAGAIN: retried by the wait; any other error: the peer is gone, nothing to tell. */
+        if (n == 1 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            p->bye_sent = true;
+    }
+}
+
+/* ---- creation ------------------------------------------------------------------------------- */
+
+typedef struct pending {
+    int fd;
+    size_t got;
+    uint32_t hello[3];
+} pending_t;
+
+static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint32_t nonce, double deadline,
+                                    double start)
+{
+    int expect = l->size - 1 - l->rank, have = 0;
+    pending_t *pend = calloc((size_t)expect + 8, sizeof *pend);
+    struct pollfd *pfd = calloc((size_t)expect + 9, sizeof *pfd);
+    int npend = 0, cap = expect + 8;
+    tutti_status_t st = TUTTI_OK;
+    if (pend == NULL || pfd == NULL) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank %d: out of memory for the liveness mesh",
+                              l->rank);
+        goto out;
+    }
+    while (have < expect) {
+        int ms = ms_until(deadline, 1000);
+        if (ms == 0) {
+            char list[256] = "";
+            int n = 0;
+            for (int r = l->rank + 1; r < l->size; r++)
+                if (l->peers[r].fd < 0)
+                    append_rank(list, sizeof list, &n, r);
+            st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                  "bootstrap: rank %d waited %.3g s for rank(s) %s (of %d) to open "
+                                  "their liveness connections; they never did: a rank died or is "
+                                  "stuck, or a firewall blocks TCP between the hosts",
+                                  l->rank, tutti__now() - start, list, l->size);
+            goto out;
+        }
+        pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (int i = 0; i < npend; i++)
+            pfd[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+        if (poll(pfd, (nfds_t)npend + 1, ms) <= 0)
+            continue;
+        for (int i = 0; i < npend; i++) {
+            if (!pfd[i + 1].revents)
+                continue;
+            pending_t *p = &pend[i];
+            ssize_t n = recv(p->fd, (char *)p->hello + p->got, sizeof p->hello - p->got, 0);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                continue;
+            bool ok = n > 0;
+            if (ok)
+                p->got += (size_t)n;
+            if (ok && p->got < sizeof p->hello)
+                continue;
+            int r = ok ? (int)ntohl(p->hello[1]) : -1;
+            if (ok && (ntohl(p->hello[0]) != HELLO_MAGIC || ntohl(p->hello[2]) != nonce ||
+                       r <= l->rank || r >= l->size || l->peers[r].fd >= 0)) {
+                TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: dropped a stray connection on the "
+                           "liveness port (claimed rank %d)", l->rank, r);
+                ok = false;
+            }
+            if (ok) {
+                l->peers[r].fd = p->fd;
+                have++;
+            } else
+                close(p->fd);
+            p->fd = -1;
+        }
+        int k = 0;
+        for (int i = 0; i < npend; i++)
+            if (pend[i].fd >= 0)
+                pend[k++] = pend[i];
+        npend = k;
+        while (npend < cap) {
+            int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0)
+                break;
+            pend[npend++] = (pending_t){.fd = fd};
+        }
+    }
+out:
+    for (int i = 0; i < npend; i++)
+        close(pend[i].fd);
+    free(pend);
+    free(pfd);
+    return st;
+}
+
+tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti__liveness_t **out)
+{
+    *out = NULL;
+    double start = tutti__now();
+    int size = bs->size, rank = bs->rank, lfd = -1;
+    char *recs = NULL;
+    tutti_status_t st = TUTTI_OK;
+    tutti__liveness_t *l = calloc(1, sizeof *l);
+    if (l == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank %d: out of memory", rank);
+    l->rank = rank;
+    l->size = size;
+    l->lowest_dead = -1;
+    pthread_mutex_init(&l->mu, NULL);
+    l->peers = calloc((size_t)size, sizeof *l->peers);
+    l->pfd = calloc((size_t)size, sizeof *l->pfd);
+    l->pfd_rank = calloc((size_t)size, sizeof *l->pfd_rank);
+    recs = calloc((size_t)size, REC_LEN);
+    if (l->peers == NULL || l->pfd == NULL || l->pfd_rank == NULL || recs == NULL) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank %d: out of memory for the liveness "
+                              "mesh of %d ranks", rank, size);
+        goto fail;
+    }
+    for (int r = 0; r < size; r++)
+        l->peers[r].fd = -1;
+
+    /* Listen before publishing: a peer may connect the moment it reads our record. */
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    int rc = resolve(ip, 0, &sa, &salen);
+    if (rc != 0) {
+        st = tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d: \"%s\" is not an IP address to "
+                              "listen on for the liveness mesh: %s", rank, ip, gai_strerror(rc));
+        goto fail;
+    }
+    lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, salen) < 0 || listen(lfd, 4096) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &salen) < 0) {
+        st = tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d cannot listen on %s for the liveness "
+                              "mesh: %s", rank, ip, strerror(errno));
+        goto fail;
+    }
+    int port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
+                                             : ((struct sockaddr_in6 *)&sa)->sin6_port);
+    uint32_t nonce = make_nonce();
+    char mine[REC_LEN] = {0};
+    snprintf(mine, sizeof mine, "%s %d %d %u", ip, port, (int)getpid(), nonce);
+    TUTTI__CHECK_GOTO(tutti__bs_allgather(bs, mine, REC_LEN, recs), st, fail);
+
+    char pip[REC_LEN];
+    int pport;
+    unsigned pnonce;
+    for (int r = 0; r < size; r++) {
+        const char *rec = recs + (size_t)r * REC_LEN;
+        if (memchr(rec, '\0', REC_LEN) == NULL ||
+            sscanf(rec, "%95s %d %d %u", pip, &pport, &l->peers[r].pid, &pnonce) != 4) {
+            st = tutti__set_error(TUTTI_ERR_BOOTSTRAP, "bootstrap: rank %d got a garbled "
+                                  "liveness address from rank %d: do all ranks run the same "
+                                  "tutti?", rank, r);
+            goto fail;
+        }
+    }
+
+    /* Connect down, accept up: every pair gets one connection and nobody waits in a cycle,
+     * because a connect completes in the peer's backlog before it calls accept. */
+    for (int r = 0; r < rank; r++) {
+        const char *rec = recs + (size_t)r * REC_LEN;
+        sscanf(rec, "%95s %d %*d %u", pip, &pport, &pnonce);
+        struct sockaddr_storage pa;
+        socklen_t palen;
+        int err = 0;
+        if ((rc = resolve(pip, pport, &pa, &palen)) != 0) {
+            st = tutti__set_error(TUTTI_ERR_BOOTSTRAP, "bootstrap: rank %d published \"%s\", not "
+                                  "an address: %s", r, pip, gai_strerror(rc));
+            goto fail;
+        }
+        int fd = connect_by(&pa, palen, bs->deadline, &err);
+        uint32_t hello[3] = {htonl(HELLO_MAGIC), htonl((uint32_t)rank), htonl(pnonce)};
+        if (fd >= 0 && (err = send_all_by(fd, hello, sizeof hello, bs->deadline)) != 0) {
+            close(fd);
+            fd = -1;
+        }
+        if (fd < 0) {
+            st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                  "bootstrap: rank %d could not open its liveness connection to "
+                                  "rank %d at %s:%d (%s): rank %d died, or a firewall blocks TCP "
+                                  "between the hosts",
+                                  rank, r, pip, pport, strerror(err), r);
+            goto fail;
+        }
+        l->peers[r].fd = fd;
+    }
+    TUTTI__CHECK_GOTO(accept_higher(l, lfd, nonce, bs->deadline, start), st, fail);
+    close(lfd);
+    lfd = -1;
+    for (int r = 0; r < size; r++)
+        if (l->peers[r].fd >= 0)
+            set_keepalive(l->peers[r].fd);
+    free(recs);
+    reg_add(l);
+    *out = l;
+    return TUTTI_OK;
+fail:
+    if (lfd >= 0)
+        close(lfd);
+    free(recs);
+    if (l->peers)
+        for (int r = 0; r < size; r++)
+            if (l->peers[r].fd >= 0)
+                close(l->peers[r].fd);
+    free(l->peers);
+    free(l->pfd);
+    free(l->pfd_rank);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+    return st;
+}
+
+/* ---- use ------------------------------------------------------------------------------------ */
+
+static tutti_status_t report_dead(const tutti__liveness_t *l, int *dead)
+{
+    int low = __atomic_load_n(&l->lowest_dead, __ATOMIC_ACQUIRE);
+    if (low < 0)
+        return TUTTI_OK;
+    *dead = low;
+    return tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                            "rank %d (pid %d) closed its connection to rank %d without a goodbye: "
+                            "it died or was killed", low, l->peers[low].pid, l->rank);
+}
+
+tutti_status_t tutti__live_check(tutti__liveness_t *l, int *dead)
+{
+    if (l == NULL || l->forked)
+        return TUTTI_OK;
+    /* Several threads may check at once; one polling is enough, the others report its result. */
+    if (pthread_mutex_trylock(&l->mu) == 0) {
+        poll_peers(l, 0, false);
+        pthread_mutex_unlock(&l->mu);
+    }
+    return report_dead(l, dead);
+}
+
+bool tutti__live_left(const tutti__liveness_t *l, int rank)
+{
+    if (l == NULL || rank < 0 || rank >= l->size)
+        return false;
+    return __atomic_load_n(&l->peers[rank].state, __ATOMIC_ACQUIRE) == PEER_LEFT;
+}
+
+int tutti__live_pid(const tutti__liveness_t *l, int rank)
+{
+    if (l == NULL || rank < 0 || rank >= l->size)
+        return -1;
+    return l->peers[rank].pid;
+}
+
+tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadline)
+{
+    if (l == NULL || l->forked)
+        return TUTTI_OK;
+    double start = tutti__now();
+    tutti_status_t st = TUTTI_OK;
+    pthread_mutex_lock(&l->mu);
+    send_byes(l);
+    /* Read what peers sent, so that closing later sends them a FIN rather than a reset. */
+    poll_peers(l, 0, false);
+    while (wait) {
+        bool pending = false;
+        for (int r = 0; r < l->size; r++) {
+            peer_t *p = &l->peers[r];
+            if (r != l->rank && (p->state == PEER_ALIVE || (p->fd >= 0 && !p->bye_sent)))
+                pending = true;
+        }
+        if (!pending)
+            break;
+        int ms = ms_until(deadline, 100);
+        if (ms == 0) {
+            char list[256] = "";
+            int n = 0;
+            for (int r = 0; r < l->size; r++)
+                if (r != l->rank && l->peers[r].state == PEER_ALIVE)
+                    append_rank(list, sizeof list, &n, r);
+            st = tutti__set_error(TUTTI_ERR_TIMEOUT,
+                                  "rank %d waited %.3g s for rank(s) %s (of %d) to destroy the "
+                                  "communicator too; they neither did nor died: every rank must "
+                                  "call tutti_comm_destroy, or raise TUTTI_TIMEOUT if they are "
+                                  "only slow",
+                                  l->rank, tutti__now() - start, n ? list : "?", l->size);
+            break;
+        }
+        poll_peers(l, ms, true);
+        send_byes(l);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return st;
+}
+
+void tutti__live_destroy(tutti__liveness_t *l)
+{
+    if (l == NULL)
+        return;
+    reg_remove(l);
+    if (!l->forked) {
+        pthread_mutex_lock(&l->mu);
+        poll_peers(l, 0, false); /* empty our buffers: a close then sends FIN, not a reset */
+        for (int r = 0; r < l->size; r++)
+            if (l->peers[r].fd >= 0)
+                close(l->peers[r].fd);
+        pthread_mutex_unlock(&l->mu);
+        pthread_mutex_destroy(&l->mu);
+    }
+    free(l->peers);
+    free(l->pfd);
+    free(l->pfd_rank);
+    free(l);
+}

@@ -1,0 +1,618 @@
+/* check_bootstrap.c: unit tests of the TCP store, the bootstrap collectives and the liveness
+ * mesh, with ranks as forked processes on loopback. */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../src/pg/bootstrap.h"
+
+#define MAXR 8
+#define CHILD_ALARM_S 20 /* no rank process outlives this, whatever goes wrong */
+#define REAP_S 15.0
+
+/* What rank processes tell the test, in memory shared across fork(). */
+typedef struct shared {
+    volatile int ready[MAXR];
+    volatile double kill_time; /* tutti__now() when the victim was killed (0: not yet) */
+    struct {
+        volatile int failed;
+        int status;
+        double elapsed;
+        int dead;
+        char msg[TUTTI__ERRLEN + 64];
+    } res[MAXR];
+} shared_t;
+
+static shared_t *sh;
+static int port;
+
+/* free_port finds a port nobody listens on (bind 0, read it back, release it). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static void setup(void)
+{
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sh, MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    port = free_port();
+}
+
+static void teardown(void) { munmap(sh, sizeof *sh); }
+
+/* ---- rank processes ------------------------------------------------------------------------- */
+
+static void child_fail(int rank, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+static void child_fail(int rank, int line, const char *fmt, ...)
+{
+    int n = snprintf(sh->res[rank].msg, sizeof sh->res[rank].msg, "line %d: ", line);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sh->res[rank].msg + n, sizeof sh->res[rank].msg - (size_t)n, fmt, ap);
+    va_end(ap);
+    sh->res[rank].failed = 1;
+    _exit(1);
+}
+
+/* REQUIRE in a rank process: on failure the message goes to the parent and the rank exits. */
+#define REQUIRE(cond, ...)                                                                     \
+    do {                                                                                       \
+        if (!(cond))                                                                           \
+            child_fail(rank, __LINE__, __VA_ARGS__);                                           \
+    } while (0)
+#define REQUIRE_OK(call)                                                                       \
+    do {                                                                                       \
+        tutti_status_t st_ = (call);                                                           \
+        REQUIRE(st_ == TUTTI_OK, "%s -> %d: %s", #call, (int)st_, tutti_last_error());        \
+    } while (0)
+
+typedef void (*rank_fn)(int rank, int size);
+
+static pid_t spawn(rank_fn fn, int rank, int size)
+{
+    pid_t p = fork();
+    ck_assert_int_ge(p, 0);
+    if (p == 0) {
+        alarm(CHILD_ALARM_S);
+        fn(rank, size);
+        _exit(0);
+    }
+    return p;
+}
+
+/* reap waits for the n processes until REAP_S, kills stragglers, and fails the test for any
+ * that failed or did not exit cleanly. */
+static void reap(const pid_t *pids, const int *ranks, int n)
+{
+    int status[MAXR];
+    bool done[MAXR] = {0};
+    int left = n;
+    double end = tutti__now() + REAP_S;
+    while (left > 0 && tutti__now() < end) {
+        for (int i = 0; i < n; i++)
+            if (!done[i] && waitpid(pids[i], &status[i], WNOHANG) == pids[i]) {
+                done[i] = true;
+                left--;
+            }
+        if (left > 0)
+            tutti__sleep_us(2000);
+    }
+    for (int i = 0; i < n; i++)
+        if (!done[i]) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], &status[i], 0);
+        }
+    /* Report every rank's failure: the first to fail is the cause, the others its echo. */
+    char all[4096] = "";
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        int r = ranks[i];
+        size_t off = strlen(all);
+        if (!done[i])
+            snprintf(all + off, sizeof all - off, "\n  rank %d hung and was killed", r);
+        else if (sh->res[r].failed)
+            snprintf(all + off, sizeof all - off, "\n  rank %d: %s", r, sh->res[r].msg);
+        else if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0)
+            snprintf(all + off, sizeof all - off, "\n  rank %d ended with wait status 0x%x", r,
+                     status[i]);
+        else
+            continue;
+        ok = false;
+    }
+    ck_assert_msg(ok, "%s", all);
+}
+
+static void run_ranks(rank_fn fn, int size)
+{
+    pid_t pids[MAXR];
+    int ranks[MAXR];
+    for (int r = 0; r < size; r++) {
+        ranks[r] = r;
+        pids[r] = spawn(fn, r, size);
+    }
+    reap(pids, ranks, size);
+}
+
+static tutti__bootstrap_t open_bs(int rank, int size, double timeout, tutti__store_t **s)
+{
+    double deadline = tutti__now() + timeout;
+    /* Odd ranks name the host, so resolution is tested too. */
+    tutti_status_t st = tutti__store_open(rank, size, rank % 2 ? "localhost" : "127.0.0.1",
+                                          port, deadline, s);
+    REQUIRE(st == TUTTI_OK, "store_open: %d: %s", (int)st, tutti_last_error());
+    return (tutti__bootstrap_t){.rank = rank, .size = size, .deadline = deadline,
+                                .oob = tutti__store_oob(*s), .where = "the test's TCP store"};
+}
+
+/* ---- the whole path, N ranks ---------------------------------------------------------------- */
+
+#define BIG 10240
+
+static void rank_full(int rank, int size)
+{
+    tutti__store_t *s;
+    tutti__bootstrap_t bs = open_bs(rank, size, 10.0, &s);
+    REQUIRE(strcmp(tutti__store_local_ip(s), "127.0.0.1") == 0, "local ip %s",
+            tutti__store_local_ip(s));
+
+    int all[MAXR];
+    REQUIRE_OK(tutti__bs_allgather(&bs, &rank, sizeof rank, all));
+    for (int r = 0; r < size; r++)
+        REQUIRE(all[r] == r, "allgather: slot %d holds %d", r, all[r]);
+
+    static unsigned char mine[BIG], big[MAXR * BIG];
+    for (int i = 0; i < BIG; i++)
+        mine[i] = (unsigned char)(rank * 31 + i * 7);
+    REQUIRE_OK(tutti__bs_allgather(&bs, mine, BIG, big));
+    for (int r = 0; r < size; r++)
+        for (int i = 0; i < BIG; i++)
+            REQUIRE(big[(size_t)r * BIG + (size_t)i] == (unsigned char)(r * 31 + i * 7),
+                    "big allgather: rank %d byte %d", r, i);
+    REQUIRE(bs.round == 2, "round %u", bs.round);
+
+    int ranks[MAXR], even[MAXR], ne = 0;
+    for (int r = 0; r < size; r++) {
+        ranks[r] = r;
+        if (r % 2 == 0)
+            even[ne++] = r;
+    }
+    REQUIRE_OK(tutti__bs_group_barrier(&bs, "all", ranks, size));
+    if (rank % 2 == 0)
+        REQUIRE_OK(tutti__bs_group_barrier(&bs, "even", even, ne));
+
+    tutti__liveness_t *l;
+    REQUIRE_OK(tutti__live_create(&bs, "127.0.0.1", &l));
+    tutti__store_close(s);
+    int dead = -1;
+    REQUIRE_OK(tutti__live_check(l, &dead));
+    REQUIRE(tutti__live_pid(l, rank) == (int)getpid(), "own pid %d", tutti__live_pid(l, rank));
+    /* (A peer may be "left" already: it can reach its goodbye before this rank gets here.) */
+    for (int r = 0; r < size; r++)
+        REQUIRE(tutti__live_pid(l, r) > 0, "rank %d pid %d", r, tutti__live_pid(l, r));
+    REQUIRE_OK(tutti__live_goodbye(l, true, tutti__now() + 10.0));
+    REQUIRE_OK(tutti__live_check(l, &dead));
+    tutti__live_destroy(l);
+}
+
+static const int full_sizes[] = {1, 2, 4};
+
+START_TEST(test_full)
+{
+    run_ranks(rank_full, full_sizes[_i]);
+}
+END_TEST
+
+/* ---- the store's own semantics, one rank in this process ------------------------------------ */
+
+START_TEST(test_store_semantics)
+{
+    tutti__store_t *s;
+    ck_assert_int_eq(tutti__store_open(0, 1, "127.0.0.1", port, tutti__now() + 10.0, &s),
+                     TUTTI_OK);
+    tutti_oob_t o = tutti__store_oob(s);
+    char buf[64];
+    size_t len = 0;
+
+    double t0 = tutti__now();
+    ck_assert_int_eq(o.get(o.ctx, "missing", buf, sizeof buf, &len, 0), 1);
+    ck_assert_int_eq(o.get(o.ctx, "missing", buf, sizeof buf, &len, 0.1), 1);
+    double dt = tutti__now() - t0;
+    ck_assert_msg(dt >= 0.1 && dt < 0.5, "get of a missing key with timeout 0.1 took %g s", dt);
+
+    ck_assert_int_eq(o.put(o.ctx, "k", "hello world", 11), 0);
+    ck_assert_int_eq(o.get(o.ctx, "k", buf, 5, &len, 0), 0);
+    ck_assert_uint_eq(len, 11); /* full length, only cap bytes copied */
+    ck_assert_int_eq(memcmp(buf, "hello", 5), 0);
+    ck_assert_int_eq(o.put(o.ctx, "k", "bye", 3), 0); /* overwrite */
+    ck_assert_int_eq(o.get(o.ctx, "k", buf, sizeof buf, &len, 0), 0);
+    ck_assert_uint_eq(len, 3);
+    ck_assert_int_eq(o.put(o.ctx, "empty", "", 0), 0);
+    ck_assert_int_eq(o.get(o.ctx, "empty", buf, sizeof buf, &len, 0), 0);
+    ck_assert_uint_eq(len, 0);
+
+    /* Limits: rejected with a message, and the connection still works afterwards. */
+    size_t huge = (1u << 20) + 1;
+    char *v = calloc(1, huge);
+    ck_assert_int_lt(o.put(o.ctx, "huge", v, huge), 0);
+    ck_assert_msg(strstr(tutti_last_error(), "up to") != NULL, "%s", tutti_last_error());
+    ck_assert_int_eq(o.put(o.ctx, "max", v, huge - 1), 0);
+    ck_assert_int_eq(o.get(o.ctx, "max", v, huge, &len, 0), 0);
+    ck_assert_uint_eq(len, huge - 1);
+    free(v);
+    char longkey[300];
+    memset(longkey, 'x', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    ck_assert_int_lt(o.put(o.ctx, longkey, "1", 1), 0);
+    ck_assert_int_eq(o.get(o.ctx, "k", buf, sizeof buf, &len, 0), 0);
+
+    /* bs_get: exact length, and a deadline that names the key. */
+    tutti__bootstrap_t bs = {.rank = 0, .size = 1, .deadline = tutti__now() + 0.3, .oob = o,
+                             .where = "the test's store"};
+    char three[3];
+    ck_assert_int_eq(tutti__bs_get(&bs, "k", three, 3), TUTTI_OK);
+    ck_assert_int_eq(memcmp(three, "bye", 3), 0);
+    ck_assert_int_eq(tutti__bs_get(&bs, "k", buf, 4), TUTTI_ERR_BOOTSTRAP);
+    ck_assert_msg(strstr(tutti_last_error(), "expected 4") != NULL, "%s", tutti_last_error());
+    t0 = tutti__now();
+    ck_assert_int_eq(tutti__bs_get(&bs, "nope", buf, 1), TUTTI_ERR_BOOTSTRAP);
+    dt = tutti__now() - t0;
+    ck_assert_msg(dt > 0.2 && dt < 1.0, "bs_get waited %g s for a 0.3 s deadline", dt);
+    ck_assert_msg(strstr(tutti_last_error(), "\"nope\"") != NULL, "%s", tutti_last_error());
+    tutti__store_close(s);
+}
+END_TEST
+
+/* A failing caller's store is reported at once, not at the deadline. */
+static int bad_put(void *ctx, const char *key, const void *value, size_t len)
+{
+    (void)ctx, (void)key, (void)value, (void)len;
+    return 0;
+}
+static int bad_get(void *ctx, const char *key, void *buf, size_t cap, size_t *len, double t)
+{
+    (void)ctx, (void)key, (void)buf, (void)cap, (void)len, (void)t;
+    return -3;
+}
+
+START_TEST(test_failing_oob)
+{
+    tutti__bootstrap_t bs = {.rank = 1, .size = 2, .deadline = tutti__now() + 30.0,
+                             .oob = {NULL, bad_put, bad_get}, .where = "the caller's store"};
+    int x = 1, all[2];
+    double t0 = tutti__now();
+    ck_assert_int_eq(tutti__bs_allgather(&bs, &x, sizeof x, all), TUTTI_ERR_BOOTSTRAP);
+    ck_assert_msg(tutti__now() - t0 < 1.0, "a failing store took %g s", tutti__now() - t0);
+    ck_assert_msg(strstr(tutti_last_error(), "the caller's store") != NULL, "%s",
+                  tutti_last_error());
+}
+END_TEST
+
+/* ---- failures ------------------------------------------------------------------------------- */
+
+START_TEST(test_port_in_use)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_ANY)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 4), 0);
+    tutti__store_t *s = NULL;
+    ck_assert_int_eq(tutti__store_open(0, 2, "127.0.0.1", port, tutti__now() + 2.0, &s),
+                     TUTTI_ERR_BOOTSTRAP);
+    ck_assert_ptr_null(s);
+    char want[64];
+    snprintf(want, sizeof want, "port %d", port);
+    ck_assert_msg(strstr(tutti_last_error(), want) && strstr(tutti_last_error(), "in use") &&
+                      strstr(tutti_last_error(), "MASTER_PORT"),
+                  "%s", tutti_last_error());
+    close(fd);
+}
+END_TEST
+
+START_TEST(test_no_server)
+{
+    tutti__store_t *s = NULL;
+    double t0 = tutti__now();
+    ck_assert_int_eq(tutti__store_open(3, 4, "127.0.0.1", port, tutti__now() + 0.3, &s),
+                     TUTTI_ERR_BOOTSTRAP);
+    double dt = tutti__now() - t0;
+    ck_assert_msg(dt > 0.25 && dt < 1.0, "gave up after %g s for a 0.3 s deadline", dt);
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%d", port);
+    ck_assert_msg(strstr(tutti_last_error(), "rank 3") && strstr(tutti_last_error(), want) &&
+                      strstr(tutti_last_error(), "refused"),
+                  "%s", tutti_last_error());
+    ck_assert_int_eq(tutti__store_open(0, 1, "no-such-host.invalid", port, tutti__now() + 1.0, &s),
+                     TUTTI_ERR_BOOTSTRAP);
+    ck_assert_msg(strstr(tutti_last_error(), "MASTER_ADDR"), "%s", tutti_last_error());
+}
+END_TEST
+
+START_TEST(test_world_size_mismatch)
+{
+    tutti__store_t *s0, *s1, *bad = NULL;
+    ck_assert_int_eq(tutti__store_open(0, 2, "127.0.0.1", port, tutti__now() + 5.0, &s0),
+                     TUTTI_OK);
+    ck_assert_int_eq(tutti__store_open(1, 3, "127.0.0.1", port, tutti__now() + 5.0, &bad),
+                     TUTTI_ERR_BOOTSTRAP);
+    ck_assert_msg(strstr(tutti_last_error(), "2 ranks") && strstr(tutti_last_error(), "3"),
+                  "%s", tutti_last_error());
+    ck_assert_int_eq(tutti__store_open(1, 2, "127.0.0.1", port, tutti__now() + 5.0, &s1),
+                     TUTTI_OK);
+    ck_assert_int_eq(tutti__store_open(1, 2, "127.0.0.1", port, tutti__now() + 5.0, &bad),
+                     TUTTI_ERR_BOOTSTRAP);
+    ck_assert_msg(strstr(tutti_last_error(), "same rank"), "%s", tutti_last_error());
+    tutti__store_close(s1);
+    double t0 = tutti__now();
+    tutti__store_close(s0); /* both ranks closed: returns at once, not at the deadline */
+    ck_assert_msg(tutti__now() - t0 < 1.0, "close took %g s", tutti__now() - t0);
+}
+END_TEST
+
+/* (b) rank 2 of 3 never starts: the others fail at their deadline, naming it. */
+static void rank_missing(int rank, int size)
+{
+    tutti__store_t *s;
+    tutti__bootstrap_t bs = open_bs(rank, size, 1.0, &s);
+    double t0 = tutti__now();
+    int all[MAXR];
+    tutti_status_t st = tutti__bs_allgather(&bs, &rank, sizeof rank, all);
+    double dt = tutti__now() - t0;
+    REQUIRE(st == TUTTI_ERR_BOOTSTRAP, "allgather -> %d", (int)st);
+    REQUIRE(strstr(tutti_last_error(), "rank(s) 2 (of 3)") != NULL, "message: %s",
+            tutti_last_error());
+    REQUIRE(strstr(tutti_last_error(), "the test's TCP store") != NULL, "message: %s",
+            tutti_last_error());
+    REQUIRE(dt < 2.0, "allgather took %g s for a 1 s deadline", dt);
+    tutti__store_close(s);
+}
+
+START_TEST(test_missing_rank)
+{
+    pid_t pids[2] = {spawn(rank_missing, 0, 3), spawn(rank_missing, 1, 3)};
+    int ranks[2] = {0, 1};
+    reap(pids, ranks, 2);
+}
+END_TEST
+
+static void rank_missing_barrier(int rank, int size)
+{
+    tutti__store_t *s;
+    tutti__bootstrap_t bs = open_bs(rank, size, 1.0, &s);
+    int group[3] = {0, 1, 3};
+    if (rank == 2 || rank == 3) /* 2 is not in the group; 3 never comes to the barrier */
+        goto out;
+    tutti_status_t st = tutti__bs_group_barrier(&bs, "g", group, 3);
+    REQUIRE(st == TUTTI_ERR_BOOTSTRAP, "group barrier -> %d", (int)st);
+    REQUIRE(strstr(tutti_last_error(), "rank(s) 3 (of 3)") != NULL, "message: %s",
+            tutti_last_error());
+out:
+    tutti__store_close(s);
+}
+
+START_TEST(test_missing_barrier)
+{
+    run_ranks(rank_missing_barrier, 4);
+}
+END_TEST
+
+/* Build a mesh of size ranks; the store is closed once the mesh is up, as comm.c does. */
+static tutti__liveness_t *mesh(int rank, int size)
+{
+    tutti__store_t *s;
+    tutti__bootstrap_t bs = open_bs(rank, size, 10.0, &s);
+    tutti__liveness_t *l;
+    REQUIRE_OK(tutti__live_create(&bs, "127.0.0.1", &l));
+    tutti__store_close(s);
+    return l;
+}
+
+/* survivor waits for the parent's kill, then checks that the victim shows as dead within 1 s. */
+static void survivor(int rank, tutti__liveness_t *l, int victim)
+{
+    sh->ready[rank] = 1;
+    while (sh->kill_time == 0.0)
+        tutti__sleep_us(1000);
+    int dead = -1;
+    tutti_status_t st;
+    while ((st = tutti__live_check(l, &dead)) == TUTTI_OK && tutti__now() < sh->kill_time + 1.0)
+        tutti__sleep_us(1000);
+    double dt = tutti__now() - sh->kill_time;
+    REQUIRE(st == TUTTI_ERR_PEER_FAILED, "rank %d not seen dead %g s after SIGKILL", victim, dt);
+    REQUIRE(dead == victim, "dead = %d, expected %d", dead, victim);
+    REQUIRE(strstr(tutti_last_error(), "without a goodbye"), "message: %s", tutti_last_error());
+    dead = -1;
+    REQUIRE(tutti__live_check(l, &dead) == TUTTI_ERR_PEER_FAILED && dead == victim,
+            "the dead rank is reported again");
+    REQUIRE(!tutti__live_left(l, victim), "a killed rank is not \"left\"");
+    sh->res[rank].elapsed = dt;
+}
+
+/* (c) rank 2 of 3 is killed: ranks 0 and 1 see it within a second; then they part cleanly. */
+static void rank_killed(int rank, int size)
+{
+    tutti__liveness_t *l = mesh(rank, size);
+    if (rank == 2) {
+        sh->ready[rank] = 1;
+        pause(); /* until SIGKILL */
+    }
+    survivor(rank, l, 2);
+    REQUIRE_OK(tutti__live_goodbye(l, true, tutti__now() + 5.0));
+    tutti__live_destroy(l);
+}
+
+static void kill_when_ready(pid_t victim, int nready)
+{
+    double end = tutti__now() + 10.0;
+    for (;;) {
+        int n = 0;
+        for (int r = 0; r < MAXR; r++)
+            n += sh->ready[r];
+        if (n == nready || tutti__now() > end)
+            break;
+        tutti__sleep_us(1000);
+    }
+    kill(victim, SIGKILL);
+    sh->kill_time = tutti__now();
+}
+
+START_TEST(test_killed_rank)
+{
+    pid_t pids[3];
+    for (int r = 0; r < 3; r++)
+        pids[r] = spawn(rank_killed, r, 3);
+    kill_when_ready(pids[2], 3);
+    int st;
+    waitpid(pids[2], &st, 0);
+    int ranks[2] = {0, 1};
+    reap(pids, ranks, 2);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "victim status 0x%x", st);
+}
+END_TEST
+
+/* A rank that forks a child, then dies: the child's inherited copies of the connections must
+ * not keep it looking alive. */
+static void rank_fork_then_die(int rank, int size)
+{
+    tutti__liveness_t *l = mesh(rank, size);
+    if (rank == 1) {
+        pid_t kid = fork();
+        if (kid == 0) {
+            tutti__sleep_us(3000000); /* outlives its parent, holding whatever it inherited */
+            _exit(0);
+        }
+        REQUIRE(kid > 0, "fork: %s", strerror(errno));
+        sh->ready[rank] = 1;
+        pause();
+    }
+    survivor(rank, l, 1);
+    tutti__live_destroy(l);
+}
+
+START_TEST(test_fork_then_die)
+{
+    pid_t pids[2] = {spawn(rank_fork_then_die, 0, 2), spawn(rank_fork_then_die, 1, 2)};
+    kill_when_ready(pids[1], 2);
+    int st, ranks[1] = {0};
+    waitpid(pids[1], &st, 0);
+    reap(pids, ranks, 1);
+}
+END_TEST
+
+/* (d) rank 1 says goodbye and exits: rank 0 sees it "left", never dead. */
+static void rank_goodbye(int rank, int size)
+{
+    tutti__liveness_t *l = mesh(rank, size);
+    int dead = -1;
+    if (rank == 1) {
+        REQUIRE_OK(tutti__live_goodbye(l, false, 0));
+        tutti__live_destroy(l);
+        return;
+    }
+    double end = tutti__now() + 5.0;
+    while (!tutti__live_left(l, 1) && tutti__now() < end) {
+        REQUIRE_OK(tutti__live_check(l, &dead));
+        tutti__sleep_us(1000);
+    }
+    REQUIRE(tutti__live_left(l, 1), "rank 1 never showed as left");
+    tutti__sleep_us(100000); /* its connection has closed by now: still not dead */
+    for (int i = 0; i < 5; i++)
+        REQUIRE_OK(tutti__live_check(l, &dead));
+    double t0 = tutti__now();
+    REQUIRE_OK(tutti__live_goodbye(l, true, tutti__now() + 5.0));
+    REQUIRE(tutti__now() - t0 < 0.5, "goodbye after the peer left took %g s", tutti__now() - t0);
+    tutti__live_destroy(l);
+}
+
+START_TEST(test_goodbye_left)
+{
+    run_ranks(rank_goodbye, 2);
+}
+END_TEST
+
+/* A peer that stays alive without a goodbye: waiting for it times out, naming it. */
+static void rank_goodbye_late(int rank, int size)
+{
+    tutti__liveness_t *l = mesh(rank, size);
+    if (rank == 1) {
+        while (!sh->ready[0])
+            tutti__sleep_us(1000);
+        REQUIRE_OK(tutti__live_goodbye(l, true, tutti__now() + 5.0));
+        tutti__live_destroy(l);
+        return;
+    }
+    double t0 = tutti__now();
+    tutti_status_t st = tutti__live_goodbye(l, true, tutti__now() + 0.3);
+    double dt = tutti__now() - t0;
+    sh->ready[0] = 1;
+    REQUIRE(st == TUTTI_ERR_TIMEOUT, "goodbye -> %d", (int)st);
+    REQUIRE(dt > 0.25 && dt < 1.0, "waited %g s for a 0.3 s deadline", dt);
+    REQUIRE(strstr(tutti_last_error(), "rank(s) 1 (of 2)"), "message: %s", tutti_last_error());
+    /* rank 1 now says goodbye too: a second wait succeeds. */
+    REQUIRE_OK(tutti__live_goodbye(l, true, tutti__now() + 5.0));
+    tutti__live_destroy(l);
+}
+
+START_TEST(test_goodbye_timeout)
+{
+    run_ranks(rank_goodbye_late, 2);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("bootstrap");
+    TCase *tc = tcase_create("full");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 40);
+    tcase_add_loop_test(tc, test_full, 0, (int)(sizeof full_sizes / sizeof full_sizes[0]));
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("store");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_store_semantics);
+    tcase_add_test(tc, test_failing_oob);
+    tcase_add_test(tc, test_port_in_use);
+    tcase_add_test(tc, test_no_server);
+    tcase_add_test(tc, test_world_size_mismatch);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("failures");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 40);
+    tcase_add_test(tc, test_missing_rank);
+    tcase_add_test(tc, test_missing_barrier);
+    tcase_add_test(tc, test_killed_rank);
+    tcase_add_test(tc, test_fork_then_die);
+    tcase_add_test(tc, test_goodbye_left);
+    tcase_add_test(tc, test_goodbye_timeout);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    /* Under meson the TAP stream is stdout: keep the summary lines out of it. */
+    srunner_run_all(sr, getenv("CK_TAP_LOG_FILE_NAME") ? CK_SILENT : CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

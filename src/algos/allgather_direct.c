@@ -1,0 +1,59 @@
+/* allgather_direct.c: one-node allgather (and allgatherv) through the shm window.
+ *
+ * Per round, each rank copies the next segment (up to region_size bytes) of its block into its
+ * region; barrier; every rank copies every other rank's segment into place; barrier (before
+ * the regions are reused). Blocks of different sizes simply run out at different rounds; the
+ * round count follows the largest block, which every rank knows. Cost: 2 barriers per round,
+ * one copy in and n-1 copies out per rank, no messages: wins at every size on one node.
+ */
+#include "algos.h"
+#include "patterns/chunk.h"
+
+static size_t block_len(const tutti__coll_t *c, int b)
+{
+    return c->kind == TUTTI_COLL_ALLGATHER ? c->count : c->counts[b];
+}
+
+static size_t block_off(const tutti__coll_t *c, int b)
+{
+    return c->kind == TUTTI_COLL_ALLGATHER ? (size_t)b * c->count : c->displs[b];
+}
+
+static tutti_status_t run(tutti__coll_t *c)
+{
+    const int n = c->size, rank = c->rank;
+    const size_t es = c->esize;
+    tutti__window_t *w = tutti__window(c);
+    if (w == NULL || w->nranks != n || w->region_size < es)
+        return tutti__fmt_error(c->err, TUTTI_ERR_INTERNAL,
+                                "%s (direct): no usable shm window on rank %d", c->name, rank);
+    const size_t seg = w->region_size / es;
+    const char *in = c->sendbuf;
+    char *out = c->recvbuf;
+
+    size_t longest = 0;
+    for (int i = 0; i < n; i++)
+        longest = block_len(c, i) > longest ? block_len(c, i) : longest;
+    char *own = out + block_off(c, rank) * es;
+    if (in != own)
+        memcpy(own, in, block_len(c, rank) * es);
+
+    for (size_t off = 0; off < longest; off += seg) {
+        memcpy(w->regions[rank], in + off * es, tutti__piece(block_len(c, rank), off, seg) * es);
+        TUTTI__CHECK(tutti__win_barrier(c));
+        for (int i = 0; i < n; i++)
+            if (i != rank)
+                memcpy(out + (block_off(c, i) + off) * es, w->regions[i],
+                       tutti__piece(block_len(c, i), off, seg) * es);
+        TUTTI__CHECK(tutti__win_barrier(c));
+    }
+    return TUTTI_OK;
+}
+
+const tutti__algo_t tutti__allgather_direct = {
+    .name = "direct",
+    .run = run,
+    .needs_window = true,
+    .desc = "shm window: every rank copies its block in and all others out, 2 barriers per "
+            "4 MiB; one node only, any size",
+};

@@ -1,0 +1,102 @@
+/* alltoall_direct.c: one-node alltoall (and alltoallv) through the shm window.
+ *
+ * Each rank's region holds a small header and n slots, slot j for the data going to rank j.
+ * Per round, each rank writes the next piece of its block for every peer j into slot j, and
+ * in the header whether any of its blocks has more after this round; barrier; every rank copies
+ * the piece in slot `rank` of every region into place and reads all headers; barrier (before the
+ * regions are reused). Rounds go on while any rank has more, so v-counts that no single rank
+ * knows in full still give every rank the same number of barriers; exhausted blocks move zero
+ * bytes. Cost: 2 barriers per round (a round moves up to region_size bytes per rank), every
+ * byte copied twice, no messages: wins at every size on one node.
+ */
+#include "algos.h"
+#include "patterns/chunk.h"
+
+#define HEADER 64 /* one cache line: the "more to come" flag */
+
+static size_t scount(const tutti__coll_t *c, int j)
+{
+    return c->kind == TUTTI_COLL_ALLTOALL ? c->count : c->scounts[j];
+}
+static size_t sdispl(const tutti__coll_t *c, int j)
+{
+    return c->kind == TUTTI_COLL_ALLTOALL ? (size_t)j * c->count : c->sdispls[j];
+}
+static size_t rcount(const tutti__coll_t *c, int i)
+{
+    return c->kind == TUTTI_COLL_ALLTOALL ? c->count : c->counts[i];
+}
+static size_t rdispl(const tutti__coll_t *c, int i)
+{
+    return c->kind == TUTTI_COLL_ALLTOALL ? (size_t)i * c->count : c->displs[i];
+}
+
+static tutti_status_t run(tutti__coll_t *c)
+{
+    const int n = c->size, rank = c->rank;
+    const size_t es = c->esize;
+    tutti__window_t *w = tutti__window(c);
+    size_t slot = w && w->region_size > HEADER ? (w->region_size - HEADER) / (size_t)n : 0;
+    slot = slot >= 64 ? slot & ~(size_t)63 : slot;
+    const size_t per = slot / es; /* elements of a block per round */
+    if (w == NULL || w->nranks != n || per == 0)
+        return tutti__fmt_error(c->err, TUTTI_ERR_NOT_SUPPORTED,
+                                "%s (direct): the shm window (%zu bytes per rank) cannot hold "
+                                "one element per rank on rank %d; raise TUTTI_SHM_WINDOW or use "
+                                "the pairwise algorithm",
+                                c->name, w ? w->region_size : 0, rank);
+    const char *in = c->sendbuf;
+    char *out = c->recvbuf;
+
+    if ((const void *)in == (const void *)out) {
+        /* In place, a received piece could land on a piece not yet sent: work from a copy. */
+        size_t extent = 0;
+        for (int j = 0; j < n; j++)
+            if (scount(c, j) > 0 && sdispl(c, j) + scount(c, j) > extent)
+                extent = sdispl(c, j) + scount(c, j);
+        if (extent > 0) {
+            char *copy = tutti__coll_scratch(c, extent * es);
+            if (copy == NULL)
+                return TUTTI_ERR_NO_MEMORY;
+            memcpy(copy, in, extent * es);
+            in = copy;
+        }
+    }
+    if (rcount(c, rank) > 0)
+        memcpy(out + rdispl(c, rank) * es, in + sdispl(c, rank) * es, rcount(c, rank) * es);
+
+    char *mine = w->regions[rank];
+    for (size_t off = 0;; off += per) {
+        uint64_t more = 0;
+        for (int j = 0; j < n; j++) {
+            if (j == rank)
+                continue;
+            memcpy(mine + HEADER + (size_t)j * slot, in + (sdispl(c, j) + off) * es,
+                   tutti__piece(scount(c, j), off, per) * es);
+            more |= scount(c, j) > off + per;
+        }
+        memcpy(mine, &more, sizeof more);
+        TUTTI__CHECK(tutti__win_barrier(c));
+
+        more = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t theirs;
+            memcpy(&theirs, w->regions[i], sizeof theirs);
+            more |= theirs;
+            if (i != rank)
+                memcpy(out + (rdispl(c, i) + off) * es, w->regions[i] + HEADER + (size_t)rank * slot,
+                       tutti__piece(rcount(c, i), off, per) * es);
+        }
+        TUTTI__CHECK(tutti__win_barrier(c));
+        if (!more)
+            return TUTTI_OK;
+    }
+}
+
+const tutti__algo_t tutti__alltoall_direct = {
+    .name = "direct",
+    .run = run,
+    .needs_window = true,
+    .desc = "shm window: every rank writes a slot per peer and reads its slot from every "
+            "region, 2 barriers per round; one node only, any size",
+};

@@ -1,0 +1,67 @@
+/* alltoall_pairwise.c: pairwise-exchange alltoall (and alltoallv).
+ *
+ * The own block is copied locally; then at step k (n-1 steps) rank r sends its block for
+ * r+k and receives the block from r-k, so each step pairs every rank with exactly one sender
+ * and one receiver and no link is oversubscribed. Cost: n-1 steps, each rank sends and
+ * receives (n-1)/n of its buffer once: the bandwidth optimum, and the algorithm for any size
+ * across nodes (a log-step algorithm would only win for tiny blocks). In place, the input is
+ * first copied to scratch so that received blocks cannot overwrite blocks still to be sent.
+ */
+#include "algos.h"
+#include "patterns/ring.h"
+
+static size_t scount(const tutti__coll_t *c, int j)
+{
+    return c->kind == TUTTI_COLL_ALLTOALL ? c->count : c->scounts[j];
+}
+static size_t sdispl(const tutti__coll_t *c, int j)
+{
+    return c->kind == TUTTI_COLL_ALLTOALL ? (size_t)j * c->count : c->sdispls[j];
+}
+static size_t rcount(const tutti__coll_t *c, int i)
+{
+    return c->kind == TUTTI_COLL_ALLTOALL ? c->count : c->counts[i];
+}
+static size_t rdispl(const tutti__coll_t *c, int i)
+{
+    return c->kind == TUTTI_COLL_ALLTOALL ? (size_t)i * c->count : c->displs[i];
+}
+
+static tutti_status_t run(tutti__coll_t *c)
+{
+    const int n = c->size, rank = c->rank;
+    const size_t es = c->esize;
+    const char *in = c->sendbuf;
+    char *out = c->recvbuf;
+
+    if ((const void *)in == (const void *)out) {
+        size_t extent = 0; /* elements up to the end of the furthest send block */
+        for (int j = 0; j < n; j++)
+            if (scount(c, j) > 0 && sdispl(c, j) + scount(c, j) > extent)
+                extent = sdispl(c, j) + scount(c, j);
+        if (extent > 0) {
+            char *copy = tutti__coll_scratch(c, extent * es);
+            if (copy == NULL)
+                return TUTTI_ERR_NO_MEMORY;
+            memcpy(copy, in, extent * es);
+            in = copy;
+        }
+    }
+
+    if (rcount(c, rank) > 0)
+        memcpy(out + rdispl(c, rank) * es, in + sdispl(c, rank) * es, rcount(c, rank) * es);
+    for (int k = 1; k < n; k++) {
+        int to = tutti__pairwise_to(rank, n, k), from = tutti__pairwise_from(rank, n, k);
+        TUTTI__CHECK(tutti__sendrecv(c, to, in + sdispl(c, to) * es, scount(c, to) * es, from,
+                                     out + rdispl(c, from) * es, rcount(c, from) * es));
+    }
+    return TUTTI_OK;
+}
+
+const tutti__algo_t tutti__alltoall_pairwise = {
+    .name = "pairwise",
+    .run = run,
+    .needs_window = false,
+    .desc = "pairwise exchange alltoall(v): n-1 steps, one partner each way per step; any "
+            "size, across nodes",
+};

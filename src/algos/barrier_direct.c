@@ -1,0 +1,19 @@
+/* barrier_direct.c: one-node barrier, a single barrier on the shm window's epoch flags.
+ * Cost: one flag write per rank and a scan of n flags; no messages, so it beats any message
+ * pattern when every rank is on one node. */
+#include "algos.h"
+
+static tutti_status_t run(tutti__coll_t *c)
+{
+    if (tutti__window(c) == NULL)
+        return tutti__fmt_error(c->err, TUTTI_ERR_INTERNAL,
+                                "%s (direct): no shm window on rank %d", c->name, c->rank);
+    return tutti__win_barrier(c);
+}
+
+const tutti__algo_t tutti__barrier_direct = {
+    .name = "direct",
+    .run = run,
+    .needs_window = true,
+    .desc = "shm window epoch flags: one barrier, no messages; one node only",
+};

@@ -1,0 +1,773 @@
+/* shm.c: the shared-memory transport for ranks on one node: one POSIX segment per communicator
+ * per node holding the window (one region and one barrier flag per local rank) and a lock-free
+ * single-producer single-consumer ring per ordered pair of local ranks and channel. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "../pg/bootstrap.h"
+#include "transport.h"
+
+/*
+ * Segment layout (every offset computed by layout_init from the header's parameters, so all
+ * ranks agree even if their environments differ):
+ *
+ *   0            seg_hdr_t (parameters, checked by every rank that maps the segment)
+ *   flags_off    nlocal barrier flags, one 64-byte line each
+ *   regions_off  nlocal window regions, region_stride apart (page aligned: first touch by the
+ *                owner places each on the owner's NUMA node)
+ *   rings_off[c] for channel c, one ring per ordered pair (i -> j, i != j), ring_stride[c] apart
+ *
+ * A ring is a line with the producer's counter (head: chunks published), a line with the
+ * consumer's counter (tail: chunks consumed), then nslots[c] slots of slot_stride bytes: a
+ * 16-byte chunk header and up to slot_size bytes of data. Counters only grow (64 bits never
+ * wrap in practice), so a full ring is head - tail == nslots and there is no ABA. The header
+ * shares the data's first cache line, so a small message costs the consumer two line transfers:
+ * the head counter and the slot.
+ */
+
+#define SEG_MAGIC 0x74757474736d3031ull /* "tuttsm01" */
+#define SEG_VERSION 1u
+#define LINE 64u
+#define PAGE 4096u
+#define HDR_SPACE 256u
+#define RING_HDR 128u /* head line + tail line */
+#define P2P_SLOTS 2u  /* user send/recv: double buffering is enough and saves memory */
+#define MAX_LOCAL 4096
+#define NAME_LEN 40 /* "/tutti-" + 32 hex + NUL */
+
+typedef struct seg_hdr {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nlocal;
+    uint64_t region_size;
+    uint64_t slot_size;
+    uint32_t nslots[TUTTI__CHAN_COUNT];
+    uint64_t size;
+} seg_hdr_t;
+
+typedef struct ring {
+    _Alignas(64) _Atomic uint64_t head; /* written by the producer only */
+    char pad0[LINE - sizeof(uint64_t)];
+    _Alignas(64) _Atomic uint64_t tail; /* written by the consumer only */
+    char pad1[LINE - sizeof(uint64_t)];
+} ring_t;
+
+typedef struct slot_hdr {
+    uint64_t total; /* the whole message's length */
+    uint32_t tag;
+    uint32_t chunk; /* this chunk's length */
+} slot_hdr_t;
+
+#define SLOT_DATA sizeof(slot_hdr_t)
+
+_Static_assert(sizeof(ring_t) == RING_HDR, "ring header is two cache lines");
+_Static_assert(sizeof(seg_hdr_t) <= HDR_SPACE, "segment header fits its space");
+
+typedef struct layout {
+    uint32_t nlocal;
+    uint64_t region_size, region_stride;
+    uint64_t slot_size, slot_stride;
+    uint32_t nslots[TUTTI__CHAN_COUNT];
+    uint64_t ring_stride[TUTTI__CHAN_COUNT];
+    uint64_t flags_off, regions_off, rings_off[TUTTI__CHAN_COUNT];
+    uint64_t size;
+} layout_t;
+
+/* What the node's leader publishes through the bootstrap: the name, or why there is none, so
+ * that the other local ranks fail at once instead of waiting for the deadline. */
+typedef struct seg_pub {
+    int32_t status;
+    char name[NAME_LEN];
+    char msg[212];
+} seg_pub_t;
+
+/* One direction pair of one channel with one peer; every field is process-local. */
+typedef struct chan {
+    ring_t *tx, *rx;          /* me -> peer, peer -> me */
+    char *tx_slots, *rx_slots;
+    uint32_t nslots;
+    uint32_t tx_idx, rx_idx;  /* slot index of tx_head / rx_tail, kept to avoid a division */
+    uint64_t tx_head, tx_tail; /* chunks I published; consumer's count as last seen */
+    uint64_t rx_tail, rx_head; /* chunks I consumed; producer's count as last seen */
+    uint64_t discard;          /* bytes of a rejected message still to drop */
+    bool discarding;
+    tutti__req_t *sq, *sq_last, *rq, *rq_last;
+} chan_t;
+
+typedef struct peer {
+    chan_t ch[TUTTI__CHAN_COUNT];
+    int rank;      /* global */
+    int pending;   /* queued requests, plus one per channel that is discarding */
+    int active_at; /* index in shm_tp_t.active, -1 when idle */
+} peer_t;
+
+typedef struct shm_tp {
+    tutti__transport_t base; /* first: the vtable's functions cast back */
+    /* post and progress may come from different threads (a worker and the caller); the lock
+     * is uncontended in the common case and progress only tries it. */
+    pthread_mutex_t lock;
+    _Atomic int nactive; /* peers with pending work; read without the lock as a fast exit */
+    int *active;         /* local indexes of those peers */
+    int nlocal, my_local;
+    int *ranks; /* global rank of each local index, increasing */
+    peer_t *peers;
+    char *base_addr;
+    size_t map_size;
+    uint64_t slot_size, slot_stride;
+    tutti__window_t *win;
+} shm_tp_t;
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* layout_init computes every offset; false if the sizes overflow. */
+static bool layout_init(layout_t *L, uint32_t nlocal, uint64_t region_size, uint64_t slot_size,
+                        uint32_t nslots_coll, uint32_t nslots_p2p)
+{
+    memset(L, 0, sizeof *L);
+    L->nlocal = nlocal;
+    L->region_size = region_size;
+    L->region_stride = align_up(region_size, PAGE);
+    L->slot_size = slot_size;
+    L->slot_stride = align_up(SLOT_DATA + slot_size, LINE);
+    L->nslots[TUTTI__CHAN_COLL] = nslots_coll;
+    L->nslots[TUTTI__CHAN_P2P] = nslots_p2p;
+    L->flags_off = HDR_SPACE;
+    uint64_t off = align_up(L->flags_off + (uint64_t)nlocal * LINE, PAGE), part;
+    L->regions_off = off;
+    if (__builtin_mul_overflow((uint64_t)nlocal, L->region_stride, &part) ||
+        __builtin_add_overflow(off, part, &off))
+        return false;
+    uint64_t npairs = (uint64_t)nlocal * (nlocal - 1);
+    for (int c = 0; c < TUTTI__CHAN_COUNT; c++) {
+        L->ring_stride[c] = align_up(RING_HDR + (uint64_t)L->nslots[c] * L->slot_stride, PAGE);
+        L->rings_off[c] = off;
+        if (__builtin_mul_overflow(npairs, L->ring_stride[c], &part) ||
+            __builtin_add_overflow(off, part, &off))
+            return false;
+    }
+    L->size = off;
+    return off <= (uint64_t)SIZE_MAX / 2 && off <= (uint64_t)INT64_MAX;
+}
+
+static ring_t *ring_at(char *base, const layout_t *L, int c, uint32_t from, uint32_t to)
+{
+    uint64_t idx = (uint64_t)from * (L->nlocal - 1) + (to < from ? to : to - 1);
+    return (ring_t *)(base + L->rings_off[c] + idx * L->ring_stride[c]);
+}
+
+/* ---- the data path ---------------------------------------------------------------------- */
+
+static void complete(tutti__req_t *r, tutti_status_t st)
+{
+    r->status = st;
+    /* Release: the data and status are visible to whoever sees done (maybe another thread). */
+    __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+}
+
+static void activate(shm_tp_t *t, peer_t *p, int local)
+{
+    int n = atomic_load_explicit(&t->nactive, memory_order_relaxed);
+    t->active[n] = local;
+    p->active_at = n;
+    atomic_store_explicit(&t->nactive, n + 1, memory_order_relaxed);
+}
+
+static void deactivate(shm_tp_t *t, int at)
+{
+    int n = atomic_load_explicit(&t->nactive, memory_order_relaxed) - 1;
+    t->peers[t->active[at]].active_at = -1;
+    if (at != n) {
+        t->active[at] = t->active[n];
+        t->peers[t->active[at]].active_at = at;
+    }
+    atomic_store_explicit(&t->nactive, n, memory_order_relaxed);
+}
+
+/* push copies r's next chunks into free slots; true when the whole message is published. A
+ * zero-length message still takes one (empty) chunk so that matching stays in order. */
+static bool push(shm_tp_t *t, chan_t *ch, tutti__req_t *r)
+{
+    do {
+        if (ch->tx_head - ch->tx_tail == ch->nslots) {
+            ch->tx_tail = atomic_load_explicit(&ch->tx->tail, memory_order_acquire);
+            if (ch->tx_head - ch->tx_tail == ch->nslots)
+                return false;
+        }
+        char *slot = ch->tx_slots + (uint64_t)ch->tx_idx * t->slot_stride;
+        size_t n = r->len - r->off;
+        if (n > t->slot_size)
+            n = t->slot_size;
+        slot_hdr_t *h = (slot_hdr_t *)slot;
+        h->total = r->len;
+        h->tag = r->tag;
+        h->chunk = (uint32_t)n;
+        if (n)
+            memcpy(slot + SLOT_DATA, r->buf + r->off, n);
+        r->off += n;
+        ch->tx_head++;
+        if (++ch->tx_idx == ch->nslots)
+            ch->tx_idx = 0;
+        /* Publish each chunk at once: the receiver drains while we fill the next slot. */
+        atomic_store_explicit(&ch->tx->head, ch->tx_head, memory_order_release);
+    } while (r->off < r->len);
+    return true;
+}
+
+/* next_chunk returns the oldest unconsumed slot of ch, or NULL if the ring is empty. */
+static char *next_chunk(shm_tp_t *t, chan_t *ch)
+{
+    if (ch->rx_head == ch->rx_tail) {
+        ch->rx_head = atomic_load_explicit(&ch->rx->head, memory_order_acquire);
+        if (ch->rx_head == ch->rx_tail)
+            return NULL;
+    }
+    return ch->rx_slots + (uint64_t)ch->rx_idx * t->slot_stride;
+}
+
+static void consume(chan_t *ch)
+{
+    ch->rx_tail++;
+    if (++ch->rx_idx == ch->nslots)
+        ch->rx_idx = 0;
+    atomic_store_explicit(&ch->rx->tail, ch->rx_tail, memory_order_release);
+}
+
+/* drain drops the chunks of a rejected message; true when none is left. */
+static bool drain(shm_tp_t *t, peer_t *p, chan_t *ch)
+{
+    char *slot;
+    while (ch->discard > 0 && (slot = next_chunk(t, ch)) != NULL) {
+        uint64_t n = ((slot_hdr_t *)slot)->chunk;
+        ch->discard -= (n > 0 && n <= ch->discard) ? n : ch->discard;
+        consume(ch);
+    }
+    if (ch->discard > 0)
+        return false;
+    ch->discarding = false;
+    p->pending--;
+    return true;
+}
+
+/* pull copies available chunks into r; true when r is complete (received or failed). */
+static bool pull(shm_tp_t *t, peer_t *p, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
+{
+    char *slot;
+    while ((slot = next_chunk(t, ch)) != NULL) {
+        const slot_hdr_t *h = (const slot_hdr_t *)slot;
+        uint64_t total = h->total;
+        uint32_t tag = h->tag;
+        size_t n = h->chunk;
+        if (r->off == 0 && (total != r->len || tag != r->tag)) {
+            /* The rest of that message is dropped so that the next receive meets the next
+             * send, and the sender completes normally. */
+            tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
+                             "shm: message from rank %d has %llu bytes but the receive expects "
+                             "%zu (tag %u vs %u): the ranks called different collectives or "
+                             "counts",
+                             p->rank, (unsigned long long)total, r->len, tag, r->tag);
+            consume(ch);
+            ch->discard = (n < total) ? total - n : 0;
+            if (ch->discard > 0) {
+                ch->discarding = true;
+                p->pending++;
+            }
+            *st = TUTTI_ERR_INTERNAL;
+            return true;
+        }
+        if (n > t->slot_size || n > r->len - r->off || (n == 0 && r->len != 0)) {
+            tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
+                             "shm: corrupt chunk from rank %d (%zu bytes at offset %zu of %zu, "
+                             "slot %llu): the shared segment was overwritten",
+                             p->rank, n, r->off, r->len, (unsigned long long)t->slot_size);
+            consume(ch);
+            *st = TUTTI_ERR_INTERNAL;
+            return true;
+        }
+        if (n)
+            memcpy(r->buf + r->off, slot + SLOT_DATA, n);
+        r->off += n;
+        consume(ch);
+        if (r->off == r->len) {
+            *st = TUTTI_OK;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void progress_peer(shm_tp_t *t, peer_t *p)
+{
+    for (int c = 0; c < TUTTI__CHAN_COUNT; c++) {
+        chan_t *ch = &p->ch[c];
+        while (ch->sq != NULL && push(t, ch, ch->sq)) {
+            tutti__req_t *r = ch->sq;
+            ch->sq = r->next; /* unlink first: r may be reused once done is set */
+            p->pending--;
+            complete(r, TUTTI_OK);
+        }
+        for (;;) {
+            if (ch->discarding && !drain(t, p, ch))
+                break;
+            tutti_status_t st;
+            if (ch->rq == NULL || !pull(t, p, ch, ch->rq, &st))
+                break;
+            tutti__req_t *r = ch->rq;
+            ch->rq = r->next;
+            p->pending--;
+            complete(r, st);
+        }
+    }
+}
+
+static tutti_status_t shm_progress(tutti__transport_t *tp)
+{
+    shm_tp_t *t = (shm_tp_t *)tp;
+    if (atomic_load_explicit(&t->nactive, memory_order_relaxed) == 0)
+        return TUTTI_OK;
+    if (pthread_mutex_trylock(&t->lock) != 0)
+        return TUTTI_OK; /* another thread is progressing this transport right now */
+    /* Backwards, so that deactivate's swap only moves an entry already visited. */
+    for (int i = atomic_load_explicit(&t->nactive, memory_order_relaxed) - 1; i >= 0; i--) {
+        peer_t *p = &t->peers[t->active[i]];
+        progress_peer(t, p);
+        if (p->pending == 0)
+            deactivate(t, i);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return TUTTI_OK;
+}
+
+/* local_index maps a global rank to its local index (ranks[] increases), -1 if not local. */
+static int local_index(const shm_tp_t *t, int rank)
+{
+    int lo = 0, hi = t->nlocal - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (t->ranks[mid] == rank)
+            return mid;
+        if (t->ranks[mid] < rank)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
+{
+    shm_tp_t *t = (shm_tp_t *)tp;
+    int l = local_index(t, r->peer);
+    if (l < 0 || l == t->my_local || r->chan < 0 || r->chan >= TUTTI__CHAN_COUNT ||
+        (r->kind != TUTTI__REQ_SEND && r->kind != TUTTI__REQ_RECV) ||
+        (r->buf == NULL && r->len > 0)) {
+        tutti__fmt_error(tp->err, TUTTI_ERR_INTERNAL,
+                         "shm: cannot post a %s of %zu bytes to rank %d on channel %d: %s",
+                         r->kind == TUTTI__REQ_SEND ? "send" : "receive", r->len, r->peer,
+                         r->chan,
+                         l < 0 ? "that rank is not on this node"
+                         : l == t->my_local ? "it is this rank itself"
+                         : r->buf == NULL   ? "the buffer is NULL"
+                                            : "bad channel or kind");
+        tutti__set_error(TUTTI_ERR_INTERNAL, "%s", tp->err);
+        return TUTTI_ERR_INTERNAL;
+    }
+    r->next = NULL;
+    r->off = 0;
+    r->status = TUTTI_OK;
+    r->done = 0;
+    peer_t *p = &t->peers[l];
+    chan_t *ch = &p->ch[r->chan];
+    pthread_mutex_lock(&t->lock);
+    if (r->kind == TUTTI__REQ_SEND) {
+        if (ch->sq == NULL)
+            ch->sq = r;
+        else
+            ch->sq_last->next = r;
+        ch->sq_last = r;
+    } else {
+        if (ch->rq == NULL)
+            ch->rq = r;
+        else
+            ch->rq_last->next = r;
+        ch->rq_last = r;
+    }
+    if (p->pending++ == 0)
+        activate(t, p, l);
+    pthread_mutex_unlock(&t->lock);
+    return TUTTI_OK;
+}
+
+static void shm_destroy(tutti__transport_t *tp)
+{
+    shm_tp_t *t = (shm_tp_t *)tp;
+    if (t == NULL)
+        return;
+    if (t->base_addr != NULL)
+        munmap(t->base_addr, t->map_size);
+    pthread_mutex_destroy(&t->lock);
+    free(t->win);
+    free(t->peers);
+    free(t->active);
+    free(t->ranks);
+    free(t);
+}
+
+static const tutti__transport_ops_t shm_ops = {
+    .name = "shm",
+    .post = shm_post,
+    .progress = shm_progress,
+    .destroy = shm_destroy,
+};
+
+/* ---- creating and mapping the segment ---------------------------------------------------- */
+
+static tutti_status_t sys_error(const char *what, const char *name)
+{
+    int e = errno;
+    return tutti__set_error(TUTTI_ERR_SYSTEM,
+                            "shm: %s %s failed: %s%s", what, name, strerror(e),
+                            e == ENOSPC || e == ENOMEM
+                                ? " (is /dev/shm too small? lower TUTTI_SHM_WINDOW, "
+                                  "TUTTI_SHM_SLOTS or TUTTI_SHM_SLOT)"
+                            : e == EMFILE || e == ENFILE ? " (too many open files)"
+                                                         : "");
+}
+
+static tutti_status_t random_name(char name[NAME_LEN])
+{
+    unsigned char rnd[16];
+    size_t got = 0;
+    while (got < sizeof rnd) {
+        ssize_t n = getrandom(rnd + got, sizeof rnd - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return sys_error("getrandom for", "the segment name");
+        }
+        got += (size_t)n;
+    }
+    int k = snprintf(name, NAME_LEN, "/tutti-");
+    for (size_t i = 0; i < sizeof rnd; i++)
+        k += snprintf(name + k, NAME_LEN - (size_t)k, "%02x", rnd[i]);
+    return TUTTI_OK;
+}
+
+static tutti_status_t read_knobs(uint32_t nlocal, layout_t *L)
+{
+    long region = 0, slot = 0, slots = 0;
+    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_WINDOW", 64, 1L << 36, &region));
+    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOT", 64, 1L << 26, &slot));
+    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOTS", 2, 1024, &slots));
+    uint32_t p2p = (uint32_t)slots < P2P_SLOTS ? (uint32_t)slots : P2P_SLOTS;
+    if (!layout_init(L, nlocal, align_up((uint64_t)region, LINE), (uint64_t)slot,
+                     (uint32_t)slots, p2p))
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "shm: a segment for %u local ranks with TUTTI_SHM_WINDOW=%ld, "
+                                "TUTTI_SHM_SLOT=%ld, TUTTI_SHM_SLOTS=%ld is too large; lower them",
+                                nlocal, region, slot, slots);
+    return TUTTI_OK;
+}
+
+static void write_header(char *base, const layout_t *L)
+{
+    seg_hdr_t *h = (seg_hdr_t *)base;
+    h->magic = SEG_MAGIC;
+    h->version = SEG_VERSION;
+    h->nlocal = L->nlocal;
+    h->region_size = L->region_size;
+    h->slot_size = L->slot_size;
+    for (int c = 0; c < TUTTI__CHAN_COUNT; c++)
+        h->nslots[c] = L->nslots[c];
+    h->size = L->size;
+}
+
+/* create_segment: the leader's side. On success *base maps a segment that is still linked
+ * under name; on failure nothing is left linked or mapped. */
+static tutti_status_t create_segment(const layout_t *L, char name[NAME_LEN], char **base)
+{
+    tutti_status_t st;
+    int fd = -1;
+    for (int tries = 0; fd < 0; tries++) {
+        TUTTI__CHECK(random_name(name));
+        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 && (errno != EEXIST || tries == 4))
+            return sys_error("shm_open(O_CREAT|O_EXCL) of", name);
+    }
+    /* tmpfs grants a sparse file larger than its free space, and a later touch of a missing
+     * page is SIGBUS: refuse up front with advice instead. */
+    struct statvfs vfs;
+    if (fstatvfs(fd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < L->size) {
+        st = tutti__set_error(TUTTI_ERR_SYSTEM,
+                              "shm: the shared segment for %u local ranks needs %llu MiB but "
+                              "/dev/shm has %llu MiB free; enlarge /dev/shm (docker: --shm-size) "
+                              "or lower TUTTI_SHM_WINDOW, TUTTI_SHM_SLOTS or TUTTI_SHM_SLOT",
+                              L->nlocal, (unsigned long long)(L->size >> 20),
+                              (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize >> 20));
+        goto fail;
+    }
+    if (ftruncate(fd, (off_t)L->size) != 0) {
+        st = sys_error("ftruncate of", name);
+        goto fail;
+    }
+    /* No MAP_POPULATE: the segment can be large and mostly unused (a ring algorithm uses two
+     * of the n*(n-1) rings); pages are placed where they are first touched. */
+    *base = mmap(NULL, L->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (*base == MAP_FAILED) {
+        *base = NULL;
+        st = sys_error("mmap of", name);
+        goto fail;
+    }
+    close(fd);
+    write_header(*base, L);
+    return TUTTI_OK;
+fail:
+    close(fd);
+    shm_unlink(name);
+    return st;
+}
+
+/* map_segment: a non-leader's side; reads the layout from the header. */
+static tutti_status_t map_segment(const char *name, uint32_t nlocal, int leader, layout_t *L,
+                                  char **base)
+{
+    tutti_status_t st;
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return sys_error("shm_open of", name);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = sys_error("fstat of", name);
+        close(fd);
+        return st;
+    }
+    if ((uint64_t)sb.st_size < HDR_SPACE) {
+        close(fd);
+        return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                "shm: segment %s published by rank %d has only %lld bytes",
+                                name, leader, (long long)sb.st_size);
+    }
+    *base = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (*base == MAP_FAILED) {
+        *base = NULL;
+        st = sys_error("mmap of", name);
+        close(fd);
+        return st;
+    }
+    close(fd);
+    const seg_hdr_t *h = (const seg_hdr_t *)*base;
+    if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->nlocal != nlocal ||
+        h->size != (uint64_t)sb.st_size ||
+        !layout_init(L, nlocal, h->region_size, h->slot_size, h->nslots[TUTTI__CHAN_COLL],
+                     h->nslots[TUTTI__CHAN_P2P]) ||
+        L->size != h->size || h->slot_size > UINT32_MAX || h->nslots[0] == 0 ||
+        h->nslots[1] == 0) {
+        munmap(*base, (size_t)sb.st_size);
+        *base = NULL;
+        return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                "shm: segment %s published by rank %d does not hold a tutti "
+                                "header for %u ranks (magic %llx, %u ranks): mixed tutti "
+                                "versions on one node?",
+                                name, leader, nlocal, (unsigned long long)h->magic, h->nlocal);
+    }
+    return TUTTI_OK;
+}
+
+/* setup fills t's per-peer rings and the window once the segment is mapped. */
+static tutti_status_t setup(shm_tp_t *t, const layout_t *L, tutti__window_t **win)
+{
+    char *base = t->base_addr;
+    int n = t->nlocal, me = t->my_local;
+    t->slot_size = L->slot_size;
+    t->slot_stride = L->slot_stride;
+    t->peers = calloc((size_t)n, sizeof *t->peers);
+    t->active = calloc((size_t)n, sizeof *t->active);
+    if (t->peers == NULL || t->active == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for %d peers", n);
+    for (int j = 0; j < n; j++) {
+        peer_t *p = &t->peers[j];
+        p->rank = t->ranks[j];
+        p->active_at = -1;
+        if (j == me)
+            continue;
+        for (int c = 0; c < TUTTI__CHAN_COUNT; c++) {
+            chan_t *ch = &p->ch[c];
+            ch->tx = ring_at(base, L, c, (uint32_t)me, (uint32_t)j);
+            ch->rx = ring_at(base, L, c, (uint32_t)j, (uint32_t)me);
+            ch->tx_slots = (char *)ch->tx + RING_HDR;
+            ch->rx_slots = (char *)ch->rx + RING_HDR;
+            ch->nslots = L->nslots[c];
+        }
+    }
+    if (win == NULL)
+        return TUTTI_OK;
+    size_t bytes = sizeof(tutti__window_t) + (size_t)n * (sizeof(char *) + sizeof(void *));
+    tutti__window_t *w = calloc(1, bytes);
+    if (w == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for the window");
+    w->nranks = n;
+    w->region_size = L->region_size;
+    w->regions = (char **)(w + 1);
+    w->flags = (volatile uint64_t **)(w->regions + n);
+    for (int r = 0; r < n; r++) {
+        w->regions[r] = base + L->regions_off + (uint64_t)r * L->region_stride;
+        w->flags[r] = (volatile uint64_t *)(base + L->flags_off + (uint64_t)r * LINE);
+    }
+    w->epoch = 0;
+    t->win = w;
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
+                                 const int *local_ranks, int nlocal, int my_local,
+                                 tutti__transport_t **out, tutti__window_t **win)
+{
+    if (out == NULL || local_ranks == NULL || nlocal < 1 || nlocal > MAX_LOCAL ||
+        my_local < 0 || my_local >= nlocal || (nlocal > 1 && bs == NULL))
+        return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                "shm: tutti__shm_create called with bad arguments (%d local "
+                                "ranks, index %d, at most %d)",
+                                nlocal, my_local, MAX_LOCAL);
+    for (int i = 1; i < nlocal; i++)
+        if (local_ranks[i] <= local_ranks[i - 1])
+            return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                    "shm: local ranks are not increasing (%d after %d)",
+                                    local_ranks[i], local_ranks[i - 1]);
+    *out = NULL;
+    if (win != NULL)
+        *win = NULL;
+
+    tutti_status_t st = TUTTI_OK;
+    shm_tp_t *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory");
+    pthread_mutex_init(&t->lock, NULL);
+    t->base.ops = &shm_ops;
+    t->base.comm = comm;
+    t->nlocal = nlocal;
+    t->my_local = my_local;
+    t->ranks = malloc((size_t)nlocal * sizeof *t->ranks);
+    if (t->ranks == NULL) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory");
+        goto fail;
+    }
+    memcpy(t->ranks, local_ranks, (size_t)nlocal * sizeof *t->ranks);
+
+    layout_t L;
+    int leader = local_ranks[0];
+    if (nlocal == 1) {
+        /* Alone on the node: no peer to share with, so private memory holds the window. */
+        TUTTI__CHECK_GOTO(read_knobs(1, &L), st, fail);
+        void *m = mmap(NULL, L.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            st = sys_error("mmap of", "the single rank's window");
+            goto fail;
+        }
+        t->base_addr = m;
+        t->map_size = L.size;
+        write_header(t->base_addr, &L);
+    } else {
+        char key[64], barrier_name[64];
+        snprintf(key, sizeof key, "shm/%d", leader);
+        snprintf(barrier_name, sizeof barrier_name, "shm-mapped/%d", leader);
+        seg_pub_t pub;
+        memset(&pub, 0, sizeof pub);
+        if (my_local == 0) {
+            st = read_knobs((uint32_t)nlocal, &L);
+            if (st == TUTTI_OK)
+                st = create_segment(&L, pub.name, &t->base_addr);
+            pub.status = st;
+            if (st != TUTTI_OK) {
+                /* Tell the others why, so they fail now rather than at the deadline. */
+                snprintf(pub.msg, sizeof pub.msg, "%s", tutti__tls_error());
+                char saved[TUTTI__ERRLEN];
+                snprintf(saved, sizeof saved, "%s", tutti__tls_error());
+                tutti__bs_put(bs, key, &pub, sizeof pub);
+                tutti__set_error(st, "%s", saved);
+                goto fail;
+            }
+            t->map_size = L.size;
+            st = tutti__bs_put(bs, key, &pub, sizeof pub);
+            if (st != TUTTI_OK) {
+                shm_unlink(pub.name);
+                goto fail;
+            }
+        } else {
+            st = tutti__bs_get(bs, key, &pub, sizeof pub);
+            if (st != TUTTI_OK) {
+                char saved[TUTTI__ERRLEN];
+                snprintf(saved, sizeof saved, "%s", tutti__tls_error());
+                st = tutti__set_error(st,
+                                      "shm: waiting for the shared segment's name from rank %d "
+                                      "(this node's lowest rank): %s",
+                                      leader, saved);
+                goto fail;
+            }
+            pub.name[NAME_LEN - 1] = '\0';
+            pub.msg[sizeof pub.msg - 1] = '\0';
+            if (pub.status != TUTTI_OK) {
+                st = tutti__set_error(pub.status < 0 ? (tutti_status_t)pub.status
+                                                     : TUTTI_ERR_INTERNAL,
+                                      "shm: rank %d (this node's lowest rank) could not create "
+                                      "the shared segment: %s",
+                                      leader, pub.msg);
+                goto fail;
+            }
+            if (strncmp(pub.name, "/tutti-", 7) != 0 || strchr(pub.name + 1, '/') != NULL) {
+                st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                      "shm: rank %d published a bad segment name under %s",
+                                      leader, key);
+                goto fail;
+            }
+            st = map_segment(pub.name, (uint32_t)nlocal, leader, &L, &t->base_addr);
+            if (st != TUTTI_OK) {
+                /* Still meet the others, so that the leader unlinks now; then fail. */
+                char saved[TUTTI__ERRLEN];
+                snprintf(saved, sizeof saved, "%s", tutti__tls_error());
+                tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
+                tutti__set_error(st, "%s", saved);
+                goto fail;
+            }
+            t->map_size = L.size;
+        }
+        /* First touch of my own region, before anyone else can touch it, places its pages on
+         * my NUMA node; rings are touched first by their producer when first used. */
+        if (win != NULL)
+            memset(t->base_addr + L.regions_off + (uint64_t)my_local * L.region_stride, 0,
+                   L.region_stride);
+        st = tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
+        if (my_local == 0)
+            shm_unlink(pub.name); /* every local rank has it mapped (or gave up): nothing stays */
+        if (st != TUTTI_OK) {
+            char saved[TUTTI__ERRLEN];
+            snprintf(saved, sizeof saved, "%s", tutti__tls_error());
+            st = tutti__set_error(st,
+                                  "shm: waiting for the %d ranks of this node to map the shared "
+                                  "segment: %s",
+                                  nlocal, saved);
+            goto fail;
+        }
+    }
+    TUTTI__CHECK_GOTO(setup(t, &L, win), st, fail);
+    TUTTI__LOG(TUTTI__LOG_DEBUG,
+               "shm: rank %d mapped %llu MiB for %d local ranks (window %llu B/rank, %u x %llu B "
+               "slots)",
+               local_ranks[my_local], (unsigned long long)(L.size >> 20), nlocal,
+               (unsigned long long)L.region_size, L.nslots[TUTTI__CHAN_COLL],
+               (unsigned long long)L.slot_size);
+    *out = &t->base;
+    if (win != NULL)
+        *win = t->win;
+    return TUTTI_OK;
+fail:
+    shm_destroy(&t->base);
+    return st;
+}

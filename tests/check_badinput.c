@@ -1,0 +1,639 @@
+/* check_badinput.c: bad input gets a clear error and changes nothing: bad arguments to every
+ * call, dead or destroyed communicators, and bootstraps that cannot succeed. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+/* ---- status texts and names (no communicator) -------------------------------------------------- */
+
+START_TEST(test_strerror)
+{
+    static const struct {
+        int code;
+        const char *text;
+    } codes[] = {
+#define X_(name, value, text) {value, text},
+        TUTTI_STATUS_MAP(X_)
+#undef X_
+    };
+    const char *unknown = tutti_strerror((tutti_status_t)12345);
+    ck_assert_msg(unknown != NULL && unknown[0] != '\0', "tutti_strerror(12345) is empty");
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        const char *t = tutti_strerror((tutti_status_t)codes[i].code);
+        ck_assert_msg(t != NULL && strcmp(t, codes[i].text) == 0,
+                      "tutti_strerror(%d) = \"%s\", expected \"%s\"", codes[i].code,
+                      t ? t : "(NULL)", codes[i].text);
+        ck_assert_msg(strcmp(t, unknown) != 0, "tutti_strerror(%d) reads like an unknown code",
+                      codes[i].code);
+    }
+    static const int others[] = {2, 3, -13, -100, 1000000, -2147483647};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        const char *t = tutti_strerror((tutti_status_t)others[i]);
+        ck_assert_msg(t != NULL && t[0] != '\0', "tutti_strerror(%d) is empty", others[i]);
+    }
+}
+END_TEST
+
+START_TEST(test_names)
+{
+    static const char *const dn[] = {"int8", "uint8", "int32", "int64", "fp16", "bf16", "fp32", "fp64"};
+    static const size_t ds[] = {1, 1, 4, 8, 2, 2, 4, 8};
+    for (int d = 0; d < TUTTI_DTYPE_COUNT; d++) {
+        ck_assert_str_eq(tutti_dtype_name((tutti_dtype_t)d), dn[d]);
+        ck_assert_uint_eq(tutti_dtype_size((tutti_dtype_t)d), ds[d]);
+    }
+    ck_assert_str_eq(tutti_dtype_name((tutti_dtype_t)99), "unknown");
+    ck_assert_str_eq(tutti_dtype_name((tutti_dtype_t)-1), "unknown");
+    ck_assert_uint_eq(tutti_dtype_size((tutti_dtype_t)99), 0);
+    ck_assert_uint_eq(tutti_dtype_size((tutti_dtype_t)-1), 0);
+    static const char *const on[] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
+    for (int o = 0; o < TUTTI_OP_COUNT; o++)
+        ck_assert_str_eq(tutti_op_name((tutti_op_t)o), on[o]);
+    ck_assert_str_eq(tutti_op_name((tutti_op_t)99), "unknown");
+    char v[32];
+    snprintf(v, sizeof v, "%d.%d.%d", TUTTI_VERSION_MAJOR, TUTTI_VERSION_MINOR, TUTTI_VERSION_PATCH);
+    ck_assert_str_eq(tutti_version(), v);
+}
+END_TEST
+
+/* ---- bad arguments on a healthy communicator --------------------------------------------------- */
+
+#define NB 64 /* bytes of every test buffer */
+
+typedef struct bctx {
+    tutti_comm_t *comm;
+    int rank, size;
+    unsigned char S[NB], R[NB], snapS[NB], snapR[NB];
+    tutti_work_t *w;
+    uint64_t seq0;
+    int bad;
+} bctx_t;
+
+static void arm(bctx_t *c)
+{
+    for (int i = 0; i < NB; i++) {
+        c->S[i] = (unsigned char)(i * 7 + 1);
+        c->R[i] = (unsigned char)(0xa0 ^ i);
+    }
+    memcpy(c->snapS, c->S, NB);
+    memcpy(c->snapR, c->R, NB);
+    c->w = NULL;
+    c->seq0 = tutti_comm_seq(c->comm);
+}
+
+/* expect checks one failing call: the status, the error texts, and that nothing changed. */
+static void expect(bctx_t *c, const char *what, tutti_status_t got, tutti_status_t want, bool comm_ok)
+{
+    if (got != want) {
+        c->bad = th_fail("%s: expected %d (%s), got %d (%s)", what, want, tutti_strerror(want), got,
+                         tutti_strerror(got));
+        return;
+    }
+    const char *t = tutti_last_error();
+    if (t == NULL || t[0] == '\0')
+        c->bad = th_fail("%s: returned %s but tutti_last_error() is empty", what, tutti_strerror(got));
+    if (comm_ok) {
+        const char *ct = tutti_comm_last_error(c->comm);
+        if (ct == NULL || ct[0] == '\0')
+            c->bad = th_fail("%s: returned %s but tutti_comm_last_error() is empty", what,
+                             tutti_strerror(got));
+        if (tutti_comm_seq(c->comm) != c->seq0)
+            c->bad = th_fail("%s: the failed call moved tutti_comm_seq from %llu to %llu", what,
+                             (unsigned long long)c->seq0,
+                             (unsigned long long)tutti_comm_seq(c->comm));
+    }
+    if (memcmp(c->R, c->snapR, NB) != 0)
+        c->bad = th_fail("%s: the failed call wrote the output buffer", what);
+    if (memcmp(c->S, c->snapS, NB) != 0)
+        c->bad = th_fail("%s: the failed call wrote the input buffer", what);
+    if (c->w != NULL)
+        c->bad = th_fail("%s: the failed call stored a work handle", what);
+}
+
+/* BAD(want, call): arm the buffers, make the call (which may use c->S, c->R, &c->w), check. */
+#define BAD(want, call)                                                                            \
+    do {                                                                                           \
+        arm(c);                                                                                    \
+        expect(c, #call, (call), (want), true);                                                    \
+    } while (0)
+
+#define INV TUTTI_ERR_INVALID_ARG
+
+static void bad_collectives(bctx_t *c)
+{
+    tutti_comm_t *comm = c->comm;
+    const size_t huge = SIZE_MAX / 2;
+    const int P = c->size;
+    size_t counts[TH_MAX_RANKS], displs[TH_MAX_RANKS];
+    for (int r = 0; r < P; r++) {
+        counts[r] = 1;
+        displs[r] = (size_t)r;
+    }
+
+    /* allreduce */
+    BAD(INV, tutti_allreduce(NULL, c->R, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, NULL, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_allreduce(TUTTI_IN_PLACE, NULL, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL));
+    BAD(INV, tutti_allreduce(c->S, c->R, huge, TUTTI_FLOAT32, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, c->R, SIZE_MAX / 8 + 1, TUTTI_FLOAT64, TUTTI_SUM, comm, NULL));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, (tutti_dtype_t)99, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, (tutti_dtype_t)-1, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, TUTTI_DTYPE_COUNT, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, TUTTI_FLOAT32, (tutti_op_t)99, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_OP_COUNT, comm, NULL));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_BAND, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, TUTTI_BFLOAT16, TUTTI_BXOR, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, TUTTI_INT32, TUTTI_AVG, comm, &c->w));
+    BAD(INV, tutti_allreduce(c->S, c->R, 4, TUTTI_UINT8, TUTTI_AVG, comm, NULL));
+
+    /* reduce_scatter */
+    BAD(INV, tutti_reduce_scatter(NULL, c->R, 2, TUTTI_INT32, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_reduce_scatter(c->S, NULL, 2, TUTTI_INT32, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_reduce_scatter(c->S, c->R, huge, TUTTI_FLOAT32, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_reduce_scatter(c->S, c->R, SIZE_MAX / 8 + 1, TUTTI_FLOAT64, TUTTI_SUM, comm,
+                                  &c->w));
+    if (P > 1) /* fits one rank's block, not the whole input */
+        BAD(INV, tutti_reduce_scatter(c->S, c->R, SIZE_MAX / 2 / (size_t)P + 1, TUTTI_INT8,
+                                      TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_reduce_scatter(c->S, c->R, 2, TUTTI_INT32, TUTTI_AVG, comm, &c->w));
+    BAD(INV, tutti_reduce_scatter(c->S, c->R, 2, TUTTI_FLOAT64, TUTTI_BOR, comm, &c->w));
+    BAD(INV, tutti_reduce_scatter(c->S, c->R, 2, (tutti_dtype_t)99, TUTTI_SUM, comm, &c->w));
+
+    /* reduce */
+    BAD(INV, tutti_reduce(NULL, c->R, 4, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, &c->w));
+    if (c->rank == 0)
+        BAD(INV, tutti_reduce(c->S, NULL, 4, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, &c->w));
+    BAD(INV, tutti_reduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_SUM, -1, comm, &c->w));
+    BAD(INV, tutti_reduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_SUM, P, comm, &c->w));
+    BAD(INV, tutti_reduce(c->S, c->R, huge, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, &c->w));
+    BAD(INV, tutti_reduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_BXOR, 0, comm, &c->w));
+    BAD(INV, tutti_reduce(c->S, c->R, 4, TUTTI_INT64, TUTTI_AVG, 0, comm, &c->w));
+    BAD(INV, tutti_reduce(c->S, c->R, 4, TUTTI_INT64, (tutti_op_t)99, 0, comm, &c->w));
+
+    /* broadcast */
+    BAD(INV, tutti_broadcast(NULL, 4, TUTTI_FLOAT32, 0, comm, &c->w));
+    BAD(INV, tutti_broadcast(c->R, 4, TUTTI_FLOAT32, -1, comm, &c->w));
+    BAD(INV, tutti_broadcast(c->R, 4, TUTTI_FLOAT32, P, comm, &c->w));
+    BAD(INV, tutti_broadcast(c->R, huge, TUTTI_FLOAT32, 0, comm, &c->w));
+    BAD(INV, tutti_broadcast(c->R, 4, (tutti_dtype_t)99, 0, comm, &c->w));
+
+    /* allgather, allgatherv */
+    BAD(INV, tutti_allgather(NULL, c->R, 2, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_allgather(c->S, NULL, 2, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_allgather(c->S, c->R, huge, TUTTI_FLOAT32, comm, &c->w));
+    BAD(INV, tutti_allgather(c->S, c->R, SIZE_MAX / 8 + 1, TUTTI_FLOAT64, comm, &c->w));
+    if (P > 1)
+        BAD(INV, tutti_allgather(c->S, c->R, SIZE_MAX / 2 / (size_t)P + 1, TUTTI_INT8, comm, &c->w));
+    if (P > 1)
+        BAD(INV, tutti_alltoall(c->S, c->R, SIZE_MAX / 2 / (size_t)P + 1, TUTTI_INT8, comm, &c->w));
+    BAD(INV, tutti_allgather(c->S, c->R, 2, (tutti_dtype_t)99, comm, &c->w));
+    BAD(INV, tutti_allgatherv(c->S, 1, c->R, NULL, NULL, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_allgatherv(c->S, 2, c->R, counts, NULL, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_allgatherv(NULL, 1, c->R, counts, NULL, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_allgatherv(c->S, 1, NULL, counts, displs, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_allgatherv(c->S, 1, c->R, counts, NULL, (tutti_dtype_t)99, comm, &c->w));
+    {
+        size_t hc[TH_MAX_RANKS];
+        for (int r = 0; r < P; r++)
+            hc[r] = huge;
+        BAD(INV, tutti_allgatherv(c->S, huge, c->R, hc, NULL, TUTTI_FLOAT32, comm, &c->w));
+    }
+
+    /* alltoall, alltoallv */
+    BAD(INV, tutti_alltoall(NULL, c->R, 2, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_alltoall(c->S, NULL, 2, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_alltoall(c->S, c->R, huge, TUTTI_FLOAT32, comm, &c->w));
+    BAD(INV, tutti_alltoall(c->S, c->R, 2, (tutti_dtype_t)99, comm, &c->w));
+    BAD(INV, tutti_alltoallv(c->S, NULL, NULL, c->R, counts, NULL, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_alltoallv(c->S, counts, NULL, c->R, NULL, NULL, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_alltoallv(NULL, counts, NULL, c->R, counts, NULL, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_alltoallv(c->S, counts, NULL, NULL, counts, NULL, TUTTI_INT32, comm, &c->w));
+    BAD(INV, tutti_alltoallv(c->S, counts, NULL, c->R, counts, NULL, (tutti_dtype_t)99, comm,
+                             &c->w));
+
+    /* send / recv */
+    BAD(INV, tutti_send(NULL, 4, TUTTI_INT8, 0, 0, comm, &c->w));
+    BAD(INV, tutti_recv(NULL, 4, TUTTI_INT8, 0, 0, comm, &c->w));
+    BAD(INV, tutti_send(c->S, 4, TUTTI_INT8, -1, 0, comm, &c->w));
+    BAD(INV, tutti_send(c->S, 4, TUTTI_INT8, P, 0, comm, &c->w));
+    BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, -1, 0, comm, &c->w));
+    BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, P, 0, comm, &c->w));
+    BAD(INV, tutti_send(c->S, 4, TUTTI_INT8, 0, -1, comm, &c->w));
+    BAD(INV, tutti_send(c->S, 4, TUTTI_INT8, 0, 1024, comm, &c->w));
+    BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, 0, -1, comm, &c->w));
+    BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, 0, 1024, comm, &c->w));
+    BAD(INV, tutti_send(c->S, huge, TUTTI_FLOAT32, 0, 0, comm, &c->w));
+    BAD(INV, tutti_recv(c->R, 4, (tutti_dtype_t)99, 0, 0, comm, &c->w));
+
+    /* algorithm overrides */
+    BAD(INV, tutti_comm_set_algorithm(comm, (tutti_coll_t)99, "ring"));
+    BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_COUNT, "ring"));
+    BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring:10-5"));
+    BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring:0-"));
+    BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_BCAST, "ring")); /* ring is not a bcast */
+    if (tutti_comm_algorithm(comm, (tutti_coll_t)99, 8) != NULL)
+        c->bad = th_fail("tutti_comm_algorithm(coll 99) is not NULL");
+}
+
+static void bad_work_calls(bctx_t *c)
+{
+    int done = 7;
+    tutti_status_t st = tutti_work_wait(NULL, 0);
+    if (st >= 0)
+        c->bad = th_fail("tutti_work_wait(NULL) returned %d, expected an error", st);
+    st = tutti_work_test(NULL, &done);
+    if (st >= 0)
+        c->bad = th_fail("tutti_work_test(NULL) returned %d, expected an error", st);
+    st = tutti_work_status(NULL);
+    if (st >= 0)
+        c->bad = th_fail("tutti_work_status(NULL) returned %d, expected an error", st);
+    if (tutti_work_error(NULL) == NULL)
+        c->bad = th_fail("tutti_work_error(NULL) returned NULL");
+    tutti_work_free(NULL);
+    st = tutti_comm_init_env(NULL, NULL);
+    if (st != TUTTI_ERR_INVALID_ARG)
+        c->bad = th_fail("tutti_comm_init_env(NULL, NULL) returned %d, expected INVALID_ARG", st);
+}
+
+/* calls on comm, which is NULL or destroyed: all TUTTI_ERR_INVALID_COMM, nothing touched */
+static void dead_handle_calls(bctx_t *c, tutti_comm_t *comm, const char *which)
+{
+    const tutti_status_t IC = TUTTI_ERR_INVALID_COMM;
+    size_t counts[TH_MAX_RANKS];
+    for (int r = 0; r < TH_MAX_RANKS; r++)
+        counts[r] = 1;
+#define CALL(x)                                                                                    \
+    do {                                                                                           \
+        arm(c);                                                                                    \
+        tutti_status_t st_ = (x);                                                                  \
+        char what[200];                                                                            \
+        snprintf(what, sizeof what, "%s on a %s communicator", #x, which);                         \
+        expect(c, what, st_, IC, false);                                                           \
+    } while (0)
+    CALL(tutti_allreduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, &c->w));
+    CALL(tutti_allgather(c->S, c->R, 1, TUTTI_FLOAT32, comm, &c->w));
+    CALL(tutti_allgatherv(c->S, 1, c->R, counts, NULL, TUTTI_FLOAT32, comm, &c->w));
+    CALL(tutti_alltoall(c->S, c->R, 1, TUTTI_FLOAT32, comm, &c->w));
+    CALL(tutti_alltoallv(c->S, counts, NULL, c->R, counts, NULL, TUTTI_FLOAT32, comm, &c->w));
+    CALL(tutti_reduce_scatter(c->S, c->R, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, &c->w));
+    CALL(tutti_broadcast(c->R, 4, TUTTI_FLOAT32, 0, comm, &c->w));
+    CALL(tutti_reduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, &c->w));
+    CALL(tutti_barrier(comm, &c->w));
+    CALL(tutti_send(c->S, 4, TUTTI_INT8, 0, 0, comm, &c->w));
+    CALL(tutti_recv(c->R, 4, TUTTI_INT8, 0, 0, comm, &c->w));
+    CALL(tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring"));
+    CALL(tutti_comm_destroy(comm));
+#undef CALL
+    if (tutti_comm_rank(comm) != -1 || tutti_comm_size(comm) != -1 ||
+        tutti_comm_local_rank(comm) != -1 || tutti_comm_local_size(comm) != -1 ||
+        tutti_comm_node_count(comm) != -1)
+        c->bad = th_fail("getters on a %s communicator do not all return -1", which);
+    if (tutti_comm_transport(comm, 0) != NULL)
+        c->bad = th_fail("tutti_comm_transport on a %s communicator is not NULL", which);
+    if (tutti_comm_algorithm(comm, TUTTI_COLL_ALLREDUCE, 8) != NULL)
+        c->bad = th_fail("tutti_comm_algorithm on a %s communicator is not NULL", which);
+    const char *t = tutti_comm_last_error(comm);
+    if (t == NULL || t[0] != '\0')
+        c->bad = th_fail("tutti_comm_last_error on a %s communicator is \"%s\", expected \"\"",
+                         which, t ? t : "(NULL)");
+}
+
+static int bad_args_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    bctx_t cx, *c = &cx;
+    memset(c, 0, sizeof *c);
+    c->rank = rank;
+    c->size = size;
+    tutti_status_t st = tutti_comm_init_env(NULL, &c->comm);
+    if (st != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+    bad_collectives(c);
+    bad_work_calls(c);
+
+    /* count 0 with NULL buffers is no error, and the communicator still works after all that */
+    arm(c);
+    st = tutti_allreduce(NULL, NULL, 0, TUTTI_FLOAT32, TUTTI_SUM, c->comm, NULL);
+    if (st != TUTTI_OK)
+        c->bad = th_fail("allreduce of 0 elements with NULL buffers: %d (%s): %s", st,
+                         tutti_strerror(st), tutti_comm_last_error(c->comm));
+    arm(c);
+    st = tutti_allreduce(c->S, c->R, 4, TUTTI_INT32, TUTTI_SUM, c->comm, NULL);
+    int32_t want[4];
+    for (int i = 0; i < 4; i++) {
+        int32_t s;
+        memcpy(&s, c->S + 4 * i, 4);
+        want[i] = (int32_t)((uint32_t)s * (uint32_t)size);
+    }
+    if (st != TUTTI_OK)
+        c->bad = th_fail("a good allreduce after bad calls: %d (%s): %s", st, tutti_strerror(st),
+                         tutti_comm_last_error(c->comm));
+    else if (memcmp(c->R, want, sizeof want) != 0)
+        c->bad = th_fail("a good allreduce after bad calls gave a wrong result");
+    if (tutti_comm_seq(c->comm) != c->seq0 + 1)
+        c->bad = th_fail("tutti_comm_seq %llu after the good allreduce, expected %llu",
+                         (unsigned long long)tutti_comm_seq(c->comm),
+                         (unsigned long long)c->seq0 + 1);
+
+    tutti_comm_t *dead = c->comm;
+    st = tutti_comm_destroy(dead);
+    if (st != TUTTI_OK)
+        c->bad = th_fail("tutti_comm_destroy: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+    dead_handle_calls(c, dead, "destroyed");
+    dead_handle_calls(c, NULL, "NULL");
+    return c->bad;
+}
+
+START_TEST(test_bad_args)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    int rc = th_run(_i == 0 ? 1 : 2, tps[_i % 2], 40, bad_args_rank, NULL);
+    ck_assert_msg(rc == 0, "bad arguments (%d ranks, %s): see stderr", _i == 0 ? 1 : 2, tps[_i % 2]);
+}
+END_TEST
+
+/* ---- a communicator whose peer died --------------------------------------------------------- */
+
+static int failed_comm_rank(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    bctx_t cx, *c = &cx;
+    memset(c, 0, sizeof *c);
+    c->rank = rank;
+    tutti_status_t st = tutti_comm_init_env(NULL, &c->comm);
+    if (st != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+    st = tutti_barrier(c->comm, NULL);
+    if (st != TUTTI_OK)
+        return th_fail("barrier: %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(c->comm));
+    if (rank == 1) {
+        usleep(300000);
+        _exit(0); /* dies without destroying: its connections close without a goodbye */
+    }
+    double t0 = th_now();
+    for (;;) {
+        arm(c);
+        st = tutti_allreduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_SUM, c->comm, NULL);
+        if (st != TUTTI_OK)
+            break;
+        if (th_now() - t0 > 15)
+            return th_fail("allreduce kept succeeding 15 s after rank 1 left");
+    }
+    if (st != TUTTI_ERR_PEER_FAILED)
+        c->bad = th_fail("allreduce with rank 1 dead: expected TUTTI_ERR_PEER_FAILED, got %d (%s): %s",
+                         st, tutti_strerror(st), tutti_comm_last_error(c->comm));
+    if (th_now() - t0 > 10)
+        c->bad = th_fail("noticing the dead peer took %.1f s", th_now() - t0);
+    /* from now on: TUTTI_ERR_COMM_FAILED, at once, touching nothing */
+    double t1 = th_now();
+    arm(c);
+    expect(c, "allreduce on a failed communicator",
+           tutti_allreduce(c->S, c->R, 4, TUTTI_FLOAT32, TUTTI_SUM, c->comm, &c->w),
+           TUTTI_ERR_COMM_FAILED, false);
+    arm(c);
+    expect(c, "broadcast on a failed communicator",
+           tutti_broadcast(c->R, 4, TUTTI_FLOAT32, 0, c->comm, &c->w), TUTTI_ERR_COMM_FAILED, false);
+    arm(c);
+    expect(c, "barrier on a failed communicator", tutti_barrier(c->comm, &c->w),
+           TUTTI_ERR_COMM_FAILED, false);
+    arm(c);
+    expect(c, "send on a failed communicator", tutti_send(c->S, 4, TUTTI_INT8, 1, 0, c->comm, &c->w),
+           TUTTI_ERR_COMM_FAILED, false);
+    const char *t = tutti_comm_last_error(c->comm);
+    if (t == NULL || t[0] == '\0')
+        c->bad = th_fail("tutti_comm_last_error on the failed communicator is empty");
+    if (th_now() - t1 > 1.0)
+        c->bad = th_fail("calls on the failed communicator took %.1f s", th_now() - t1);
+    t1 = th_now();
+    st = tutti_comm_destroy(c->comm);
+    if (th_now() - t1 > 2.0)
+        c->bad = th_fail("tutti_comm_destroy on the failed communicator took %.1f s (returned %d)",
+                         th_now() - t1, st);
+    return c->bad;
+}
+
+START_TEST(test_failed_comm)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 30;
+    ck_assert_msg(th_run_opts(2, &o, failed_comm_rank, NULL) == 0,
+                  "failed communicator on %s: see stderr", tps[_i]);
+}
+END_TEST
+
+/* ---- bootstraps that cannot succeed -------------------------------------------------------- */
+
+static int port_in_use_rank(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    (void)arg;
+    int port = atoi(getenv("MASTER_PORT"));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons((uint16_t)port);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0)
+        return th_fail("could not occupy port %d for the test", port);
+    setenv("WORLD_SIZE", "2", 1);
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    close(fd);
+    int bad = 0;
+    const char *msg = tutti_last_error();
+    if (st != TUTTI_ERR_BOOTSTRAP)
+        bad = th_fail("MASTER_PORT=%d in use: expected TUTTI_ERR_BOOTSTRAP, got %d (%s): %s", port,
+                      st, tutti_strerror(st), msg);
+    if (st == TUTTI_OK)
+        tutti_comm_destroy(comm);
+    if (!th_mentions_number(msg, (unsigned long long)port))
+        bad = th_fail("MASTER_PORT=%d in use: the error does not name the port: \"%s\"", port, msg);
+    if (dt > 5)
+        bad = th_fail("MASTER_PORT=%d in use: failing took %.1f s", port, dt);
+    return bad;
+}
+
+START_TEST(test_port_in_use)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.timeout_s = 20;
+    o.rank_timeout_s = 3;
+    ck_assert_msg(th_run_opts(1, &o, port_in_use_rank, NULL) == 0, "port in use: see stderr");
+}
+END_TEST
+
+static int missing_rank_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    int bad = 0;
+    const char *msg = tutti_last_error();
+    if (st != TUTTI_ERR_BOOTSTRAP)
+        bad = th_fail("rank %d of %d, rank 2 never started: expected TUTTI_ERR_BOOTSTRAP, got %d "
+                      "(%s): %s", rank, size, st, tutti_strerror(st), msg);
+    if (st == TUTTI_OK)
+        tutti_comm_destroy(comm);
+    if (!th_mentions_rank(msg, 2))
+        bad = th_fail("rank 2 never started: the error does not name rank 2: \"%s\"", msg);
+    if (dt > 8)
+        bad = th_fail("rank 2 never started, TUTTI_TIMEOUT=2: failing took %.1f s", dt);
+    return bad;
+}
+
+START_TEST(test_missing_rank)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 25;
+    o.rank_timeout_s = 2;
+    o.nstart = 2;
+    ck_assert_msg(th_run_opts(3, &o, missing_rank_rank, NULL) == 0, "a rank that never arrives: see stderr");
+}
+END_TEST
+
+typedef struct envcase {
+    const char *env;  /* NAME=VALUE */
+    const char *what;
+    tutti_status_t want, also; /* accepted statuses */
+    const char *mention;       /* the error text must contain this */
+} envcase_t;
+
+static const envcase_t env_cases[] = {
+    {"TUTTI_TRANSPORT=bogus", "TUTTI_TRANSPORT=bogus", TUTTI_ERR_INVALID_ARG,
+     TUTTI_ERR_INVALID_ARG, "bogus"},
+    {"TUTTI_TIMEOUT=abc", "TUTTI_TIMEOUT=abc", TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG,
+     "TUTTI_TIMEOUT"},
+    /* rank discovery: a bad launcher environment is a bootstrap failure (or a bad argument) */
+    {"RANK=5", "RANK=5 with WORLD_SIZE=2", TUTTI_ERR_BOOTSTRAP, TUTTI_ERR_INVALID_ARG, "RANK"},
+    {"RANK=-1", "RANK=-1", TUTTI_ERR_BOOTSTRAP, TUTTI_ERR_INVALID_ARG, "RANK"},
+    {"WORLD_SIZE=0", "WORLD_SIZE=0", TUTTI_ERR_BOOTSTRAP, TUTTI_ERR_INVALID_ARG, "WORLD_SIZE"},
+    {"RANK=x", "RANK=x", TUTTI_ERR_BOOTSTRAP, TUTTI_ERR_INVALID_ARG, "RANK"},
+};
+#define NENV ((int)(sizeof env_cases / sizeof env_cases[0]))
+
+static int init_must_fail_rank(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    const envcase_t *ec = arg;
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    int bad = 0;
+    const char *msg = tutti_last_error();
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("%s: tutti_comm_init_env succeeded", ec->what);
+    }
+    if (st != ec->want && st != ec->also)
+        bad = th_fail("%s: expected %s, got %d (%s): %s", ec->what, tutti_strerror(ec->want), st,
+                      tutti_strerror(st), msg);
+    if (msg == NULL || strstr(msg, ec->mention) == NULL)
+        bad = th_fail("%s: tutti_last_error does not mention %s: \"%s\"", ec->what, ec->mention,
+                      msg ? msg : "(NULL)");
+    if (dt > 5)
+        bad = th_fail("%s: failing took %.1f s", ec->what, dt);
+    return bad;
+}
+
+START_TEST(test_bad_env)
+{
+    const envcase_t *ec = &env_cases[_i];
+    th_opts_t o = TH_OPTS_INIT;
+    o.timeout_s = 20;
+    o.rank_timeout_s = 3;
+    o.env[0] = ec->env;
+    int n = strcmp(ec->env, "RANK=5") == 0 ? 2 : 1;
+    if (n == 2)
+        o.nstart = 1;
+    ck_assert_msg(th_run_opts(n, &o, init_must_fail_rank, (void *)ec) == 0, "%s: see stderr",
+                  ec->what);
+}
+END_TEST
+
+static int bad_config_rank(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    (void)arg;
+    int bad = 0;
+    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT;
+    cfg.transport = "bogus";
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(&cfg, &comm);
+    if (st != TUTTI_ERR_INVALID_ARG)
+        bad = th_fail("config.transport=\"bogus\": expected TUTTI_ERR_INVALID_ARG, got %d (%s): %s",
+                      st, tutti_strerror(st), tutti_last_error());
+    else if (strstr(tutti_last_error(), "bogus") == NULL)
+        bad = th_fail("config.transport=\"bogus\": the error does not name the value: \"%s\"",
+                      tutti_last_error());
+    if (st == TUTTI_OK)
+        tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_bad_config)
+{
+    ck_assert_msg(th_run(1, NULL, 20, bad_config_rank, NULL) == 0, "bad config: see stderr");
+}
+END_TEST
+
+static Suite *badinput_suite(void)
+{
+    Suite *s = suite_create("badinput");
+    TCase *tc = tcase_create("static");
+    tcase_add_test(tc, test_strerror);
+    tcase_add_test(tc, test_names);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("args");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_bad_args, 0, 3); /* 1 rank shm, 2 ranks ofi, 2 ranks shm */
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("failed_comm");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_failed_comm, 0, 2);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("bootstrap");
+    tcase_set_timeout(tc, 40);
+    tcase_add_test(tc, test_port_in_use);
+    tcase_add_loop_test(tc, test_missing_rank, 0, 2);
+    tcase_add_loop_test(tc, test_bad_env, 0, NENV);
+    tcase_add_test(tc, test_bad_config);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(badinput_suite());
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

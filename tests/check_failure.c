@@ -1,0 +1,201 @@
+/* check_failure.c: nothing hangs. A rank SIGKILLed in the middle of a stream of allreduces
+ * becomes TUTTI_ERR_PEER_FAILED on the others within seconds (not at the 60 s timeout), with a
+ * message that names the collective, its sequence number and the dead rank; a rank that never
+ * calls the collective becomes TUTTI_ERR_TIMEOUT; nothing is left in /dev/shm. */
+#include <check.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+typedef struct fcase {
+    const char *tp;
+    size_t count; /* fp32 elements per allreduce */
+} fcase_t;
+
+static const fcase_t kill_cases[] = {
+    {"shm", 1u << 18}, {"ofi", 1u << 18}, {"shm", 2}, {"ofi", 2},
+};
+
+#define VICTIM 1
+
+static int kill_rank_body(int rank, int size, void *arg)
+{
+    (void)size;
+    const fcase_t *fc = arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+    float *s = malloc(fc->count * sizeof *s), *r = malloc(fc->count * sizeof *r);
+    for (size_t i = 0; i < fc->count; i++)
+        s[i] = (float)(i % 7);
+    st = tutti_barrier(comm, NULL);
+    if (st != TUTTI_OK)
+        return th_fail("barrier: %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(comm));
+    th_ready(); /* the harness kills rank 1 a little after every rank got here */
+
+    th_shared_t *sh = th_shared();
+    double t0 = th_now();
+    uint64_t seq = 0;
+    unsigned long calls = 0;
+    for (;;) {
+        seq = tutti_comm_seq(comm);
+        st = tutti_allreduce(s, r, fc->count, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+        if (st != TUTTI_OK)
+            break;
+        calls++;
+        if (th_now() - t0 > 30)
+            return th_fail("%lu allreduces of %zu fp32 went on for 30 s; rank %d was killed %.1f s "
+                           "ago", calls, fc->count, VICTIM,
+                           sh->killed_at > 0 ? th_now() - sh->killed_at : -1.0);
+    }
+    double t_err = th_now();
+    int bad = 0;
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", tutti_comm_last_error(comm));
+    if (rank == VICTIM)
+        return th_fail("the victim got an error before it was killed: %d (%s): %s", st,
+                       tutti_strerror(st), msg);
+    if (sh->killed_at <= 0)
+        return th_fail("allreduce #%llu failed before rank %d was killed: %d (%s): %s",
+                       (unsigned long long)seq, VICTIM, st, tutti_strerror(st), msg);
+    double lag = t_err - sh->killed_at;
+    if (st != TUTTI_ERR_PEER_FAILED)
+        bad = th_fail("allreduce of %zu fp32 with rank %d killed: expected TUTTI_ERR_PEER_FAILED, "
+                      "got %d (%s) after %.2f s: %s", fc->count, VICTIM, st, tutti_strerror(st), lag,
+                      msg);
+    if (lag > 10)
+        bad = th_fail("rank %d was killed %.1f s before the error (allowed: 10 s; TUTTI_TIMEOUT=60)",
+                      VICTIM, lag);
+    if (strstr(msg, "allreduce") == NULL)
+        bad = th_fail("the error does not name the collective \"allreduce\": \"%s\"", msg);
+    if (!th_mentions_number(msg, (unsigned long long)seq))
+        bad = th_fail("the error does not give the sequence number %llu: \"%s\"",
+                      (unsigned long long)seq, msg);
+    if (!th_mentions_rank(msg, VICTIM))
+        bad = th_fail("the error does not name rank %d: \"%s\"", VICTIM, msg);
+    if (rank == 0)
+        fprintf(stderr, "[%s, %zu fp32] rank %d: error %.3f s after the kill, after %lu allreduces: %s\n",
+                fc->tp, fc->count, rank, lag, calls, msg);
+
+    /* the communicator stays failed, and says so at once */
+    double t1 = th_now();
+    st = tutti_allreduce(s, r, fc->count, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    if (st != TUTTI_ERR_COMM_FAILED)
+        bad = th_fail("the next allreduce: expected TUTTI_ERR_COMM_FAILED, got %d (%s)", st,
+                      tutti_strerror(st));
+    t1 = th_now();
+    st = tutti_comm_destroy(comm);
+    if (th_now() - t1 > 2)
+        bad = th_fail("tutti_comm_destroy after the failure took %.1f s (returned %d)", th_now() - t1,
+                      st);
+    free(s);
+    free(r);
+    return bad;
+}
+
+START_TEST(test_peer_killed)
+{
+    const fcase_t *fc = &kill_cases[_i];
+    char before[256][256];
+    int nbefore = th_shm_snapshot(before, 256);
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = fc->tp;
+    o.timeout_s = 50;
+    o.rank_timeout_s = 60; /* only peer-death detection can make it in time */
+    o.kill_rank = VICTIM;
+    o.kill_after_s = 0.3;
+    o.kill_after_ready = 1;
+    double t0 = th_now();
+    int rc = th_run_opts(3, &o, kill_rank_body, (void *)fc);
+    ck_assert_msg(rc == 0, "%s, allreduce of %zu fp32, rank %d killed: see stderr (%.1f s)", fc->tp,
+                  fc->count, VICTIM, th_now() - t0);
+    ck_assert_msg(th_shared()->killed_at > 0, "rank %d was never killed", VICTIM);
+    int left = th_shm_new(before, nbefore);
+    ck_assert_msg(left == 0, "%d tutti-* files left in /dev/shm", left);
+}
+END_TEST
+
+static int sleeper_body(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+    st = tutti_barrier(comm, NULL);
+    if (st != TUTTI_OK)
+        return th_fail("barrier: %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(comm));
+    if (rank == 1) {
+        sleep(6); /* never joins the allreduce */
+        tutti_comm_destroy(comm);
+        return 0;
+    }
+    double x[1] = {1.0}, y[1] = {0};
+    uint64_t seq = tutti_comm_seq(comm);
+    double t0 = th_now();
+    st = tutti_allreduce(x, y, 1, TUTTI_FLOAT64, TUTTI_SUM, comm, NULL);
+    double dt = th_now() - t0;
+    int bad = 0;
+    const char *msg = tutti_comm_last_error(comm);
+    if (st != TUTTI_ERR_TIMEOUT)
+        bad = th_fail("rank 1 asleep, TUTTI_TIMEOUT=2: expected TUTTI_ERR_TIMEOUT, got %d (%s) after "
+                      "%.2f s: %s", st, tutti_strerror(st), dt, msg);
+    if (dt < 1.5 || dt > 5.5)
+        bad = th_fail("TUTTI_TIMEOUT=2 but the allreduce returned after %.2f s", dt);
+    if (!th_mentions_rank(msg, 1))
+        bad = th_fail("the timeout error does not name rank 1: \"%s\"", msg);
+    if (strstr(msg, "allreduce") == NULL || !th_mentions_number(msg, (unsigned long long)seq))
+        bad = th_fail("the timeout error does not name \"allreduce\" and its sequence number %llu: "
+                      "\"%s\"", (unsigned long long)seq, msg);
+    fprintf(stderr, "[timeout] rank 0: %.2f s: %s\n", dt, msg);
+    t0 = th_now();
+    tutti_comm_destroy(comm);
+    if (th_now() - t0 > 2)
+        bad = th_fail("tutti_comm_destroy after the timeout took %.1f s", th_now() - t0);
+    return bad;
+}
+
+START_TEST(test_timeout)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    char before[256][256];
+    int nbefore = th_shm_snapshot(before, 256);
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 30;
+    o.rank_timeout_s = 2;
+    ck_assert_msg(th_run_opts(2, &o, sleeper_body, NULL) == 0, "timeout on %s: see stderr", tps[_i]);
+    int left = th_shm_new(before, nbefore);
+    ck_assert_msg(left == 0, "%d tutti-* files left in /dev/shm", left);
+}
+END_TEST
+
+static Suite *failure_suite(void)
+{
+    Suite *s = suite_create("failure");
+    TCase *tc = tcase_create("peer_killed");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_peer_killed, 0, (int)(sizeof kill_cases / sizeof kill_cases[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("timeout");
+    tcase_set_timeout(tc, 40);
+    tcase_add_loop_test(tc, test_timeout, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(failure_suite());
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

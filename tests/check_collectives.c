@@ -293,8 +293,13 @@ static int64_t in_val(tutti_dtype_t dt, tutti_op_t op, int r, size_t i, unsigned
     switch (op) {
     case TUTTI_SUM:
     case TUTTI_AVG: {
-        int64_t v = (int64_t)(((uint64_t)r * 7u + k * 3u) % 5u);
-        return dt == TUTTI_UINT8 ? v : v - 2;
+        /* integers wrap the same in any order, so any bits will do; floats get integers small
+         * enough that every partial sum of up to 8 ranks is exact (bf16: 8 bits, fp16: 11),
+         * and wide enough that x / n and x * (1 / n) differ for some */
+        if (!is_float(dt))
+            return (int64_t)h;
+        int64_t R = dt == TUTTI_BFLOAT16 ? 31 : 250;
+        return (int64_t)(h % (uint64_t)(2 * R + 1)) - R;
     }
     case TUTTI_PROD: {
         static const int t[8] = {1, -1, 2, 1, 1, -1, 1, 1};
@@ -372,8 +377,9 @@ static void gen_red(void *p, tutti_dtype_t dt, tutti_op_t op, int r, size_t star
 }
 
 /* ref_red writes the expected reduction over nranks of elements start .. start+n-1. Every input
- * is an integer held exactly, so integer arithmetic (wrapping like the dtype) gives every
- * result but avg, which is the exact sum divided once in the dtype's accumulation precision. */
+ * is an integer held exactly and every float partial result stays exact, so integer arithmetic
+ * (wrapping like the dtype) gives every result but avg, which is the exact sum divided once in
+ * the dtype's accumulation precision (fp32 for bf16 / fp16) and rounded to nearest even. */
 static void ref_red(void *p, tutti_dtype_t dt, tutti_op_t op, int nranks, size_t start, size_t n,
                     unsigned long salt)
 {

@@ -60,9 +60,11 @@ int th_fail(const char *fmt, ...)
 char *th_hex(char *out, const void *p, size_t n)
 {
     const unsigned char *b = p;
+    out[0] = '0';
+    out[1] = 'x';
     for (size_t i = 0; i < n; i++)
-        sprintf(out + 2 * i, "%02x", b[i]);
-    out[2 * n] = '\0';
+        sprintf(out + 2 + 2 * i, "%02x", b[n - 1 - i]);
+    out[2 + 2 * n] = '\0';
     return out;
 }
 

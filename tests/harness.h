@@ -71,8 +71,8 @@ extern const char *th_transport;
 /* th_fail prints "[rank r/n tp] message" to stderr and returns 1 (so `return th_fail(...)`). */
 int th_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* th_hex writes n bytes as hex (first byte first, the order they lie in memory) into out,
- * which holds at least 2n+1 chars; returns out. */
+/* th_hex writes an n-byte little-endian element as "0x" and hex digits, most significant first
+ * (an fp32 1.0 reads 0x3f800000) into out, which holds at least 2n+3 chars; returns out. */
 char *th_hex(char *out, const void *p, size_t n);
 
 /* th_mentions_rank tells whether text names rank r: "rank 1", "ranks 0, 1", "rank=1",

@@ -29,6 +29,8 @@ typedef struct tutti__coll {
     void *recvbuf;
     size_t count;         /* allreduce, reduce, bcast: elements; allgather: per rank;
                              alltoall: per peer; reduce_scatter: per rank (recvcount) */
+                          /* v-variants (allgatherv, alltoallv) have the same kind as the plain
+                             ones and are told apart by counts != NULL */
     tutti_dtype_t dtype;
     size_t esize;         /* bytes per element */
     tutti_op_t op;
@@ -106,7 +108,8 @@ const tutti__algo_t *const *tutti__algos_for(tutti_coll_t coll);
 const tutti__algo_t *tutti__select(tutti_comm_t *comm, tutti_coll_t coll, size_t bytes);
 
 /* tutti__coll_bytes is the size that selection and overrides see: count * esize (allgather,
- * reduce_scatter, alltoall: per rank; v-variants: the largest block). */
+ * reduce_scatter, alltoall: per rank); allgatherv: the largest block; alltoallv: 0, since its
+ * counts differ between ranks and every rank must choose the same algorithm. */
 size_t tutti__coll_bytes(const tutti__coll_t *c);
 
 #endif /* TUTTI_ALGOS_H */

@@ -11,12 +11,12 @@
 
 static size_t block_len(const tutti__coll_t *c, int b)
 {
-    return c->kind == TUTTI_COLL_ALLGATHER ? c->count : c->counts[b];
+    return c->counts == NULL ? c->count : c->counts[b];
 }
 
 static size_t block_off(const tutti__coll_t *c, int b)
 {
-    return c->kind == TUTTI_COLL_ALLGATHER ? (size_t)b * c->count : c->displs[b];
+    return c->counts == NULL ? (size_t)b * c->count : c->displs[b];
 }
 
 static tutti_status_t run(tutti__coll_t *c)

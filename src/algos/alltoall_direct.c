@@ -16,19 +16,19 @@
 
 static size_t scount(const tutti__coll_t *c, int j)
 {
-    return c->kind == TUTTI_COLL_ALLTOALL ? c->count : c->scounts[j];
+    return c->counts == NULL ? c->count : c->scounts[j];
 }
 static size_t sdispl(const tutti__coll_t *c, int j)
 {
-    return c->kind == TUTTI_COLL_ALLTOALL ? (size_t)j * c->count : c->sdispls[j];
+    return c->counts == NULL ? (size_t)j * c->count : c->sdispls[j];
 }
 static size_t rcount(const tutti__coll_t *c, int i)
 {
-    return c->kind == TUTTI_COLL_ALLTOALL ? c->count : c->counts[i];
+    return c->counts == NULL ? c->count : c->counts[i];
 }
 static size_t rdispl(const tutti__coll_t *c, int i)
 {
-    return c->kind == TUTTI_COLL_ALLTOALL ? (size_t)i * c->count : c->displs[i];
+    return c->counts == NULL ? (size_t)i * c->count : c->displs[i];
 }
 
 static tutti_status_t run(tutti__coll_t *c)

@@ -378,7 +378,8 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
     st_of(req)->inflight--;
     tutti_status_t status;
     const char *dir = req->kind == TUTTI__REQ_SEND ? "send to" : "receive from";
-    if (e->err == FI_ETRUNC) {
+    int err = e->err < 0 ? -e->err : e->err; /* shm reports some errors negated */
+    if (err == FI_ETRUNC) {
         /* olen is the excess, where the provider reports it (rxm does not). */
         char sent[64] = "more";
         if (e->olen > 0)
@@ -388,16 +389,16 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
                                   "truncated: the sender sent %s; the sizes differ, sender and "
                                   "receiver must post the same length (a bug in the caller)",
                                   t->prov, want, req->peer, chan_name(req->chan), sent);
-    } else if (e->err == FI_ECANCELED) {
+    } else if (err == FI_ECANCELED) {
         status = tutti__fmt_error(t->base.err, TUTTI_ERR_ABORTED,
                                   "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled",
                                   t->prov, req->len, dir, req->peer, chan_name(req->chan));
     } else {
-        status = classify(e->err);
+        status = classify(err);
         tutti__fmt_error(t->base.err, status,
                          "ofi (%s): a %zu-byte %s rank %d (%s channel) failed: %s (provider: %s)%s",
                          t->prov, req->len, dir, req->peer, chan_name(req->chan),
-                         fi_strerror(e->err), ptxt,
+                         fi_strerror(err), ptxt,
                          status == TUTTI_ERR_PEER_FAILED
                              ? "; the peer probably died or its host is unreachable"
                              : "");

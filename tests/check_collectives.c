@@ -511,20 +511,18 @@ static void check_unknown_algo(ctx_t *c)
 /* ---- budget ------------------------------------------------------------------------------------ */
 
 /* want keeps the run within minutes on two cores: every small case everywhere; large ones with
- * fewer ops and layouts, and at 8 ranks (which oversubscribe the cores) hardly any. */
+ * fewer ops and layouts, and at 8 ranks (which oversubscribe the cores) fewer dtypes. */
 static bool want(ctx_t *c, size_t n, int mode, tutti_dtype_t dt, int op)
 {
     int rot = 1 + (int)(((unsigned)dt + (unsigned)(op < 0 ? 0 : op) + c->ncase / 7) % (M_COUNT - 1));
     if (n > 1031) {
-        if (c->size >= 8)
-            return mode == M_OOP && (dt == TUTTI_FLOAT32 || dt == TUTTI_INT8) &&
-                   (op < 0 || op == TUTTI_SUM);
         if (op >= 0 && op != TUTTI_SUM && op != TUTTI_AVG && op != TUTTI_MAX && op != TUTTI_BXOR)
+            return false;
+        if (c->size >= 8 && op >= 0 && dt != TUTTI_FLOAT32 && dt != TUTTI_BFLOAT16 &&
+            dt != TUTTI_INT8)
             return false;
         return mode == M_OOP || mode == rot;
     }
-    if (c->size >= 8 && n == 1031)
-        return mode == M_OOP || mode == rot;
     return true;
 }
 
@@ -994,8 +992,6 @@ static void run_p2p(ctx_t *c)
     tutti_work_t *ws[NM], *wr[NM];
     c->algo = NULL;
     describe(c, "send/recv ring", TUTTI_INT8, -1, 0, -1, NULL);
-    uint64_t seq0 = tutti_comm_seq(c->comm);
-    int posted = 0;
     for (int m = 0; m < NM; m++) {
         size_t bytes = msgs[m].count * tutti_dtype_size(msgs[m].dt);
         tb_make(&S[m], bytes, m % 2);
@@ -1018,7 +1014,6 @@ static void run_p2p(ctx_t *c)
                 c->fatal = true;
                 break;
             }
-            posted++;
         }
     }
     for (int m = 0; m < NM; m++) {
@@ -1052,8 +1047,6 @@ static void run_p2p(ctx_t *c)
         tb_free(&S[m]);
         tb_free(&R[m]);
     }
-    (void)seq0;
-    (void)posted;
 
     /* blocking calls between ranks 0 and 1 */
     if (!c->fatal && c->rank < 2) {
@@ -1079,6 +1072,96 @@ static void run_p2p(ctx_t *c)
         tb_free(&B);
         free(exp);
     }
+}
+
+/* ---- several operations in flight ------------------------------------------------------------ */
+
+/* Post several collectives before waiting for any (the queue must run them in posting order on
+ * every rank), put a blocking one behind them, wait in reverse order, and free one handle without
+ * waiting (which must complete it first). */
+static void run_pipelined(ctx_t *c)
+{
+    static const struct {
+        tutti_dtype_t dt;
+        tutti_op_t op;
+        size_t n;
+    } k_[] = {
+        {TUTTI_FLOAT32, TUTTI_SUM, 1031}, {TUTTI_INT32, TUTTI_BXOR, 7},  {TUTTI_BFLOAT16, TUTTI_AVG, 4099},
+        {TUTTI_INT8, TUTTI_PROD, 65537},  {TUTTI_FLOAT64, TUTTI_MAX, 1}, {TUTTI_FLOAT16, TUTTI_SUM, 300},
+    };
+    enum { K = sizeof k_ / sizeof k_[0] };
+    char *S[K], *R[K], *E[K];
+    tutti_work_t *w[K];
+    unsigned long salt = ++c->ncase * 977u;
+    c->algo = "(as set last)";
+    uint64_t seq0 = tutti_comm_seq(c->comm);
+    for (int k = 0; k < K; k++) {
+        size_t bytes = k_[k].n * tutti_dtype_size(k_[k].dt);
+        S[k] = malloc(bytes);
+        R[k] = malloc(bytes);
+        E[k] = malloc(bytes);
+        memset(R[k], FILL_BYTE, bytes);
+        gen_red(S[k], k_[k].dt, k_[k].op, c->rank, 0, k_[k].n, salt + (unsigned)k);
+        ref_red(E[k], k_[k].dt, k_[k].op, c->size, 0, k_[k].n, salt + (unsigned)k);
+        w[k] = NULL;
+    }
+    for (int k = 0; k < K && !c->fatal; k++) {
+        describe(c, "allreduce (in flight)", k_[k].dt, k_[k].op, k_[k].n, M_OOP, NULL);
+        tutti_status_t st = tutti_allreduce(S[k], R[k], k_[k].n, k_[k].dt, k_[k].op, c->comm, &w[k]);
+        if (st != TUTTI_OK || w[k] == NULL) {
+            report(c, "post %d returned %d (%s), handle %p: %s", k, st, tutti_strerror(st),
+                   (void *)w[k], tutti_comm_last_error(c->comm));
+            c->fatal = true;
+        }
+    }
+    /* a blocking broadcast behind them */
+    size_t bn = 5000;
+    char *B = malloc(bn), *BE = malloc(bn);
+    fill_bytes(BE, bn, 4242, salt);
+    if (c->rank == c->size - 1)
+        memcpy(B, BE, bn);
+    else
+        memset(B, FILL_BYTE, bn);
+    describe(c, "bcast (behind allreduces in flight)", TUTTI_UINT8, -1, bn, M_OOP, NULL);
+    if (!c->fatal) {
+        tutti_status_t st = tutti_broadcast(B, bn, TUTTI_UINT8, c->size - 1, c->comm, NULL);
+        if (st != TUTTI_OK) {
+            report(c, "returned %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(c->comm));
+            c->fatal = true;
+        } else {
+            cmp(c, "buf", BE, B, bn, 1);
+        }
+    }
+    if (!c->fatal && tutti_comm_seq(c->comm) != seq0 + K + 1)
+        report(c, "tutti_comm_seq went from %llu to %llu over %d posts",
+               (unsigned long long)seq0, (unsigned long long)tutti_comm_seq(c->comm), K + 1);
+    for (int k = K - 1; k >= 0; k--) {
+        if (w[k] == NULL)
+            continue;
+        describe(c, "allreduce (in flight)", k_[k].dt, k_[k].op, k_[k].n, M_OOP, NULL);
+        tutti_status_t st = TUTTI_OK;
+        if (k == 0) {
+            tutti_work_free(w[k]); /* completes it first */
+        } else {
+            st = tutti_work_wait(w[k], -1.0);
+            if (st != TUTTI_OK)
+                report(c, "handle %d finished with %d (%s): %s", k, st, tutti_strerror(st),
+                       tutti_work_error(w[k]));
+            else if (tutti_work_status(w[k]) != TUTTI_OK)
+                report(c, "handle %d: wait said OK, tutti_work_status %d", k, tutti_work_status(w[k]));
+            tutti_work_free(w[k]);
+        }
+        if (st == TUTTI_OK)
+            cmp(c, "recvbuf", E[k], R[k], k_[k].n, tutti_dtype_size(k_[k].dt));
+    }
+    for (int k = 0; k < K; k++) {
+        free(S[k]);
+        free(R[k]);
+        free(E[k]);
+    }
+    free(B);
+    free(BE);
+    c->algo = NULL;
 }
 
 /* ---- several MiB ------------------------------------------------------------------------------- */
@@ -1184,6 +1267,8 @@ static int matrix_rank(int rank, int size, void *arg)
         run_barrier(&c);
     if (!c.fatal)
         run_p2p(&c);
+    if (!c.fatal)
+        run_pipelined(&c);
     if (!c.fatal && cfg->large)
         run_large(&c);
     double t2 = th_now();

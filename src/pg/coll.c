@@ -47,8 +47,9 @@ static tutti_status_t check_op(tutti_comm_t *comm, const char *fn, tutti_op_t op
 static tutti_status_t check_bytes(tutti_comm_t *comm, const char *fn, size_t count, size_t esize,
                                   size_t mult, size_t *bytes)
 {
-    if (count != 0 && (esize > SIZE_MAX / count || count * esize > SIZE_MAX / mult))
-        return BAD(comm, "%s: count %zu of %zu-byte elements (x%zu) overflows the address space", fn,
+    /* No object can exceed PTRDIFF_MAX bytes, so a larger span is a wrong count, not a buffer. */
+    if (count != 0 && (esize > PTRDIFF_MAX / count || count * esize > PTRDIFF_MAX / mult))
+        return BAD(comm, "%s: count %zu of %zu-byte elements (x%zu) exceeds the address space", fn,
                    count, esize, mult);
     *bytes = count * esize * mult;
     return TUTTI_OK;

@@ -254,7 +254,9 @@ static int post_pieces(struct ofi *t, tutti__req_t *req)
         }
         if (ret != 0) {
             op_put(t, op);
-            return (int)ret;
+            /* shm says -FI_ENOMEM when its pool of receive entries, which unexpected messages
+             * share, runs dry: like -FI_EAGAIN, it clears as completions are read. */
+            return ret == -FI_ENOMEM ? -FI_EAGAIN : (int)ret;
         }
         inflight_add(t, op);
         t->busy[req->kind]++;
@@ -390,8 +392,11 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
                                   "receiver must post the same length (a bug in the caller)",
                                   t->prov, want, req->peer, chan_name(req->chan), sent);
     } else if (err == FI_ECANCELED) {
-        status = tutti__fmt_error(t->base.err, TUTTI_ERR_ABORTED,
-                                  "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled",
+        /* Only orphans are cancelled by us, and their completions never get here; rxm cancels
+         * receives itself when the connection to their peer breaks, i.e. the peer died. */
+        status = tutti__fmt_error(t->base.err, TUTTI_ERR_PEER_FAILED,
+                                  "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled by "
+                                  "the provider; the connection to that rank probably broke",
                                   t->prov, req->len, dir, req->peer, chan_name(req->chan));
     } else {
         status = classify(err);
@@ -742,8 +747,11 @@ tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
     size_t chunk = TUTTI__OFI_MAX_CHUNK;
     if (t->info->ep_attr->max_msg_size > 0 && t->info->ep_attr->max_msg_size < chunk)
         chunk = t->info->ep_attr->max_msg_size;
+    /* Receives get half the receive queue: providers such as shm hold unexpected messages in
+     * the same pool, and a pool full of posted receives stalls the message that would match
+     * one of them behind an unexpected one. */
     t->cap[TUTTI__REQ_SEND] = t->info->tx_attr ? t->info->tx_attr->size : 0;
-    t->cap[TUTTI__REQ_RECV] = t->info->rx_attr ? t->info->rx_attr->size : 0;
+    t->cap[TUTTI__REQ_RECV] = t->info->rx_attr ? (t->info->rx_attr->size + 1) / 2 : 0;
     TUTTI__LOG(TUTTI__LOG_INFO,
                "ofi: provider %s, fabric %s, domain %s, %u tag bits, pieces of at most %zu bytes",
                t->prov, t->info->fabric_attr->name ? t->info->fabric_attr->name : "?",

@@ -134,21 +134,28 @@ static tutti_status_t discover_rank(int *rank, int *size, const char **how)
 
 /* ---- node discovery ---- */
 
-/* Ranks share memory when they share a host, a boot, and the mount and network namespaces:
- * ranks in different network namespaces are treated as different nodes (this is also how the
- * multi-host tests run several "hosts" on one machine). */
+/* Ranks share memory when they share a host, a boot, and the same /dev/shm file system (not
+ * the mount namespace: `ip netns exec` gives every process its own, over the same /dev/shm).
+ * Ranks in different network namespaces count as different nodes: that is how the multi-host
+ * tests run several "hosts" on one machine. */
 typedef struct node_info {
     char host[64];
     char boot_id[40];
-    uint64_t netns, mntns;
+    uint64_t netns, shm_dev;
     int32_t pid;
     int32_t ncpus; /* cores this process may run on */
 } node_info_t;
 
-static uint64_t ns_inode(const char *path)
+static uint64_t inode_of(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static uint64_t device_of(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_dev : 0;
 }
 
 static void read_node_info(node_info_t *ni)
@@ -161,8 +168,8 @@ static void read_node_info(node_info_t *ni)
             ni->boot_id[0] = '\0';
         fclose(f);
     }
-    ni->netns = ns_inode("/proc/self/ns/net");
-    ni->mntns = ns_inode("/proc/self/ns/mnt");
+    ni->netns = inode_of("/proc/self/ns/net");
+    ni->shm_dev = device_of("/dev/shm");
     ni->pid = (int32_t)getpid();
     cpu_set_t set;
     ni->ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
@@ -171,7 +178,7 @@ static void read_node_info(node_info_t *ni)
 static bool same_node(const node_info_t *a, const node_info_t *b)
 {
     return strcmp(a->host, b->host) == 0 && strcmp(a->boot_id, b->boot_id) == 0 &&
-           a->netns == b->netns && a->mntns == b->mntns;
+           a->netns == b->netns && a->shm_dev == b->shm_dev;
 }
 
 static tutti_status_t find_nodes(tutti_comm_t *c, tutti__bootstrap_t *bs, int *ncpus)

@@ -1397,10 +1397,10 @@ END_TEST
 static Suite *collectives_suite(void)
 {
     Suite *s = suite_create("collectives");
+    static char names[NMATRIX][32]; /* Check keeps the pointer, not a copy */
     for (int i = 0; i < NMATRIX; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "%s_%d", matrix[i].tp, matrix[i].nranks);
-        TCase *tc = tcase_create(strdup(name));
+        snprintf(names[i], sizeof names[i], "%s_%d", matrix[i].tp, matrix[i].nranks);
+        TCase *tc = tcase_create(names[i]);
         tcase_set_timeout(tc, matrix[i].timeout);
         tcase_add_loop_test(tc, test_matrix, i, i + 1);
         suite_add_tcase(s, tc);

@@ -6,6 +6,16 @@
 
 #define BLOCK 256
 
+/* Callers may pass buffers at any byte offset (a tensor slice, a packed message), so elements
+ * are read and written through types that promise no alignment. */
+typedef int8_t i8_u __attribute__((aligned(1), may_alias));
+typedef uint8_t u8_u __attribute__((aligned(1), may_alias));
+typedef int32_t i32_u __attribute__((aligned(1), may_alias));
+typedef int64_t i64_u __attribute__((aligned(1), may_alias));
+typedef uint16_t u16_u __attribute__((aligned(1), may_alias));
+typedef float f32_u __attribute__((aligned(1), may_alias));
+typedef double f64_u __attribute__((aligned(1), may_alias));
+
 /* Integer arithmetic goes through the unsigned type so that overflow wraps instead of being
  * undefined. */
 #define ISUM(a, b, U) ((__typeof__(a))((U)(a) + (U)(b)))
@@ -16,17 +26,17 @@
 #define FMINV(a, b) (isnan(a) ? (a) : isnan(b) ? (b) : MINV(a, b))
 #define FMAXV(a, b) (isnan(a) ? (a) : isnan(b) ? (b) : MAXV(a, b))
 
-#define INT_KERNEL(NAME, T, U)                                                                 \
-    static void NAME(T *dst, const void *const *srcs, int nsrc, size_t n, tutti_op_t op)       \
+#define INT_KERNEL(NAME, T, TU, U)                                                                 \
+    static void NAME(void *dst, const void *const *srcs, int nsrc, size_t n, tutti_op_t op)    \
     {                                                                                          \
         T acc[BLOCK];                                                                          \
         for (size_t b = 0; b < n; b += BLOCK) {                                                \
             size_t m = n - b < BLOCK ? n - b : BLOCK;                                          \
-            const T *s0 = (const T *)srcs[0] + b;                                              \
+            const TU *s0 = (const TU *)srcs[0] + b;                                              \
             for (size_t i = 0; i < m; i++)                                                     \
                 acc[i] = s0[i];                                                                \
             for (int k = 1; k < nsrc; k++) {                                                   \
-                const T *s = (const T *)srcs[k] + b;                                           \
+                const TU *s = (const TU *)srcs[k] + b;                                           \
                 switch (op) {                                                                  \
                 case TUTTI_SUM: for (size_t i = 0; i < m; i++) acc[i] = ISUM(acc[i], s[i], U); break; \
                 case TUTTI_PROD: for (size_t i = 0; i < m; i++) acc[i] = IPROD(acc[i], s[i], U); break; \
@@ -38,29 +48,29 @@
                 default: break;                                                                \
                 }                                                                              \
             }                                                                                  \
-            memcpy(dst + b, acc, m * sizeof(T));                                               \
+            memcpy((char *)dst + b * sizeof(T), acc, m * sizeof(T));                                               \
         }                                                                                      \
     }
 
-INT_KERNEL(reduce_i8, int8_t, uint8_t)
-INT_KERNEL(reduce_u8, uint8_t, uint8_t)
-INT_KERNEL(reduce_i32, int32_t, uint32_t)
-INT_KERNEL(reduce_i64, int64_t, uint64_t)
+INT_KERNEL(reduce_i8, int8_t, i8_u, uint8_t)
+INT_KERNEL(reduce_u8, uint8_t, u8_u, uint8_t)
+INT_KERNEL(reduce_i32, int32_t, i32_u, uint32_t)
+INT_KERNEL(reduce_i64, int64_t, i64_u, uint64_t)
 
 /* Floating types: ACC is the accumulation type, LOAD/STORE convert to and from it, so bf16
  * and fp16 accumulate in fp32 and round once at the store. */
-#define FLOAT_KERNEL(NAME, T, ACC, LOAD, STORE)                                                \
-    static void NAME(T *dst, const void *const *srcs, int nsrc, size_t n, tutti_op_t op,       \
+#define FLOAT_KERNEL(NAME, T, TU, ACC, LOAD, STORE)                                                \
+    static void NAME(TU *dst, const void *const *srcs, int nsrc, size_t n, tutti_op_t op,      \
                      int avg_div)                                                              \
     {                                                                                          \
         ACC acc[BLOCK];                                                                        \
         for (size_t b = 0; b < n; b += BLOCK) {                                                \
             size_t m = n - b < BLOCK ? n - b : BLOCK;                                          \
-            const T *s0 = (const T *)srcs[0] + b;                                              \
+            const TU *s0 = (const TU *)srcs[0] + b;                                              \
             for (size_t i = 0; i < m; i++)                                                     \
                 acc[i] = LOAD(s0[i]);                                                          \
             for (int k = 1; k < nsrc; k++) {                                                   \
-                const T *s = (const T *)srcs[k] + b;                                           \
+                const TU *s = (const TU *)srcs[k] + b;                                           \
                 switch (op) {                                                                  \
                 case TUTTI_SUM:                                                                \
                 case TUTTI_AVG: for (size_t i = 0; i < m; i++) acc[i] += LOAD(s[i]); break;    \
@@ -81,10 +91,10 @@ INT_KERNEL(reduce_i64, int64_t, uint64_t)
     }
 
 #define ID(x) (x)
-FLOAT_KERNEL(reduce_f32, float, float, ID, ID)
-FLOAT_KERNEL(reduce_f64, double, double, ID, ID)
-FLOAT_KERNEL(reduce_bf16, uint16_t, float, tutti__bf16_to_f32, tutti__f32_to_bf16)
-FLOAT_KERNEL(reduce_f16, uint16_t, float, tutti__f16_to_f32, tutti__f32_to_f16)
+FLOAT_KERNEL(reduce_f32, float, f32_u, float, ID, ID)
+FLOAT_KERNEL(reduce_f64, double, f64_u, double, ID, ID)
+FLOAT_KERNEL(reduce_bf16, uint16_t, u16_u, float, tutti__bf16_to_f32, tutti__f32_to_bf16)
+FLOAT_KERNEL(reduce_f16, uint16_t, u16_u, float, tutti__f16_to_f32, tutti__f32_to_f16)
 
 void tutti__reduce(void *dst, const void *const *srcs, int nsrc, size_t count, tutti_dtype_t dt,
                    tutti_op_t op, int avg_div)

@@ -5,10 +5,13 @@
  * divides there) into its own region; barrier; the root copies every slice into recvbuf;
  * barrier (before the regions are reused). Cost: 3 barriers per segment and no messages; the
  * reduction work is spread over all ranks instead of piling up at the root as in a tree. Wins
- * at every size when every rank is on one node.
+ * at every size when every rank is on one node. Small messages (n * bytes <= SMALL_BYTES) let
+ * the root reduce the whole buffer itself, saving a barrier.
  */
 #include "algos.h"
 #include "patterns/chunk.h"
+
+#define SMALL_BYTES ((size_t)16 << 10)
 
 static tutti_status_t run(tutti__coll_t *c)
 {
@@ -24,6 +27,17 @@ static tutti_status_t run(tutti__coll_t *c)
     const size_t seg = w->region_size / es;
     const char *in = c->sendbuf;
     char *out = c->recvbuf; /* only the root's is used */
+
+    if (c->count <= seg && c->count * es * (size_t)n <= SMALL_BYTES) {
+        memcpy(w->regions[rank], in, c->count * es);
+        TUTTI__CHECK(tutti__win_barrier(c));
+        if (rank == c->root) {
+            for (int i = 0; i < n; i++)
+                srcs[i] = w->regions[i];
+            tutti__reduce(out, srcs, n, c->count, c->dtype, c->op, n);
+        }
+        return tutti__win_barrier(c); /* before any rank overwrites its region again */
+    }
 
     for (size_t base = 0; base < c->count; base += seg) {
         const size_t m = tutti__min_size(seg, c->count - base);

@@ -89,6 +89,32 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c);
  * demand, freed with the communicator), or NULL with c->err set. */
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);
 
+/* Block layout of the gathering and exchanging collectives, plain or v: tutti__rcount and
+ * tutti__rdispl are the elements and displacement of the block from (or, for allgather, of)
+ * rank i in recvbuf; tutti__scount and tutti__sdispl of the block for rank j in an alltoall's
+ * sendbuf. */
+static inline size_t tutti__rcount(const tutti__coll_t *c, int i)
+{
+    return c->counts == NULL ? c->count : c->counts[i];
+}
+static inline size_t tutti__rdispl(const tutti__coll_t *c, int i)
+{
+    return c->counts == NULL ? (size_t)i * c->count : c->displs[i];
+}
+static inline size_t tutti__scount(const tutti__coll_t *c, int j)
+{
+    return c->counts == NULL ? c->count : c->scounts[j];
+}
+static inline size_t tutti__sdispl(const tutti__coll_t *c, int j)
+{
+    return c->counts == NULL ? (size_t)j * c->count : c->sdispls[j];
+}
+
+/* tutti__direct_reduce is the direct (shm window) reduction that allreduce and reduce share:
+ * every rank reduces its slice over all ranks' copies; root < 0 copies the result out on every
+ * rank (allreduce), else on root only (reduce). */
+tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root);
+
 /* ---- algorithm tables (one file per algorithm; the tables live in select.c) ---- */
 
 extern const tutti__algo_t tutti__allreduce_ring, tutti__allreduce_tree, tutti__allreduce_direct;

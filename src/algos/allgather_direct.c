@@ -9,16 +9,6 @@
 #include "algos.h"
 #include "patterns/chunk.h"
 
-static size_t block_len(const tutti__coll_t *c, int b)
-{
-    return c->counts == NULL ? c->count : c->counts[b];
-}
-
-static size_t block_off(const tutti__coll_t *c, int b)
-{
-    return c->counts == NULL ? (size_t)b * c->count : c->displs[b];
-}
-
 static tutti_status_t run(tutti__coll_t *c)
 {
     const int n = c->size, rank = c->rank;
@@ -33,18 +23,18 @@ static tutti_status_t run(tutti__coll_t *c)
 
     size_t longest = 0;
     for (int i = 0; i < n; i++)
-        longest = block_len(c, i) > longest ? block_len(c, i) : longest;
-    char *own = out + block_off(c, rank) * es;
+        longest = tutti__rcount(c, i) > longest ? tutti__rcount(c, i) : longest;
+    char *own = out + tutti__rdispl(c, rank) * es;
     if (in != own)
-        memcpy(own, in, block_len(c, rank) * es);
+        memcpy(own, in, tutti__rcount(c, rank) * es);
 
     for (size_t off = 0; off < longest; off += seg) {
-        memcpy(w->regions[rank], in + off * es, tutti__piece(block_len(c, rank), off, seg) * es);
+        memcpy(w->regions[rank], in + off * es, tutti__piece(tutti__rcount(c, rank), off, seg) * es);
         TUTTI__CHECK(tutti__win_barrier(c));
         for (int i = 0; i < n; i++)
             if (i != rank)
-                memcpy(out + (block_off(c, i) + off) * es, w->regions[i],
-                       tutti__piece(block_len(c, i), off, seg) * es);
+                memcpy(out + (tutti__rdispl(c, i) + off) * es, w->regions[i],
+                       tutti__piece(tutti__rcount(c, i), off, seg) * es);
         TUTTI__CHECK(tutti__win_barrier(c));
     }
     return TUTTI_OK;

@@ -9,16 +9,6 @@
 #include "algos.h"
 #include "patterns/ring.h"
 
-static size_t block_len(const tutti__coll_t *c, int b)
-{
-    return c->counts == NULL ? c->count : c->counts[b];
-}
-
-static size_t block_off(const tutti__coll_t *c, int b)
-{
-    return c->counts == NULL ? (size_t)b * c->count : c->displs[b];
-}
-
 static tutti_status_t run(tutti__coll_t *c)
 {
     const int n = c->size, rank = c->rank;
@@ -26,14 +16,14 @@ static tutti_status_t run(tutti__coll_t *c)
     const size_t es = c->esize;
     char *out = c->recvbuf;
 
-    char *own = out + block_off(c, rank) * es;
+    char *own = out + tutti__rdispl(c, rank) * es;
     if ((const char *)c->sendbuf != own)
-        memcpy(own, c->sendbuf, block_len(c, rank) * es);
+        memcpy(own, c->sendbuf, tutti__rcount(c, rank) * es);
 
     for (int k = 0; k < n - 1; k++) {
         int sb = tutti__ring_ag_block(rank, n, k), rb = tutti__ring_ag_block(left, n, k);
-        TUTTI__CHECK(tutti__sendrecv(c, right, out + block_off(c, sb) * es, block_len(c, sb) * es,
-                                     left, out + block_off(c, rb) * es, block_len(c, rb) * es));
+        TUTTI__CHECK(tutti__sendrecv(c, right, out + tutti__rdispl(c, sb) * es, tutti__rcount(c, sb) * es,
+                                     left, out + tutti__rdispl(c, rb) * es, tutti__rcount(c, rb) * es));
     }
     return TUTTI_OK;
 }

@@ -9,16 +9,17 @@
  * every rank is on one node. Small messages (n * bytes <= SMALL_BYTES) skip the slices: after
  * the first barrier every rank reduces the whole buffer over all regions itself, in the same
  * order with the same kernel, so the bits still agree, and one barrier is saved (latency is all
- * that counts there).
+ * that counts there). reduce_direct.c runs the same steps with only its root copying out.
  */
 #include "algos.h"
 #include "patterns/chunk.h"
 
 #define SMALL_BYTES ((size_t)16 << 10)
 
-static tutti_status_t run(tutti__coll_t *c)
+tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
 {
     const int n = c->size, rank = c->rank;
+    const bool copy_out = root < 0 || root == rank;
     const size_t es = c->esize;
     tutti__window_t *w = tutti__window(c);
     if (w == NULL || w->nranks != n || w->region_size < es)
@@ -34,9 +35,11 @@ static tutti_status_t run(tutti__coll_t *c)
     if (c->count <= seg && c->count * es * (size_t)n <= SMALL_BYTES) {
         memcpy(w->regions[rank], in, c->count * es);
         TUTTI__CHECK(tutti__win_barrier(c));
-        for (int i = 0; i < n; i++)
-            srcs[i] = w->regions[i];
-        tutti__reduce(out, srcs, n, c->count, c->dtype, c->op, n);
+        if (copy_out) {
+            for (int i = 0; i < n; i++)
+                srcs[i] = w->regions[i];
+            tutti__reduce(out, srcs, n, c->count, c->dtype, c->op, n);
+        }
         return tutti__win_barrier(c); /* before any rank overwrites its region again */
     }
 
@@ -52,7 +55,7 @@ static tutti_status_t run(tutti__coll_t *c)
                       c->op, n);
         TUTTI__CHECK(tutti__win_barrier(c));
 
-        for (int s = 0; s < n; s++) {
+        for (int s = 0; s < n && copy_out; s++) {
             size_t o = tutti__split_off(m, n, s) * es;
             memcpy(out + base * es + o, w->regions[s] + o, tutti__split_len(m, n, s) * es);
         }
@@ -60,6 +63,8 @@ static tutti_status_t run(tutti__coll_t *c)
     }
     return TUTTI_OK;
 }
+
+static tutti_status_t run(tutti__coll_t *c) { return tutti__direct_reduce(c, -1); }
 
 const tutti__algo_t tutti__allreduce_direct = {
     .name = "direct",

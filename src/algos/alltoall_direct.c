@@ -14,23 +14,6 @@
 
 #define HEADER 64 /* one cache line: the "more to come" flag */
 
-static size_t scount(const tutti__coll_t *c, int j)
-{
-    return c->counts == NULL ? c->count : c->scounts[j];
-}
-static size_t sdispl(const tutti__coll_t *c, int j)
-{
-    return c->counts == NULL ? (size_t)j * c->count : c->sdispls[j];
-}
-static size_t rcount(const tutti__coll_t *c, int i)
-{
-    return c->counts == NULL ? c->count : c->counts[i];
-}
-static size_t rdispl(const tutti__coll_t *c, int i)
-{
-    return c->counts == NULL ? (size_t)i * c->count : c->displs[i];
-}
-
 static tutti_status_t run(tutti__coll_t *c)
 {
     const int n = c->size, rank = c->rank;
@@ -52,8 +35,8 @@ static tutti_status_t run(tutti__coll_t *c)
         /* In place, a received piece could land on a piece not yet sent: work from a copy. */
         size_t extent = 0;
         for (int j = 0; j < n; j++)
-            if (scount(c, j) > 0 && sdispl(c, j) + scount(c, j) > extent)
-                extent = sdispl(c, j) + scount(c, j);
+            if (tutti__scount(c, j) > 0 && tutti__sdispl(c, j) + tutti__scount(c, j) > extent)
+                extent = tutti__sdispl(c, j) + tutti__scount(c, j);
         if (extent > 0) {
             char *copy = tutti__coll_scratch(c, extent * es);
             if (copy == NULL)
@@ -62,8 +45,8 @@ static tutti_status_t run(tutti__coll_t *c)
             in = copy;
         }
     }
-    if (rcount(c, rank) > 0)
-        memcpy(out + rdispl(c, rank) * es, in + sdispl(c, rank) * es, rcount(c, rank) * es);
+    if (tutti__rcount(c, rank) > 0)
+        memcpy(out + tutti__rdispl(c, rank) * es, in + tutti__sdispl(c, rank) * es, tutti__rcount(c, rank) * es);
 
     char *mine = w->regions[rank];
     for (size_t off = 0;; off += per) {
@@ -71,9 +54,9 @@ static tutti_status_t run(tutti__coll_t *c)
         for (int j = 0; j < n; j++) {
             if (j == rank)
                 continue;
-            memcpy(mine + HEADER + (size_t)j * slot, in + (sdispl(c, j) + off) * es,
-                   tutti__piece(scount(c, j), off, per) * es);
-            more |= scount(c, j) > off + per;
+            memcpy(mine + HEADER + (size_t)j * slot, in + (tutti__sdispl(c, j) + off) * es,
+                   tutti__piece(tutti__scount(c, j), off, per) * es);
+            more |= tutti__scount(c, j) > off + per;
         }
         memcpy(mine, &more, sizeof more);
         TUTTI__CHECK(tutti__win_barrier(c));
@@ -84,8 +67,8 @@ static tutti_status_t run(tutti__coll_t *c)
             memcpy(&theirs, w->regions[i], sizeof theirs);
             more |= theirs;
             if (i != rank)
-                memcpy(out + (rdispl(c, i) + off) * es, w->regions[i] + HEADER + (size_t)rank * slot,
-                       tutti__piece(rcount(c, i), off, per) * es);
+                memcpy(out + (tutti__rdispl(c, i) + off) * es, w->regions[i] + HEADER + (size_t)rank * slot,
+                       tutti__piece(tutti__rcount(c, i), off, per) * es);
         }
         TUTTI__CHECK(tutti__win_barrier(c));
         if (!more)

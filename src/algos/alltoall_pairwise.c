@@ -10,23 +10,6 @@
 #include "algos.h"
 #include "patterns/ring.h"
 
-static size_t scount(const tutti__coll_t *c, int j)
-{
-    return c->counts == NULL ? c->count : c->scounts[j];
-}
-static size_t sdispl(const tutti__coll_t *c, int j)
-{
-    return c->counts == NULL ? (size_t)j * c->count : c->sdispls[j];
-}
-static size_t rcount(const tutti__coll_t *c, int i)
-{
-    return c->counts == NULL ? c->count : c->counts[i];
-}
-static size_t rdispl(const tutti__coll_t *c, int i)
-{
-    return c->counts == NULL ? (size_t)i * c->count : c->displs[i];
-}
-
 static tutti_status_t run(tutti__coll_t *c)
 {
     const int n = c->size, rank = c->rank;
@@ -37,8 +20,8 @@ static tutti_status_t run(tutti__coll_t *c)
     if ((const void *)in == (const void *)out) {
         size_t extent = 0; /* elements up to the end of the furthest send block */
         for (int j = 0; j < n; j++)
-            if (scount(c, j) > 0 && sdispl(c, j) + scount(c, j) > extent)
-                extent = sdispl(c, j) + scount(c, j);
+            if (tutti__scount(c, j) > 0 && tutti__sdispl(c, j) + tutti__scount(c, j) > extent)
+                extent = tutti__sdispl(c, j) + tutti__scount(c, j);
         if (extent > 0) {
             char *copy = tutti__coll_scratch(c, extent * es);
             if (copy == NULL)
@@ -48,12 +31,12 @@ static tutti_status_t run(tutti__coll_t *c)
         }
     }
 
-    if (rcount(c, rank) > 0)
-        memcpy(out + rdispl(c, rank) * es, in + sdispl(c, rank) * es, rcount(c, rank) * es);
+    if (tutti__rcount(c, rank) > 0)
+        memcpy(out + tutti__rdispl(c, rank) * es, in + tutti__sdispl(c, rank) * es, tutti__rcount(c, rank) * es);
     for (int k = 1; k < n; k++) {
         int to = tutti__pairwise_to(rank, n, k), from = tutti__pairwise_from(rank, n, k);
-        TUTTI__CHECK(tutti__sendrecv(c, to, in + sdispl(c, to) * es, scount(c, to) * es, from,
-                                     out + rdispl(c, from) * es, rcount(c, from) * es));
+        TUTTI__CHECK(tutti__sendrecv(c, to, in + tutti__sdispl(c, to) * es, tutti__scount(c, to) * es, from,
+                                     out + tutti__rdispl(c, from) * es, tutti__rcount(c, from) * es));
     }
     return TUTTI_OK;
 }

@@ -9,57 +9,8 @@
  * the root reduce the whole buffer itself, saving a barrier.
  */
 #include "algos.h"
-#include "patterns/chunk.h"
 
-#define SMALL_BYTES ((size_t)16 << 10)
-
-static tutti_status_t run(tutti__coll_t *c)
-{
-    const int n = c->size, rank = c->rank;
-    const size_t es = c->esize;
-    tutti__window_t *w = tutti__window(c);
-    if (w == NULL || w->nranks != n || w->region_size < es)
-        return tutti__fmt_error(c->err, TUTTI_ERR_INTERNAL,
-                                "%s (direct): no usable shm window on rank %d", c->name, rank);
-    const void **srcs = tutti__coll_scratch(c, (size_t)n * sizeof *srcs);
-    if (srcs == NULL)
-        return TUTTI_ERR_NO_MEMORY;
-    const size_t seg = w->region_size / es;
-    const char *in = c->sendbuf;
-    char *out = c->recvbuf; /* only the root's is used */
-
-    if (c->count <= seg && c->count * es * (size_t)n <= SMALL_BYTES) {
-        memcpy(w->regions[rank], in, c->count * es);
-        TUTTI__CHECK(tutti__win_barrier(c));
-        if (rank == c->root) {
-            for (int i = 0; i < n; i++)
-                srcs[i] = w->regions[i];
-            tutti__reduce(out, srcs, n, c->count, c->dtype, c->op, n);
-        }
-        return tutti__win_barrier(c); /* before any rank overwrites its region again */
-    }
-
-    for (size_t base = 0; base < c->count; base += seg) {
-        const size_t m = tutti__min_size(seg, c->count - base);
-        memcpy(w->regions[rank], in + base * es, m * es);
-        TUTTI__CHECK(tutti__win_barrier(c));
-
-        const size_t so = tutti__split_off(m, n, rank) * es;
-        for (int i = 0; i < n; i++)
-            srcs[i] = w->regions[i] + so;
-        tutti__reduce(w->regions[rank] + so, srcs, n, tutti__split_len(m, n, rank), c->dtype,
-                      c->op, n);
-        TUTTI__CHECK(tutti__win_barrier(c));
-
-        if (rank == c->root)
-            for (int s = 0; s < n; s++) {
-                size_t o = tutti__split_off(m, n, s) * es;
-                memcpy(out + base * es + o, w->regions[s] + o, tutti__split_len(m, n, s) * es);
-            }
-        TUTTI__CHECK(tutti__win_barrier(c));
-    }
-    return TUTTI_OK;
-}
+static tutti_status_t run(tutti__coll_t *c) { return tutti__direct_reduce(c, c->root); }
 
 const tutti__algo_t tutti__reduce_direct = {
     .name = "direct",

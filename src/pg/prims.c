@@ -204,8 +204,10 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
 {
     tutti_comm_t *comm = c->comm;
-    if (bytes <= comm->scratch_size)
+    if (bytes <= comm->scratch_size && comm->scratch != NULL)
         return comm->scratch;
+    if (bytes == 0)
+        bytes = 1; /* callers take NULL for out of memory */
     size_t sz = (bytes + 4095) & ~(size_t)4095;
     void *p = NULL;
     if (posix_memalign(&p, 64, sz) != 0) {

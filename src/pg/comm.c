@@ -69,7 +69,7 @@ tutti_status_t tutti__comm_fail(tutti_comm_t *c, tutti_status_t status, const ch
     if (c->failed == TUTTI_OK) {
         c->failed = status;
         snprintf(c->failed_msg, sizeof c->failed_msg, "%s", msg);
-        TUTTI__LOG(TUTTI__LOG_ERROR, "rank %d: %s", c->rank, msg);
+        TUTTI__LOG(TUTTI__LOG_ERROR, "%s", msg); /* msg names the rank already */
     }
     snprintf(c->last_error, sizeof c->last_error, "%s", msg);
     snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", msg);

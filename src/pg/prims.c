@@ -134,7 +134,10 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
             }
             if (reqs[i].status < 0) {
                 tutti__transport_t *tp = c->comm->peer_tp[reqs[i].peer];
-                return fail(c, reqs[i].status, "%s %s rank %d failed: %s", tp->ops->name,
+                return fail(c, reqs[i].status,
+                            "%s %s rank %d failed: %s; the communicator is now failed: destroy "
+                            "it and create a new one",
+                            tp->ops->name,
                             reqs[i].kind == TUTTI__REQ_SEND ? "send to" : "receive from",
                             reqs[i].peer, tp->err);
             }

@@ -29,7 +29,7 @@ fail=0
 # run COLL ARGS...: 4 ranks, 0-1 in namespace a, 2-3 in namespace b. With LOOPBACK=1: 2 ranks
 # in namespace c, whose only interface is loopback, all over ofi.
 run() {
-  local pids=() r ns rc=0 out nranks=4 master=10.231.7.1 nodes=2 extra=()
+  local pids=() r ns rc=0 out nranks=4 master=10.231.7.1 nodes=2 extra=(${EXTRA:-})
   if [ "${LOOPBACK:-0}" = 1 ]; then nranks=2 master=127.0.0.1 nodes=1 extra=(TUTTI_TRANSPORT=ofi); fi
   out=$(mktemp)
   for ((r = 0; r < nranks; r++)); do
@@ -41,7 +41,13 @@ run() {
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   port=$((port + 1))
   n=$((n + 1))
-  if [ $rc = 0 ] && grep -q "nodes $nodes" "$out.0"; then
+  if [ -n "${EXPECT_FAIL:-}" ]; then
+    # every rank must fail, and say why
+    if [ $rc = 1 ] && grep -q "$EXPECT_FAIL" "$out.0" "$out.3"; then rc=ok; fi
+  elif [ $rc = 0 ] && grep -q "nodes $nodes" "$out.0"; then
+    rc=ok
+  fi
+  if [ $rc = ok ]; then
     echo "ok $n - $*"
   else
     echo "not ok $n - $*"; fail=1
@@ -49,7 +55,7 @@ run() {
   fi
   rm -f "$out" "$out".*
 }
-echo "1..10"
+echo "1..11"
 run allreduce -b 4 -e 4M -f 8 -i 3 -x 1
 run allreduce -b 4 -e 1M -f 16 -i 3 -x 1 -a ring -d bf16
 run allreduce -b 4 -e 1M -f 16 -i 3 -x 1 -a tree -d int32 -o max
@@ -59,5 +65,6 @@ run reduce_scatter -b 4 -e 1M -f 16 -i 3 -x 1
 run bcast -b 4 -e 1M -f 16 -i 3 -x 1
 run reduce -b 4 -e 1M -f 16 -i 3 -x 1 -d fp64
 run barrier -i 5 -x 1
+EXTRA=TUTTI_TRANSPORT=shm EXPECT_FAIL="span 2 nodes" run allreduce -b 4 -e 4 -i 1 -x 1
 LOOPBACK=1 run allreduce -b 4 -e 1M -f 16 -i 3 -x 1
 exit $fail

@@ -116,9 +116,10 @@ typedef struct tutti_comm_config {
     size_t struct_size;    /**< sizeof(tutti_comm_config_t) as the caller compiled it */
     double timeout_s;      /**< deadline of every wait; <= 0: TUTTI_TIMEOUT or 300 s */
     const char *transport; /**< "auto", "shm" or "ofi"; NULL: TUTTI_TRANSPORT or "auto" */
+    int worker_count;      /**< worker threads, 1..16; 0: CCL_WORKER_COUNT or 1 */
 } tutti_comm_config_t;
 
-#define TUTTI_COMM_CONFIG_INIT {sizeof(tutti_comm_config_t), 0.0, NULL}
+#define TUTTI_COMM_CONFIG_INIT {sizeof(tutti_comm_config_t), 0.0, NULL, 0}
 
 /** @return the library's version, "MAJOR.MINOR.PATCH". */
 TUTTI_API const char *tutti_version(void);
@@ -169,6 +170,14 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
  */
 TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm);
 
+/**
+ * Abort: every operation still queued or running on comm, and every later one, fails fast with
+ * TUTTI_ERR_ABORTED. Other ranks are not told; their operations with this rank fail by their
+ * deadline or when it destroys the communicator or exits. Safe from any thread, and from a
+ * completion callback. The handle must still be destroyed.
+ */
+TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm);
+
 /** @return this process's rank in comm, or -1 if comm is not a live communicator. */
 TUTTI_API int tutti_comm_rank(const tutti_comm_t *comm);
 /** @return the number of ranks in comm, or -1. */
@@ -179,6 +188,10 @@ TUTTI_API int tutti_comm_local_rank(const tutti_comm_t *comm);
 TUTTI_API int tutti_comm_local_size(const tutti_comm_t *comm);
 /** @return the number of nodes the communicator spans, or -1. */
 TUTTI_API int tutti_comm_node_count(const tutti_comm_t *comm);
+/** @return the number of worker threads of comm, or -1. */
+TUTTI_API int tutti_comm_worker_count(const tutti_comm_t *comm);
+/** @return the core worker runs on (per CCL_WORKER_AFFINITY), or -1 if not pinned or invalid. */
+TUTTI_API int tutti_comm_worker_cpu(const tutti_comm_t *comm, int worker);
 /** @return the number of collectives posted on comm so far (the next one's sequence number). */
 TUTTI_API uint64_t tutti_comm_seq(const tutti_comm_t *comm);
 /** @return the transport used towards peer ("shm", "ofi", "self"), or NULL. */
@@ -292,7 +305,18 @@ TUTTI_API tutti_status_t tutti_work_status(const tutti_work_t *work);
 /** @return the operation's error text, "" if none. Valid until tutti_work_free. */
 TUTTI_API const char *tutti_work_error(const tutti_work_t *work);
 
-/** Free a handle (NULL is fine). A handle still in progress is completed first. */
+/**
+ * Run fn(work, arg) once when the operation completes, on the worker thread that completes it;
+ * if it has completed already, at once in the calling thread. At most one callback per handle
+ * (a second call returns TUTTI_ERR_INVALID_ARG). The callback may query the handle and post new
+ * operations, but must not wait on operations of the same communicator.
+ */
+TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *work,
+                                                void (*fn)(tutti_work_t *work, void *arg),
+                                                void *arg);
+
+/** Free a handle (NULL is fine). A handle still in progress is waited for first (up to its
+ *  deadline); its memory lives until the operation and its callback are done. */
 TUTTI_API void tutti_work_free(tutti_work_t *work);
 
 #ifdef __cplusplus

@@ -22,6 +22,7 @@ typedef struct tutti__coll {
     const char *name;     /* "allreduce", "allgatherv", "send", ... for messages */
     uint64_t seq;         /* sequence number on the communicator */
     const tutti__algo_t *algo;
+    int slice;            /* which slice of execution runs it: its channel, window and scratch */
     double deadline;      /* absolute, tutti__now() clock */
     char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */
 

@@ -28,6 +28,14 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"CCL_REDUCE", NULL, "reduce algorithm override"},
     {"CCL_BARRIER", NULL, "barrier algorithm override"},
     {"CCL_LOG_LEVEL", "warn", "error, warn, info, debug or trace; messages go to stderr"},
+    {"CCL_WORKER_COUNT", "1", "worker threads per rank that run the collectives (at least 1)"},
+    {"CCL_WORKER_AFFINITY", "auto",
+     "cores for the workers: auto (distinct allowed cores, from the last one down), none, or a "
+     "list like \"3,4,5-7\" with local ranks x workers entries, entry i for local worker i"},
+    {"CCL_WORKER_WAIT", "1", "1: idle workers sleep until work arrives; 0: they spin"},
+    {"TUTTI_INLINE_MAX", "65536",
+     "bytes up to which an operation posted on an idle communicator runs in the caller's thread "
+     "(0: every operation goes to the workers)"},
     {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit)"},
     {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
     {"TUTTI_SHM_WINDOW", "4194304", "bytes per rank of the shared window the direct algorithms use"},

@@ -16,7 +16,12 @@ static tutti_status_t check_comm(tutti_comm_t *comm, const char *fn)
                                 "%s: communicator %p is not live (NULL, destroyed, or never "
                                 "created)",
                                 fn, (void *)comm);
-    if (comm->failed != TUTTI_OK)
+    tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
+    if (failed == TUTTI_ERR_ABORTED)
+        return tutti__comm_error(comm, TUTTI_ERR_ABORTED,
+                                 "%s: the communicator was aborted (%s); destroy it", fn,
+                                 comm->failed_msg);
+    if (failed != TUTTI_OK)
         return tutti__comm_error(comm, TUTTI_ERR_COMM_FAILED,
                                  "%s: the communicator failed earlier and can run nothing more; "
                                  "destroy it and create a new one. The first failure was: %s",
@@ -118,82 +123,60 @@ static void init_coll(tutti__coll_t *c, tutti_comm_t *comm, tutti_coll_t kind, c
     c->root = -1;
 }
 
-/* local runs the single-rank case, where every collective is a copy (or nothing). */
-static void run_local(tutti__coll_t *c)
+void tutti__coll_local(tutti__coll_t *c)
 {
-    const char *s = c->sendbuf;
-    char *r = c->recvbuf;
+    const char *src = c->sendbuf;
+    char *dst = c->recvbuf;
     size_t bytes = c->count * c->esize;
     switch (c->kind) {
     case TUTTI_COLL_ALLGATHER:
     case TUTTI_COLL_ALLTOALL:
         if (c->counts != NULL) {
             bytes = c->counts[0] * c->esize;
-            r += c->displs[0] * c->esize;
+            dst += c->displs[0] * c->esize;
             if (c->sdispls != NULL)
-                s += c->sdispls[0] * c->esize;
+                src += c->sdispls[0] * c->esize;
         }
         break;
     case TUTTI_COLL_BCAST:
     case TUTTI_COLL_BARRIER: return;
     default: break;
     }
-    if (bytes > 0 && s != r && r != NULL)
-        memmove(r, s, bytes);
+    if (bytes > 0 && src != dst && dst != NULL)
+        memmove(dst, src, bytes);
 }
 
-/* submit assigns the sequence number, picks the algorithm, runs the call and records its
- * outcome in w. Collectives run in the calling thread for now; the handle is the same either
- * way. */
-static tutti_status_t submit(tutti__coll_t *c, tutti_work_t *w, bool trivial)
+/* run hands the call to the executor. A blocking call waits for it here; otherwise the caller
+ * gets the handle. owned (may be NULL) is freed with the work. */
+static tutti_status_t run(tutti__coll_t *c, tutti_work_t **work, bool trivial, size_t *owned)
 {
     tutti_comm_t *comm = c->comm;
     c->esize = tutti_dtype_size(c->dtype);
-    if (c->kind == TUTTI_COLL_COUNT) {
-        c->seq = comm->p2p_seq++;
-    } else {
-        c->seq = comm->seq++;
-        c->algo = tutti__select(comm, c->kind, tutti__coll_bytes(c));
-    }
-    c->deadline = tutti__now() + comm->timeout_s;
-    w->comm = comm;
-    w->error[0] = '\0';
-    c->err = w->error;
-    tutti_status_t st = TUTTI_OK;
-    if (comm->size == 1)
-        run_local(c);
-    else if (!trivial)
-        st = c->algo->run(c);
-    w->coll = *c;
-    w->status = st;
-    __atomic_store_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_RELEASE);
-    if (st < 0) {
-        snprintf(comm->last_error, sizeof comm->last_error, "%s", w->error);
-        snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", w->error);
-    }
-    return st;
-}
-
-/* finish either hands the work to the caller or, for a blocking call, returns its status. */
-static tutti_status_t run(tutti__coll_t *c, tutti_work_t **work, bool trivial, size_t *owned)
-{
-    if (work == NULL) {
-        tutti_work_t w;
-        memset(&w, 0, offsetof(tutti_work_t, error));
-        tutti_status_t st = submit(c, &w, trivial);
-        free(owned);
-        return st;
-    }
-    tutti_work_t *w = calloc(1, sizeof *w);
+    tutti_work_t *w = malloc(sizeof *w);
     if (w == NULL) {
         free(owned);
-        return tutti__comm_error(c->comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory for the work handle",
+        return tutti__comm_error(comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory for the work handle",
                                  c->name);
     }
+    w->coll = *c;
+    w->refs = 1; /* the caller's */
+    w->cb_state = 0;
+    w->cb = NULL;
     w->owned = owned;
-    submit(c, w, trivial);
-    *work = w;
-    return TUTTI_OK;
+    size_t bytes = tutti__coll_bytes(c);
+    tutti__exec_submit(comm, w, bytes, trivial || comm->size == 1);
+    if (work != NULL) {
+        *work = w;
+        return TUTTI_OK;
+    }
+    tutti_status_t st = tutti_work_wait(w, -1.0);
+    if (st < 0) {
+        pthread_mutex_lock(&comm->err_lock);
+        snprintf(comm->last_error, sizeof comm->last_error, "%s", w->error);
+        pthread_mutex_unlock(&comm->err_lock);
+    }
+    tutti__work_release(w);
+    return st;
 }
 
 #define BEGIN(fn)                                                                              \

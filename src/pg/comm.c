@@ -2,6 +2,7 @@
  * (rank discovery, node discovery, transports, liveness mesh), the registry of live handles,
  * accessors, error texts, and destruction. */
 #include <arpa/inet.h>
+#include <limits.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -66,23 +67,29 @@ bool tutti__comm_valid(const tutti_comm_t *c)
 
 tutti_status_t tutti__comm_fail(tutti_comm_t *c, tutti_status_t status, const char *msg)
 {
+    pthread_mutex_lock(&c->err_lock);
     if (c->failed == TUTTI_OK) {
-        c->failed = status;
         snprintf(c->failed_msg, sizeof c->failed_msg, "%s", msg);
+        __atomic_store_n(&c->failed, status, __ATOMIC_RELEASE);
         TUTTI__LOG(TUTTI__LOG_ERROR, "%s", msg); /* msg names the rank already */
     }
     snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+    pthread_mutex_unlock(&c->err_lock);
     snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", msg);
     return status;
 }
 
 tutti_status_t tutti__comm_error(tutti_comm_t *c, tutti_status_t status, const char *fmt, ...)
 {
+    char msg[TUTTI__ERRLEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", c->last_error);
+    pthread_mutex_lock(&c->err_lock);
+    snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+    pthread_mutex_unlock(&c->err_lock);
+    snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", msg);
     return status;
 }
 
@@ -247,9 +254,17 @@ static void pick_local_ip(tutti_comm_t *c, tutti__store_t *store, char ip[64])
 
 /* ---- creation ---- */
 
-static tutti_status_t read_config(const tutti_comm_config_t *cfg, double *timeout, const char **tp)
+typedef struct config {
+    double timeout;
+    const char *transport;
+    long workers;
+} config_t;
+
+static tutti_status_t read_config(const tutti_comm_config_t *cfg, config_t *out)
 {
     double t = 300.0;
+    long workers = 1;
+    TUTTI__CHECK(tutti__env_long("CCL_WORKER_COUNT", 1, 16, &workers));
     TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");
     if (cfg != NULL) {
@@ -263,6 +278,15 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, double *timeou
         if (cfg->struct_size >= offsetof(tutti_comm_config_t, transport) + sizeof(char *) &&
             cfg->transport != NULL)
             transport = cfg->transport;
+        if (cfg->struct_size >= offsetof(tutti_comm_config_t, worker_count) + sizeof(int) &&
+            cfg->worker_count != 0) {
+            if (cfg->worker_count < 1 || cfg->worker_count > 16)
+                return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                        "tutti_comm_config_t.worker_count is %d: use 1..16, or 0 "
+                                        "for CCL_WORKER_COUNT",
+                                        cfg->worker_count);
+            workers = cfg->worker_count;
+        }
     }
     if (strcmp(transport, "auto") != 0 && strcmp(transport, "shm") != 0 &&
         strcmp(transport, "ofi") != 0)
@@ -270,8 +294,7 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, double *timeou
                                 "unknown transport \"%s\" (TUTTI_TRANSPORT or config): valid are "
                                 "auto, shm, ofi",
                                 transport);
-    *timeout = t;
-    *tp = transport;
+    *out = (config_t){t, transport, workers};
     return TUTTI_OK;
 }
 
@@ -288,6 +311,10 @@ static void comm_free(tutti_comm_t *c)
 {
     if (c == NULL)
         return;
+    tutti__exec_stop(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
+    for (int i = 0; c->slices != NULL && i < c->nslices; i++)
+        free(c->slices[i].scratch);
+    free(c->slices);
     if (c->shm != NULL)
         c->shm->ops->destroy(c->shm);
     if (c->ofi != NULL)
@@ -296,7 +323,7 @@ static void comm_free(tutti_comm_t *c)
     free(c->peer_tp);
     free(c->node_of);
     free(c->local_ranks);
-    free(c->scratch);
+    pthread_mutex_destroy(&c->err_lock);
     c->magic = 0;
     free(c);
 }
@@ -338,8 +365,18 @@ static tutti_status_t connect_transports(tutti_comm_t *c, tutti__bootstrap_t *bs
     return TUTTI_OK;
 }
 
+static tutti_status_t start_workers(tutti_comm_t *c)
+{
+    long sleep = 1, inline_max = 65536;
+    TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &sleep));
+    TUTTI__CHECK(tutti__env_long("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
+    int cpus[16];
+    TUTTI__CHECK(tutti__worker_cpus(c->local_rank, c->local_size, c->nslices, cpus));
+    return tutti__exec_create(c, cpus, sleep != 0, (size_t)inline_max);
+}
+
 static tutti_status_t comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
-                                  double timeout, const char *mode, tutti_comm_t **out)
+                                  const config_t *cfg, tutti_comm_t **out)
 {
     tutti_status_t st;
     int ncpus = 1;
@@ -350,14 +387,25 @@ static tutti_status_t comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     c->magic = TUTTI__COMM_MAGIC;
     c->rank = rank;
     c->size = size;
-    c->timeout_s = timeout;
+    c->timeout_s = cfg->timeout;
+    c->nslices = (int)cfg->workers;
+    c->nchan = 2; /* user send/recv, and one collective channel */
+    pthread_mutex_init(&c->err_lock, NULL);
+    c->slices = calloc((size_t)c->nslices, sizeof *c->slices);
+    if (c->slices == NULL) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+        goto fail;
+    }
     TUTTI__CHECK_GOTO(find_nodes(c, bs, &ncpus), st, fail);
-    c->oversubscribed = c->local_size > ncpus;
-    TUTTI__CHECK_GOTO(connect_transports(c, bs, mode), st, fail);
+    /* Every local rank runs its caller and its workers: more threads than cores means that
+     * waits must give the core away at once. */
+    c->oversubscribed = c->local_size * (1 + c->nslices) > ncpus;
+    TUTTI__CHECK_GOTO(connect_transports(c, bs, cfg->transport), st, fail);
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__select_init(c), st, fail);
     pick_local_ip(c, store, ip);
     TUTTI__CHECK_GOTO(tutti__live_create(bs, ip, &c->live), st, fail);
+    TUTTI__CHECK_GOTO(start_workers(c), st, fail);
     if (!reg_add(c)) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto fail;
@@ -378,10 +426,10 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_init_env: comm is NULL");
     *comm = NULL;
     set_log_level();
-    double timeout;
-    const char *mode, *how;
+    config_t cfg;
+    const char *how;
     int rank, size;
-    TUTTI__CHECK(read_config(config, &timeout, &mode));
+    TUTTI__CHECK(read_config(config, &cfg));
     TUTTI__CHECK(discover_rank(&rank, &size, &how));
     const char *addr = tutti__env_get("MASTER_ADDR");
     long port = 29500;
@@ -390,14 +438,14 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
         return st;
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld", rank, size, how, addr,
                port);
-    double deadline = tutti__now() + timeout;
+    double deadline = tutti__now() + cfg.timeout;
     tutti__store_t *store = NULL;
     TUTTI__CHECK(tutti__store_open(rank, size, addr, (int)port, deadline, &store));
     char where[128];
     snprintf(where, sizeof where, "the rendezvous store at %s:%ld", addr, port);
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = deadline,
                              .oob = tutti__store_oob(store), .where = where};
-    st = comm_create(rank, size, &bs, store, timeout, mode, comm);
+    st = comm_create(rank, size, &bs, store, &cfg, comm);
     /* Keep the failure text: closing the store must not overwrite it. */
     char saved[TUTTI__ERRLEN];
     snprintf(saved, sizeof saved, "%s", tutti__tls_error());
@@ -422,12 +470,11 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
                                 "tutti_comm_init: the out-of-band store (oob, oob->put, oob->get) "
                                 "must not be NULL");
     set_log_level();
-    double timeout;
-    const char *mode;
-    TUTTI__CHECK(read_config(config, &timeout, &mode));
-    tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + timeout,
+    config_t cfg;
+    TUTTI__CHECK(read_config(config, &cfg));
+    tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + cfg.timeout,
                              .oob = *oob, .where = "the caller's out-of-band store"};
-    return comm_create(rank, size, &bs, NULL, timeout, mode, comm);
+    return comm_create(rank, size, &bs, NULL, &cfg, comm);
 }
 
 TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
@@ -438,12 +485,27 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
                                 "destroyed, or never created)",
                                 (void *)comm);
     reg_remove(comm);
+    /* Queued operations fail; the running one ends first (it fails fast if the communicator
+     * has failed or was aborted). */
+    tutti__exec_stop(comm, TUTTI_ERR_ABORTED,
+                     "tutti_comm_destroy was called while it was still queued");
     /* A healthy communicator waits for its peers: a peer may still be reading this rank's shared
      * memory or receiving its last message. A failed one has nothing left to protect. */
     bool wait = comm->failed == TUTTI_OK;
     tutti_status_t st = tutti__live_goodbye(comm->live, wait, tutti__now() + comm->timeout_s);
     comm_free(comm);
     return st;
+}
+
+TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm)
+{
+    if (!tutti__comm_valid(comm))
+        return tutti__set_error(TUTTI_ERR_INVALID_COMM,
+                                "tutti_comm_abort: %p is not a live communicator", (void *)comm);
+    char msg[128];
+    snprintf(msg, sizeof msg, "rank %d: tutti_comm_abort was called", comm->rank);
+    tutti__comm_fail(comm, TUTTI_ERR_ABORTED, msg);
+    return TUTTI_OK;
 }
 
 /* ---- accessors ---- */
@@ -455,6 +517,7 @@ GETTER(size, c->size)
 GETTER(local_rank, c->local_rank)
 GETTER(local_size, c->local_size)
 GETTER(node_count, c->nnodes)
+GETTER(worker_count, c->nslices)
 #undef GETTER
 
 TUTTI_API uint64_t tutti_comm_seq(const tutti_comm_t *c) { return tutti__comm_valid(c) ? c->seq : 0; }
@@ -466,6 +529,11 @@ TUTTI_API const char *tutti_comm_transport(const tutti_comm_t *c, int peer)
     if (peer == c->rank)
         return "self";
     return c->peer_tp[peer] ? c->peer_tp[peer]->ops->name : NULL;
+}
+
+TUTTI_API int tutti_comm_worker_cpu(const tutti_comm_t *c, int worker)
+{
+    return tutti__comm_valid(c) ? tutti__exec_worker_cpu(c, worker) : -1;
 }
 
 TUTTI_API const char *tutti_comm_last_error(const tutti_comm_t *c)

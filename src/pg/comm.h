@@ -3,6 +3,7 @@
 #ifndef TUTTI_COMM_H
 #define TUTTI_COMM_H
 
+#include <pthread.h>
 #include <sys/types.h>
 
 #include "../algos/algos.h"
@@ -25,6 +26,16 @@ typedef struct tutti__algo_override {
     tutti__algo_range_t r[TUTTI__MAX_RANGES];
 } tutti__algo_override_t;
 
+/* What one slice of execution owns: a worker, or the caller running an operation inline, uses
+ * slice s's scratch while it runs a piece of an operation on channel TUTTI__CHAN_COLL + s. */
+typedef struct tutti__slice {
+    void *scratch; /* tutti__coll_scratch's buffer */
+    size_t scratch_size;
+    double next_live_check; /* rate limit for tutti__live_check */
+} tutti__slice_t;
+
+typedef struct tutti__exec tutti__exec_t;
+
 struct tutti_comm {
     uint32_t magic;
     int rank, size;
@@ -40,28 +51,69 @@ struct tutti_comm {
     tutti__window_t *win;    /* shm window, only when every rank is on this node and on shm */
     tutti__liveness_t *live;
 
-    uint64_t seq;              /* collectives posted so far */
-    double next_live_check;    /* rate limit for tutti__live_check */
-    tutti_status_t failed;     /* TUTTI_OK, or the error that broke the communicator */
+    uint64_t seq;              /* collectives posted so far (exec lock) */
+    uint64_t p2p_seq;          /* send/recv calls so far, for messages (exec lock) */
+    pthread_mutex_t err_lock;  /* guards failed, failed_msg and last_error */
+    volatile tutti_status_t failed; /* TUTTI_OK, or the error that broke the communicator */
     char failed_msg[TUTTI__ERRLEN];
     char last_error[TUTTI__ERRLEN];
     tutti__algo_override_t algo[TUTTI_COLL_COUNT];
-    void *scratch;             /* tutti__coll_scratch's buffer */
-    size_t scratch_size;
-    uint64_t p2p_seq;          /* send/recv calls so far, for messages */
+    int nslices;               /* worker threads; also the most slices an operation is cut into */
+    int nchan;                 /* transport channels: P2P plus one per slice the transports serve */
+    tutti__slice_t *slices;
+    tutti__exec_t *exec;       /* the queue and the workers (exec.c) */
 };
 
-/* The state a work handle passes through. */
+/* The state a work handle passes through (a futex word). */
 enum { TUTTI__WORK_PENDING = 0, TUTTI__WORK_DONE = 1 };
 
 struct tutti_work {
-    tutti_comm_t *comm; /* not owned; may be destroyed before the handle is freed */
+    struct tutti_work *next; /* the communicator's queue (exec lock) */
+    tutti_comm_t *comm;      /* not owned; the handle may outlive it (then it is complete) */
     tutti__coll_t coll;
-    volatile int state;
+    int nsplit;              /* slices it runs as: 1 = whole, on slice 0 */
+    bool trivial;            /* nothing to communicate: a single rank's copy, or 0 bytes */
+    int left;                /* workers that have yet to pass it (exec lock) */
+    int state;               /* TUTTI__WORK_PENDING, then TUTTI__WORK_DONE (atomic; futex) */
+    int refs;                /* the caller's and the executor's (atomic); freed at 0 */
+    int cb_state;            /* 0 none, 1 set, 2 completion has passed (atomic) */
+    void (*cb)(tutti_work_t *, void *);
+    void *cb_arg;
     tutti_status_t status;
-    size_t *owned;      /* packed displacements made for a v-collective, freed with the work */
+    size_t *owned;           /* packed displacements made for a v-collective */
     char error[TUTTI__ERRLEN];
 };
+
+/* ---- execution (exec.c) ---- */
+
+/* tutti__exec_create starts comm->nslices worker threads, pinned to cpus[i] (-1: not pinned),
+ * sleeping when idle if sleep is true, else spinning. */
+tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool sleep,
+                                  size_t inline_max);
+
+/* tutti__exec_submit runs w: at once in the calling thread when it is small (bytes <=
+ * inline_max) and nothing else is queued or running, else through the queue. It assigns the
+ * sequence number. w->refs must count the caller's reference; submit adds the executor's. */
+void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool trivial);
+
+/* tutti__exec_stop fails every queued operation with status and msg, waits for the running
+ * one to end (it fails fast once comm is marked failed or aborted), and joins the workers. */
+void tutti__exec_stop(tutti_comm_t *comm, tutti_status_t status, const char *msg);
+
+/* tutti__coll_local runs the single-rank case of a collective (a copy, or nothing). */
+void tutti__coll_local(tutti__coll_t *c);
+
+/* tutti__exec_worker_cpu is the core worker i is pinned to, or -1. */
+int tutti__exec_worker_cpu(const tutti_comm_t *comm, int i);
+
+/* tutti__work_release drops one reference to w, freeing it at zero. */
+void tutti__work_release(tutti_work_t *w);
+
+/* ---- affinity (affinity.c) ---- */
+
+/* tutti__worker_cpus fills cpus[0..nworkers-1] for this rank's workers from
+ * CCL_WORKER_AFFINITY ("auto" or an explicit list for all local ranks' workers). */
+tutti_status_t tutti__worker_cpus(int local_rank, int local_size, int nworkers, int *cpus);
 
 /* tutti__comm_valid tells whether comm is a live communicator (in the registry). */
 bool tutti__comm_valid(const tutti_comm_t *comm);

@@ -95,9 +95,12 @@ static tutti_status_t progress_all(tutti__coll_t *c)
 static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmissing)
 {
     tutti_comm_t *comm = c->comm;
+    tutti__slice_t *sl = &comm->slices[c->slice];
     double now = tutti__now();
-    if (now >= comm->next_live_check) {
-        comm->next_live_check = now + LIVE_CHECK_PERIOD;
+    if (__atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_ERR_ABORTED)
+        return fail(c, TUTTI_ERR_ABORTED, "aborted (tutti_comm_abort or destroy) while waiting");
+    if (now >= sl->next_live_check) {
+        sl->next_live_check = now + LIVE_CHECK_PERIOD;
         int dead = -1;
         if (tutti__live_check(comm->live, &dead) < 0)
             return fail(c, TUTTI_ERR_PEER_FAILED,
@@ -206,7 +209,7 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
 
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
 {
-    tutti_comm_t *comm = c->comm;
+    tutti__slice_t *comm = &c->comm->slices[c->slice];
     if (bytes <= comm->scratch_size && comm->scratch != NULL)
         return comm->scratch;
     if (bytes == 0)

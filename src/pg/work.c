@@ -1,8 +1,13 @@
-/* work.c: work handles: wait with a timeout, test, status, error text, free. Collectives still
- * run in the posting thread, so a handle is complete when the post returns; the interface is the
- * one asynchronous execution will keep. */
+/* work.c: work handles: wait with a timeout, test, status, error text, completion callback,
+ * free. Completion is a futex word, so a waiter sleeps instead of spinning against the worker
+ * that runs its operation. */
+#include <errno.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "comm.h"
 
@@ -16,12 +21,17 @@ TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *w, double timeout_s)
     if (w == NULL)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_work_wait: work is NULL");
     double deadline = timeout_s < 0 ? -1.0 : tutti__now() + timeout_s;
-    tutti__backoff_t b;
-    tutti__backoff_init(&b, false);
+    /* A short spin first: operations often end within microseconds, and a sleep costs more. */
+    for (int i = 0; i < 200 && !done(w); i++)
+        tutti__cpu_relax();
     while (!done(w)) {
-        if (deadline >= 0 && tutti__now() >= deadline)
+        double left = deadline < 0 ? 1.0 : deadline - tutti__now();
+        if (left <= 0)
             return TUTTI_IN_PROGRESS;
-        tutti__backoff_pause(&b);
+        if (left > 1.0)
+            left = 1.0; /* re-check now and then; the operation's own deadline ends it */
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        syscall(SYS_futex, &w->state, FUTEX_WAIT_PRIVATE, TUTTI__WORK_PENDING, &ts, NULL, 0);
     }
     if (w->status < 0)
         snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", w->error);
@@ -48,11 +58,33 @@ TUTTI_API const char *tutti_work_error(const tutti_work_t *w)
     return w != NULL && done(w) ? w->error : "";
 }
 
+TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *w,
+                                                void (*fn)(tutti_work_t *work, void *arg),
+                                                void *arg)
+{
+    if (w == NULL || fn == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_work_on_complete: work or fn is NULL");
+    if (__atomic_load_n(&w->cb_state, __ATOMIC_ACQUIRE) == 1)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_work_on_complete: the handle has a callback already");
+    w->cb = fn;
+    w->cb_arg = arg;
+    int expected = 0;
+    /* Whoever moves cb_state last runs the callback: completion (2) or this call (1). */
+    if (!__atomic_compare_exchange_n(&w->cb_state, &expected, 1, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        if (expected == 1)
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                    "tutti_work_on_complete: the handle has a callback already");
+        fn(w, arg); /* completed already */
+    }
+    return TUTTI_OK;
+}
+
 TUTTI_API void tutti_work_free(tutti_work_t *w)
 {
     if (w == NULL)
         return;
     tutti_work_wait(w, -1.0);
-    free(w->owned);
-    free(w);
+    tutti__work_release(w);
 }

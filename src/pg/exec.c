@@ -1,0 +1,319 @@
+/* exec.c: how posted operations run: the communicator's queue, its worker threads (pinned,
+ * sleeping or spinning when idle), the inline path for small operations on an idle
+ * communicator, and completion (status, waking waiters, the callback). */
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "comm.h"
+
+struct tutti__exec {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;       /* a new head, the inline path finished, or stop */
+    tutti_work_t *head, *tail;
+    uint64_t gen;            /* bumped whenever head changes: each worker passes each item once */
+    bool busy_inline;        /* the caller is running an operation itself */
+    bool stop;
+    bool sleep;              /* CCL_WORKER_WAIT=1: idle workers sleep */
+    size_t inline_max;
+    int nworkers;
+    pthread_t *threads;
+    int *cpus;
+    tutti_comm_t *comm;
+};
+
+typedef struct worker_arg {
+    tutti__exec_t *e;
+    int index;
+} worker_arg_t;
+
+static void futex_wake_all(int *addr)
+{
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+void tutti__work_release(tutti_work_t *w)
+{
+    if (__atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(w->owned);
+        free(w);
+    }
+}
+
+/* complete publishes w's outcome, wakes its waiters and runs its callback, once. */
+static void complete(tutti_work_t *w, tutti_status_t st)
+{
+    w->status = st;
+    __atomic_store_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_RELEASE);
+    futex_wake_all(&w->state);
+    if (__atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL) == 1)
+        w->cb(w, w->cb_arg);
+}
+
+/* slice_of cuts element-wise operations into nsplit nearly equal element ranges. */
+static void slice_of(const tutti_work_t *w, int s, tutti__coll_t *c)
+{
+    *c = w->coll;
+    c->slice = s;
+    if (w->nsplit == 1)
+        return;
+    size_t q = c->count / (size_t)w->nsplit, r = c->count % (size_t)w->nsplit;
+    size_t off = (size_t)s * q + ((size_t)s < r ? (size_t)s : r);
+    size_t len = q + ((size_t)s < r ? 1 : 0);
+    size_t boff = off * c->esize;
+    c->sendbuf = (const char *)c->sendbuf + boff;
+    if (c->recvbuf != NULL)
+        c->recvbuf = (char *)c->recvbuf + boff;
+    c->count = len;
+}
+
+/* run_slice runs slice s of w in the calling thread; the first failing slice's text is w's. */
+static tutti_status_t run_slice(tutti__exec_t *e, tutti_work_t *w, int s)
+{
+    tutti_comm_t *comm = w->comm;
+    tutti__coll_t c;
+    char err[TUTTI__ERRLEN] = "";
+    slice_of(w, s, &c);
+    c.err = err;
+    tutti_status_t st = TUTTI_OK;
+    tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
+    if (failed != TUTTI_OK) {
+        st = failed == TUTTI_ERR_ABORTED ? TUTTI_ERR_ABORTED : TUTTI_ERR_COMM_FAILED;
+        pthread_mutex_lock(&comm->err_lock);
+        snprintf(err, sizeof err, "%s #%llu was not run: the communicator %s earlier: %s", c.name,
+                 (unsigned long long)c.seq, failed == TUTTI_ERR_ABORTED ? "was aborted" : "failed",
+                 comm->failed_msg);
+        pthread_mutex_unlock(&comm->err_lock);
+    } else if (w->trivial) {
+        if (comm->size == 1)
+            tutti__coll_local(&c);
+    } else {
+        c.deadline = tutti__now() + comm->timeout_s; /* from the start, not from the post */
+        st = c.algo->run(&c);
+    }
+    if (st < 0) {
+        pthread_mutex_lock(&e->lock);
+        if (w->status == TUTTI_OK) {
+            w->status = st;
+            snprintf(w->error, sizeof w->error, "%s", err);
+        }
+        pthread_mutex_unlock(&e->lock);
+    }
+    return st;
+}
+
+/* pop_locked removes the finished head and lets every worker see the next one. */
+static tutti_work_t *pop_locked(tutti__exec_t *e)
+{
+    tutti_work_t *w = e->head;
+    e->head = w->next;
+    if (e->head == NULL)
+        e->tail = NULL;
+    e->gen++;
+    pthread_cond_broadcast(&e->cv);
+    return w;
+}
+
+static void finish(tutti_work_t *w)
+{
+    complete(w, w->status);
+    tutti__work_release(w); /* the executor's reference */
+}
+
+static void *worker_main(void *p)
+{
+    worker_arg_t a = *(worker_arg_t *)p;
+    free(p);
+    tutti__exec_t *e = a.e;
+    char name[16];
+    snprintf(name, sizeof name, "tutti-w%d", a.index);
+    pthread_setname_np(pthread_self(), name);
+    if (e->cpus[a.index] >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(e->cpus[a.index], &set);
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    uint64_t seen = 0;
+    tutti__backoff_t b;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        if (e->head != NULL && e->gen != seen && !e->busy_inline) {
+            tutti_work_t *w = e->head;
+            seen = e->gen;
+            pthread_mutex_unlock(&e->lock);
+            if (a.index < w->nsplit)
+                run_slice(e, w, a.index);
+            pthread_mutex_lock(&e->lock);
+            if (--w->left == 0) {
+                pop_locked(e);
+                pthread_mutex_unlock(&e->lock);
+                finish(w);
+                pthread_mutex_lock(&e->lock);
+            }
+            continue;
+        }
+        if (e->stop && e->head == NULL)
+            break;
+        if (e->sleep) {
+            pthread_cond_wait(&e->cv, &e->lock);
+            continue;
+        }
+        /* CCL_WORKER_WAIT=0: spin on the queue without holding the lock, politely. */
+        uint64_t g = e->gen;
+        pthread_mutex_unlock(&e->lock);
+        tutti__backoff_init(&b, e->comm->oversubscribed);
+        while (__atomic_load_n(&e->gen, __ATOMIC_ACQUIRE) == g &&
+               !__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE) &&
+               __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == NULL)
+            tutti__backoff_pause(&b);
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* split_count: how many slices w runs as. Element-wise collectives of at least SPLIT_MIN
+ * bytes per slice are cut across the workers; everything else runs whole on slice 0. */
+#define SPLIT_MIN ((size_t)256 << 10)
+static int split_count(const tutti_comm_t *comm, const tutti_work_t *w, size_t bytes)
+{
+    const tutti__coll_t *c = &w->coll;
+    int n = comm->nslices;
+    if (n <= 1 || comm->nchan - 1 < n)
+        return 1;
+    if (c->kind != TUTTI_COLL_ALLREDUCE && c->kind != TUTTI_COLL_BCAST &&
+        c->kind != TUTTI_COLL_REDUCE)
+        return 1;
+    size_t k = bytes / SPLIT_MIN;
+    if (k < 2)
+        return 1;
+    return k < (size_t)n ? (int)k : n;
+}
+
+void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool trivial)
+{
+    tutti__exec_t *e = comm->exec;
+    tutti__coll_t *c = &w->coll;
+    w->comm = comm;
+    w->state = TUTTI__WORK_PENDING;
+    w->status = TUTTI_OK;
+    w->error[0] = '\0';
+    __atomic_add_fetch(&w->refs, 1, __ATOMIC_RELAXED); /* the executor's */
+    w->trivial = trivial;
+    w->nsplit = trivial ? 1 : split_count(comm, w, bytes);
+    pthread_mutex_lock(&e->lock);
+    if (c->kind == TUTTI_COLL_COUNT) {
+        c->seq = comm->p2p_seq++;
+    } else {
+        c->seq = comm->seq++;
+        if (c->algo == NULL)
+            c->algo = tutti__select(comm, c->kind, tutti__coll_bytes(c));
+    }
+    /* The caller may run the operation itself when nothing is queued or running: the order
+     * is kept, and a small operation saves two thread hand-offs. */
+    if (e->head == NULL && !e->busy_inline && (trivial || bytes <= e->inline_max) &&
+        w->nsplit == 1) {
+        e->busy_inline = true;
+        pthread_mutex_unlock(&e->lock);
+        run_slice(e, w, 0);
+        pthread_mutex_lock(&e->lock);
+        e->busy_inline = false;
+        if (e->head != NULL)
+            pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->lock);
+        finish(w);
+        return;
+    }
+    w->left = e->nworkers;
+    w->next = NULL;
+    if (e->tail != NULL)
+        e->tail->next = w;
+    else
+        e->head = w;
+    e->tail = w;
+    if (e->head == w)
+        e->gen++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->lock);
+}
+
+tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool sleep,
+                                  size_t inline_max)
+{
+    tutti__exec_t *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    e->comm = comm;
+    e->sleep = sleep;
+    e->inline_max = inline_max;
+    e->nworkers = comm->nslices;
+    e->threads = calloc((size_t)e->nworkers, sizeof *e->threads);
+    e->cpus = calloc((size_t)e->nworkers, sizeof *e->cpus);
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    comm->exec = e;
+    if (e->threads == NULL || e->cpus == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    memcpy(e->cpus, cpus, (size_t)e->nworkers * sizeof *cpus);
+    for (int i = 0; i < e->nworkers; i++) {
+        worker_arg_t *a = malloc(sizeof *a);
+        int rc = a == NULL ? ENOMEM : 0;
+        if (a != NULL) {
+            *a = (worker_arg_t){e, i};
+            rc = pthread_create(&e->threads[i], NULL, worker_main, a);
+            if (rc != 0)
+                free(a);
+        }
+        if (rc != 0) {
+            e->nworkers = i; /* only these are joined */
+            return tutti__set_error(TUTTI_ERR_SYSTEM,
+                                    "cannot start worker thread %d: %s; lower CCL_WORKER_COUNT", i,
+                                    strerror(rc));
+        }
+    }
+    return TUTTI_OK;
+}
+
+void tutti__exec_stop(tutti_comm_t *comm, tutti_status_t status, const char *msg)
+{
+    tutti__exec_t *e = comm->exec;
+    if (e == NULL)
+        return;
+    pthread_mutex_lock(&e->lock);
+    /* Queued operations after the running one never start: fail them now. */
+    tutti_work_t *rest = e->head ? e->head->next : NULL;
+    if (e->head != NULL) {
+        e->head->next = NULL;
+        e->tail = e->head;
+    }
+    e->stop = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->lock);
+    while (rest != NULL) {
+        tutti_work_t *w = rest;
+        rest = w->next;
+        w->status = status;
+        snprintf(w->error, sizeof w->error, "%s #%llu was not run: %s", w->coll.name,
+                 (unsigned long long)w->coll.seq, msg);
+        finish(w);
+    }
+    for (int i = 0; i < e->nworkers; i++)
+        pthread_join(e->threads[i], NULL);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->cv);
+    free(e->threads);
+    free(e->cpus);
+    free(e);
+    comm->exec = NULL;
+}
+
+int tutti__exec_worker_cpu(const tutti_comm_t *comm, int i)
+{
+    const tutti__exec_t *e = comm->exec;
+    return e != NULL && i >= 0 && i < e->nworkers ? e->cpus[i] : -1;
+}

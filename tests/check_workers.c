@@ -1,0 +1,394 @@
+/* check_workers.c: the worker threads and the asynchronous ABI: pinning per
+ * CCL_WORKER_AFFINITY (read back from /proc), posting order, overlap of the caller's work with a
+ * running collective, completion callbacks, abort, and several threads posting at once. */
+#include <check.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+static tutti_comm_t *init_or_fail(void)
+{
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK) {
+        th_fail("init: %s: %s", tutti_strerror(st), tutti_last_error());
+        return NULL;
+    }
+    return comm;
+}
+
+/* worker_affinity reads the allowed cores of this process's thread named name from /proc:
+ * returns the single core it is pinned to, -2 if it may run on several, -1 if not found. */
+static int worker_affinity(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return -1;
+    struct dirent *e;
+    int found = -1;
+    while ((e = readdir(d)) != NULL && found == -1) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) == NULL)
+            comm[0] = '\0';
+        fclose(f);
+        comm[strcspn(comm, "\n")] = '\0';
+        if (strcmp(comm, name) != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        f = fopen(path, "r");
+        char line[256];
+        while (f != NULL && fgets(line, sizeof line, f) != NULL)
+            if (strncmp(line, "Cpus_allowed_list:", 18) == 0) {
+                char *v = line + 18;
+                while (*v == ' ' || *v == '\t')
+                    v++;
+                v[strcspn(v, "\n")] = '\0';
+                found = strpbrk(v, ",-") != NULL ? -2 : atoi(v);
+            }
+        if (f != NULL)
+            fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+static int allowed_count(void)
+{
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof set, &set);
+    return CPU_COUNT(&set);
+}
+
+/* ---- affinity ---- */
+
+static int affinity_auto(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    tutti_comm_t *comm = init_or_fail();
+    if (comm == NULL)
+        return 1;
+    int rc = 0;
+    if (tutti_comm_worker_count(comm) != 1)
+        rc = th_fail("worker count %d, want 1 (default)", tutti_comm_worker_count(comm));
+    int cpu = tutti_comm_worker_cpu(comm, 0);
+    cpu_set_t set;
+    sched_getaffinity(0, sizeof set, &set);
+    if (cpu < 0 || !CPU_ISSET(cpu, &set))
+        rc = th_fail("auto affinity gave core %d, not an allowed one", cpu);
+    int seen = worker_affinity("tutti-w0");
+    if (seen != cpu)
+        rc = th_fail("worker thread tutti-w0 runs on %d per /proc, the library says %d", seen, cpu);
+    /* distinct cores for the two local ranks' workers, where there are enough cores */
+    int all[2] = {-1, -1};
+    int mine = cpu;
+    tutti_allgather(&mine, all, 1, TUTTI_INT32, comm, NULL);
+    if (allowed_count() >= 2 && all[0] == all[1])
+        rc = th_fail("both ranks' workers are on core %d", all[0]);
+    (void)rank;
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+static int affinity_list(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    tutti_comm_t *comm = init_or_fail();
+    if (comm == NULL)
+        return 1;
+    int want = rank == 0 ? 1 : 0; /* CCL_WORKER_AFFINITY=1,0 */
+    int rc = 0;
+    if (tutti_comm_worker_cpu(comm, 0) != want)
+        rc = th_fail("worker 0 on core %d, want %d", tutti_comm_worker_cpu(comm, 0), want);
+    if (worker_affinity("tutti-w0") != want)
+        rc = th_fail("/proc says tutti-w0 runs on %d, want %d", worker_affinity("tutti-w0"), want);
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+static int affinity_bad(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    const char *needle = arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_ERR_INVALID_ARG)
+        return th_fail("bad CCL_WORKER_AFFINITY: got %s, want TUTTI_ERR_INVALID_ARG",
+                       tutti_strerror(st));
+    if (strstr(tutti_last_error(), needle) == NULL)
+        return th_fail("message lacks \"%s\": %s", needle, tutti_last_error());
+    return 0;
+}
+
+START_TEST(test_affinity)
+{
+    ck_assert(th_run(2, "shm", 60, affinity_auto, NULL) == 0);
+    if (allowed_count() >= 2) {
+        th_opts_t o = TH_OPTS_INIT;
+        o.env[0] = "CCL_WORKER_AFFINITY=1,0";
+        ck_assert(th_run_opts(2, &o, affinity_list, NULL) == 0);
+    }
+    th_opts_t o = TH_OPTS_INIT;
+    o.rank_timeout_s = 5;
+    o.env[0] = "CCL_WORKER_AFFINITY=0,0"; /* 1 rank x 1 worker needs 1 entry */
+    ck_assert(th_run_opts(1, &o, affinity_bad, "need 1") == 0);
+    o.env[0] = "CCL_WORKER_AFFINITY=0";
+    o.env[1] = "CCL_WORKER_COUNT=2"; /* 1 rank x 2 workers need 2 */
+    ck_assert(th_run_opts(1, &o, affinity_bad, "need 2") == 0);
+    o.env[0] = "CCL_WORKER_AFFINITY=1000,1001";
+    ck_assert(th_run_opts(1, &o, affinity_bad, "may only run on cores") == 0);
+    o.env[0] = "CCL_WORKER_AFFINITY=1-x";
+    ck_assert(th_run_opts(1, &o, affinity_bad, "not auto") == 0);
+}
+END_TEST
+
+/* ---- asynchronous execution ---- */
+
+enum { BIG = 2 << 20, NOPS = 16 };
+
+typedef struct cb_rec {
+    int calls;
+    int on_worker;
+    tutti_status_t status;
+} cb_rec_t;
+
+static void on_done(tutti_work_t *w, void *arg)
+{
+    cb_rec_t *r = arg;
+    char name[32] = "";
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    __atomic_add_fetch(&r->calls, 1, __ATOMIC_RELAXED);
+    r->on_worker = strncmp(name, "tutti-w", 7) == 0;
+    r->status = tutti_work_status(w);
+}
+
+static int async_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = init_or_fail();
+    if (comm == NULL)
+        return 1;
+    int rc = 0;
+    /* Overlap: a large allreduce runs on the worker while the caller computes. */
+    float *big = malloc(BIG * sizeof(float));
+    for (size_t i = 0; i < BIG; i++)
+        big[i] = (float)((rank + 1) * (int)(i % 7));
+    tutti_work_t *w = NULL;
+    uint64_t seq0 = tutti_comm_seq(comm);
+    tutti_status_t st = tutti_allreduce(big, big, BIG, TUTTI_FLOAT32, TUTTI_SUM, comm, &w);
+    if (st != TUTTI_OK || w == NULL)
+        return th_fail("post: %s", tutti_strerror(st));
+    cb_rec_t rec = {0};
+    tutti_work_on_complete(w, on_done, &rec);
+    if (tutti_work_on_complete(w, on_done, &rec) != TUTTI_ERR_INVALID_ARG)
+        rc = th_fail("a second callback was accepted");
+    double acc = 0; /* the caller's own work, meanwhile */
+    for (int i = 1; i < 3000000; i++)
+        acc += 1.0 / ((double)i * i);
+    if (tutti_comm_seq(comm) != seq0 + 1)
+        rc = th_fail("seq %llu after one post from %llu", (unsigned long long)tutti_comm_seq(comm),
+                     (unsigned long long)seq0);
+    st = tutti_work_wait(w, -1);
+    if (st != TUTTI_OK)
+        rc = th_fail("wait: %s: %s", tutti_strerror(st), tutti_work_error(w));
+    float tri = (float)(size * (size + 1) / 2);
+    for (size_t i = 0; i < BIG; i++)
+        if (big[i] != tri * (float)(int)(i % 7)) {
+            rc = th_fail("allreduce[%zu] = %g, want %g", i, big[i], tri * (float)(int)(i % 7));
+            break;
+        }
+    if (acc < 1.6449 || acc > 1.645)
+        rc = th_fail("the caller's computation is wrong: %f", acc);
+    for (int i = 0; i < 100 && __atomic_load_n(&rec.calls, __ATOMIC_ACQUIRE) == 0; i++)
+        usleep(1000); /* the callback runs right after the handle is marked done */
+    if (rec.calls != 1 || !rec.on_worker || rec.status != TUTTI_OK)
+        rc = th_fail("callback: %d call(s), on a worker: %d, status %d", rec.calls, rec.on_worker,
+                     rec.status);
+    tutti_work_free(w);
+
+    /* Order: many operations in flight at once, each on its own buffer, completed in order. */
+    int32_t *bufs = malloc(NOPS * 1000 * sizeof(int32_t));
+    tutti_work_t *ws[NOPS];
+    for (int k = 0; k < NOPS; k++) {
+        for (int i = 0; i < 1000; i++)
+            bufs[k * 1000 + i] = k + rank + i;
+        /* odd k: large enough to be queued; even k: small, may run inline */
+        size_t n = k % 2 ? 1000 : 10;
+        st = tutti_allreduce(TUTTI_IN_PLACE, bufs + k * 1000, n, TUTTI_INT32, TUTTI_MAX, comm,
+                             &ws[k]);
+        if (st != TUTTI_OK)
+            return th_fail("post %d: %s", k, tutti_strerror(st));
+    }
+    for (int k = NOPS - 1; k >= 0; k--) {
+        if ((st = tutti_work_wait(ws[k], 30)) != TUTTI_OK)
+            rc = th_fail("op %d: %s", k, tutti_strerror(st));
+        size_t n = k % 2 ? 1000 : 10;
+        for (size_t i = 0; i < n; i++)
+            if (bufs[k * 1000 + i] != k + size - 1 + (int)i) {
+                rc = th_fail("op %d [%zu] = %d", k, i, bufs[k * 1000 + i]);
+                break;
+            }
+        tutti_work_free(ws[k]);
+    }
+    /* A callback set after completion runs at once, in this thread. */
+    st = tutti_barrier(comm, &w);
+    tutti_work_wait(w, -1);
+    cb_rec_t late = {0};
+    tutti_work_on_complete(w, on_done, &late);
+    if (late.calls != 1 || late.on_worker)
+        rc = th_fail("late callback: %d call(s), on a worker: %d", late.calls, late.on_worker);
+    tutti_work_free(w);
+    free(bufs);
+    free(big);
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_async)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    for (int t = 0; t < 2; t++) {
+        th_opts_t o = TH_OPTS_INIT;
+        o.transport = tps[t];
+        o.timeout_s = 120;
+        o.env[0] = "TUTTI_INLINE_MAX=4096";
+        ck_assert_msg(th_run_opts(2, &o, async_rank, NULL) == 0, "async over %s", tps[t]);
+        o.env[1] = "CCL_WORKER_WAIT=0";
+        ck_assert_msg(th_run_opts(3, &o, async_rank, NULL) == 0, "async (spinning workers) over %s",
+                      tps[t]);
+    }
+}
+END_TEST
+
+/* ---- abort ---- */
+
+static int abort_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    tutti_comm_t *comm = init_or_fail();
+    if (comm == NULL)
+        return 1;
+    int rc = 0;
+    float x[4] = {1, 2, 3, 4};
+    if (tutti_allreduce(x, x, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+        rc = th_fail("first allreduce failed");
+    if (rank == 0) {
+        /* rank 0 posts an allreduce rank 1 never joins, then aborts: it must fail fast */
+        tutti_work_t *w;
+        tutti_allreduce(x, x, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, &w);
+        usleep(100000);
+        double t0 = th_now();
+        tutti_comm_abort(comm);
+        tutti_status_t st = tutti_work_wait(w, 10);
+        if (st != TUTTI_ERR_ABORTED)
+            rc = th_fail("pending op after abort: %s", tutti_strerror(st));
+        if (th_now() - t0 > 2)
+            rc = th_fail("abort took %.1f s to end the pending op", th_now() - t0);
+        tutti_work_free(w);
+        st = tutti_allreduce(x, x, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+        if (st != TUTTI_ERR_ABORTED)
+            rc = th_fail("op after abort: %s", tutti_strerror(st));
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_abort)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.rank_timeout_s = 30;
+    o.env[0] = "TUTTI_INLINE_MAX=0";
+    ck_assert(th_run_opts(2, &o, abort_rank, NULL) == 0);
+}
+END_TEST
+
+/* ---- several threads posting on several communicators ---- */
+
+typedef struct thread_arg {
+    tutti_comm_t *comm;
+    int rank, size, rc;
+} thread_arg_t;
+
+static void *poster(void *p)
+{
+    thread_arg_t *a = p;
+    for (int it = 0; it < 200; it++) {
+        int64_t v = a->rank + it, out = 0;
+        if (tutti_allreduce(&v, &out, 1, TUTTI_INT64, TUTTI_SUM, a->comm, NULL) != TUTTI_OK ||
+            out != (int64_t)a->size * it + a->size * (a->size - 1) / 2) {
+            a->rc = 1;
+            break;
+        }
+    }
+    return NULL;
+}
+
+static int threads_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    /* Two communicators, each driven by its own thread: they must not interfere. */
+    tutti_comm_t *c1 = init_or_fail();
+    if (c1 == NULL)
+        return 1;
+    setenv("MASTER_PORT", getenv("TH_PORT2"), 1);
+    tutti_comm_t *c2 = init_or_fail();
+    if (c2 == NULL)
+        return 1;
+    thread_arg_t a[2] = {{c1, rank, size, 0}, {c2, rank, size, 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, poster, &a[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    tutti_comm_destroy(c1);
+    tutti_comm_destroy(c2);
+    return a[0].rc || a[1].rc ? th_fail("a thread's allreduce went wrong") : 0;
+}
+
+START_TEST(test_threads)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    char port2[32];
+    snprintf(port2, sizeof port2, "TH_PORT2=%d", 31000 + (int)(getpid() % 900));
+    o.env[0] = port2;
+    ck_assert(th_run_opts(2, &o, threads_rank, NULL) == 0);
+}
+END_TEST
+
+static Suite *workers_suite(void)
+{
+    Suite *s = suite_create("workers");
+    TCase *tc = tcase_create("workers");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_affinity);
+    tcase_add_test(tc, test_async);
+    tcase_add_test(tc, test_abort);
+    tcase_add_test(tc, test_threads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(workers_suite());
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,6 +1,8 @@
 /* check_kernels.c: tutti__reduce for every dtype and op against a straightforward reference
- * (1 to 16 sources, 0 to 257 elements, misaligned and aliased pointers), and the bf16 / fp16
- * conversions (ties to even, NaN, Inf, subnormals, every fp16 value). */
+ * (1 to 16 sources, 0 to 257 elements, misaligned and aliased pointers), every SIMD variant
+ * this CPU runs against the scalar kernel bit for bit (NaN payloads, ties, denormals), the
+ * CCL_BF16 / CCL_FP16 overrides, and the bf16 / fp16 conversions (ties to even, NaN, Inf,
+ * subnormals, every fp16 value). */
 #include <check.h>
 #include <math.h>
 #include <stdbool.h>
@@ -8,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../src/kernels/kernels.h"
 #include "harness.h"
@@ -567,12 +571,326 @@ START_TEST(test_f16)
 }
 END_TEST
 
+/* ---- SIMD variants against the scalar kernel, bit for bit ------------------------------------ */
+
+/* A value that makes the rounding hard: tiny ones (products and averages go denormal), and
+ * pairs whose fp32 sum is an exact bf16 / fp16 tie (src0 = the tie cut below the rounding
+ * point, src1 = the power of two that completes it). */
+static void inject_hard(unsigned char *const *sp, int nsrc, tutti_dtype_t dt, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = rnd();
+        unsigned kind = (unsigned)(r % 16);
+        if (dt == TUTTI_BFLOAT16 || dt == TUTTI_FLOAT16) {
+            bool bf = dt == TUTTI_BFLOAT16;
+            if (kind < 3 && nsrc >= 2) { /* exact tie of src0 + src1 */
+                uint32_t e = 127u - 4u + (uint32_t)((r >> 8) % 9u), s = (uint32_t)(r >> 20) & 1u;
+                uint32_t mbits = (uint32_t)(r >> 24);
+                uint16_t a, b;
+                if (bf) {
+                    a = (uint16_t)((s << 15) | (e << 7) | (mbits & 0x7fu));
+                    b = (uint16_t)((s << 15) | ((e - 8u) << 7));
+                } else {
+                    uint32_t he = e - 112u; /* fp16 exponent field */
+                    a = (uint16_t)((s << 15) | (he << 10) | (mbits & 0x3ffu));
+                    b = (uint16_t)((s << 15) | ((he - 11u) << 10));
+                }
+                memcpy(sp[0] + i * 2, &a, 2);
+                memcpy(sp[1] + i * 2, &b, 2);
+            } else if (kind < 6) { /* tiny: exponent near the bottom of the range */
+                for (int k = 0; k < nsrc; k++) {
+                    uint64_t q = rnd();
+                    uint16_t h = bf ? (uint16_t)((q & 0x807fu) | ((uint16_t)(1u + q % 70u) << 7))
+                                    : (uint16_t)((q & 0x83ffu) |
+                                                 ((uint16_t)((q >> 16) % 8u) << 10));
+                    memcpy(sp[k] + i * 2, &h, 2);
+                }
+            }
+        } else if (dt == TUTTI_FLOAT32 && kind < 3) {
+            for (int k = 0; k < nsrc; k++) {
+                uint64_t q = rnd();
+                uint32_t u = (uint32_t)(q & 0x80ffffffu) | ((uint32_t)(q >> 32) % 40u) << 23;
+                memcpy(sp[k] + i * 4, &u, 4);
+            }
+        }
+    }
+}
+
+/* A NaN with a payload of its own (some signalling), so that which NaN wins shows. */
+static void inject_nans(unsigned char *const *sp, int nsrc, tutti_dtype_t dt, size_t n)
+{
+    size_t es = tutti_dtype_size(dt);
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < nsrc; k++) {
+            uint64_t r = rnd();
+            if (r % 10 != 0)
+                continue;
+            uint64_t pay = (r >> 8) | 1u, sign = (r >> 4) & 1u;
+            switch (dt) {
+            case TUTTI_FLOAT32: {
+                uint32_t u = (uint32_t)(sign << 31) | 0x7f800000u | (uint32_t)(pay & 0x7fffffu);
+                memcpy(sp[k] + i * es, &u, 4);
+                break;
+            }
+            case TUTTI_FLOAT64: {
+                uint64_t u = sign << 63 | 0x7ff0000000000000ull | (pay & 0xfffffffffffffull);
+                memcpy(sp[k] + i * es, &u, 8);
+                break;
+            }
+            case TUTTI_BFLOAT16: {
+                uint16_t m = (pay & 0x7fu) ? (uint16_t)(pay & 0x7fu) : 1u;
+                uint16_t h = (uint16_t)(sign << 15 | 0x7f80u | m);
+                memcpy(sp[k] + i * es, &h, 2);
+                break;
+            }
+            case TUTTI_FLOAT16: {
+                uint16_t m = (pay & 0x3ffu) ? (uint16_t)(pay & 0x3ffu) : 1u;
+                uint16_t h = (uint16_t)(sign << 15 | 0x7c00u | m);
+                memcpy(sp[k] + i * es, &h, 2);
+                break;
+            }
+            default: break;
+            }
+        }
+}
+
+/* variant_case runs variant v and the scalar kernel on the same inputs (odd byte offsets,
+ * dst separate or one of the sources) and compares every byte; returns the failures. */
+static int variant_case(const tutti__kvariant_t *v, tutti_dtype_t dt, tutti_op_t op, int nsrc,
+                        size_t n, int avg_div)
+{
+    size_t es = tutti_dtype_size(dt), bytes = n * es;
+    static unsigned char mem[17][MAXN * 8 + 2 * PAD + 8], orig[16][MAXN * 8],
+        want[MAXN * 8 + 2 * PAD];
+    unsigned char *sp[16];
+    const void *srcs[16], *osrcs[16];
+    for (int k = 0; k < nsrc; k++) {
+        sp[k] = mem[k] + PAD + rnd() % 8;
+        fill(sp[k], dt, n);
+    }
+    inject_hard(sp, nsrc, dt, n);
+    if (rnd() % 2)
+        inject_nans(sp, nsrc, dt, n);
+    for (int k = 0; k < nsrc; k++) {
+        memcpy(orig[k], sp[k], bytes);
+        srcs[k] = sp[k];
+        osrcs[k] = orig[k];
+    }
+    tutti__reduce_scalar(want, osrcs, nsrc, n, dt, op, avg_div);
+    int alias = (int)(rnd() % (unsigned)(nsrc + 1)) - 1;
+    unsigned char *dmem = mem[16], *dst;
+    if (alias < 0) {
+        memset(dmem, 0x5a, sizeof mem[16]);
+        dst = dmem + PAD + rnd() % 8;
+    } else {
+        dst = sp[alias];
+    }
+    v->fn(dst, srcs, nsrc, n, dt, op, avg_div);
+    int bad = 0;
+    for (size_t i = 0; i < n && bad < 3; i++) {
+        if (memcmp(want + i * es, dst + i * es, es) == 0)
+            continue;
+        char hw[20], hg[20], hs[20], srcl[400] = "";
+        for (int k = 0; k < nsrc; k++) {
+            strncat(srcl, th_hex(hs, orig[k] + i * es, es), sizeof srcl - strlen(srcl) - 1);
+            strncat(srcl, " ", sizeof srcl - strlen(srcl) - 1);
+        }
+        fprintf(stderr, "variant %s dtype=%s op=%s nsrc=%d count=%zu avg_div=%d dst=%d: index %zu: "
+                        "scalar %s, %s %s (inputs %s)\n", v->name, tutti_dtype_name(dt),
+                tutti_op_name(op), nsrc, n, avg_div, alias, i, th_hex(hw, want + i * es, es),
+                v->name, th_hex(hg, dst + i * es, es), srcl);
+        bad++;
+    }
+    for (int k = 0; k < nsrc; k++)
+        if (sp[k] != dst && memcmp(sp[k], orig[k], bytes) != 0)
+            bad += fprintf(stderr, "variant %s: source %d was written\n", v->name, k) > 0;
+    if (alias < 0) {
+        for (unsigned char *q = dmem; q < dst; q++)
+            if (*q != 0x5a) {
+                bad += fprintf(stderr, "variant %s %s n=%zu: wrote before dst\n", v->name,
+                               tutti_dtype_name(dt), n) > 0;
+                break;
+            }
+        for (unsigned char *q = dst + bytes; q < dmem + sizeof mem[16]; q++)
+            if (*q != 0x5a) {
+                bad += fprintf(stderr, "variant %s %s n=%zu: wrote past dst\n", v->name,
+                               tutti_dtype_name(dt), n) > 0;
+                break;
+            }
+    }
+    return bad;
+}
+
+START_TEST(test_variants)
+{
+    tutti_dtype_t dt = (tutti_dtype_t)_i;
+    const tutti__kvariant_t *vs = tutti__kernel_variants();
+    int fails = 0, tested = 0;
+    for (int vi = 1; vi < TUTTI__KV_COUNT; vi++) {
+        if (!vs[vi].available) {
+            fprintf(stderr, "# variant %s not available here: skipped\n", vs[vi].name);
+            continue;
+        }
+        tested++;
+        for (int op = 0; op < TUTTI_OP_COUNT && fails < 10; op++) {
+            if (!op_ok((tutti_op_t)op, dt))
+                continue;
+            for (int nsrc = 1; nsrc <= 16 && fails < 10; nsrc++) {
+                bool all = nsrc <= 3 || nsrc == 8 || nsrc == 16;
+                for (size_t n = 0; n <= MAXN && fails < 10; n += all ? 1 : 1 + rnd() % 23) {
+                    int avg_div = op == TUTTI_AVG ? (int)(rnd() % 8) : 0;
+                    fails += variant_case(&vs[vi], dt, (tutti_op_t)op, nsrc, n, avg_div);
+                }
+            }
+        }
+    }
+    ck_assert_msg(fails == 0, "%s: SIMD variants differ from the scalar kernel: %d (see stderr)",
+                  tutti_dtype_name(dt), fails);
+    (void)tested;
+}
+END_TEST
+
+/* The NaN rule: the first NaN in source order wins, made quiet, in every variant. */
+START_TEST(test_nan_rule)
+{
+    const tutti__kvariant_t *vs = tutti__kernel_variants();
+    static const tutti_op_t ops[] = {TUTTI_SUM, TUTTI_PROD, TUTTI_MIN, TUTTI_MAX, TUTTI_AVG};
+    int bad = 0;
+    for (int vi = 0; vi < TUTTI__KV_COUNT; vi++) {
+        if (!vs[vi].available)
+            continue;
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+            /* fp32: 1.0, sNaN(0x7f800123), -qNaN(0xffc00456), 2.0 -> quiet 0x7fc00123 */
+            uint32_t a[40], b[40], c[40], d[40], out[40];
+            for (int i = 0; i < 40; i++) {
+                a[i] = 0x3f800000u;
+                b[i] = i % 2 ? 0x7f800123u : 0x40000000u;
+                c[i] = 0xffc00456u;
+                d[i] = 0x40000000u;
+            }
+            const void *s4[4] = {a, b, c, d};
+            vs[vi].fn(out, s4, 4, 40, TUTTI_FLOAT32, ops[o], 3);
+            for (int i = 0; i < 40; i++) {
+                uint32_t want = i % 2 ? 0x7fc00123u : 0xffc00456u;
+                if (out[i] != want && bad < 10)
+                    bad += fprintf(stderr, "%s fp32 %s: element %d is 0x%08x, want 0x%08x\n",
+                                   vs[vi].name, tutti_op_name(ops[o]), i, out[i], want) > 0;
+            }
+            /* bf16: sNaN 0x7f81 then qNaN 0xffc5 -> 0x7fc1 */
+            uint16_t ha[40], hb[40], hc[40], ho[40];
+            for (int i = 0; i < 40; i++) {
+                ha[i] = 0x3f80;
+                hb[i] = 0x7f81;
+                hc[i] = 0xffc5;
+            }
+            const void *h3[3] = {ha, hb, hc};
+            vs[vi].fn(ho, h3, 3, 40, TUTTI_BFLOAT16, ops[o], 3);
+            for (int i = 0; i < 40; i++)
+                if (ho[i] != 0x7fc1 && bad < 10)
+                    bad += fprintf(stderr, "%s bf16 %s: element %d is 0x%04x, want 0x7fc1\n",
+                                   vs[vi].name, tutti_op_name(ops[o]), i, ho[i]) > 0;
+        }
+    }
+    ck_assert_msg(bad == 0, "NaN rule broken (see stderr)");
+}
+END_TEST
+
+/* CCL_BF16 / CCL_FP16 force a variant; a missing or unknown one is an error, never SIGILL.
+ * Each case runs in a child of its own, since the choice is made once per process. */
+static int env_child(const char *bf, const char *fp, tutti_status_t want_st, const char *want_bf,
+                     const char *want_fp)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    if (pid == 0) {
+        if (bf)
+            setenv("CCL_BF16", bf, 1);
+        if (fp)
+            setenv("CCL_FP16", fp, 1);
+        tutti_status_t st = tutti__kernels_reinit();
+        int rc = 0;
+        if (st != want_st) {
+            fprintf(stderr, "CCL_BF16=%s CCL_FP16=%s: init gave %d, want %d (%s)\n", bf ? bf : "-",
+                    fp ? fp : "-", (int)st, (int)want_st, tutti_last_error());
+            rc = 1;
+        }
+        if (st != TUTTI_OK && (strstr(tutti_last_error(), bf ? "CCL_BF16" : "CCL_FP16") == NULL)) {
+            fprintf(stderr, "error text does not name the variable: %s\n", tutti_last_error());
+            rc = 1;
+        }
+        if (want_bf && strcmp(tutti__kernel_variant(TUTTI_BFLOAT16), want_bf) != 0) {
+            fprintf(stderr, "bf16 variant %s, want %s\n", tutti__kernel_variant(TUTTI_BFLOAT16),
+                    want_bf);
+            rc = 1;
+        }
+        if (want_fp && strcmp(tutti__kernel_variant(TUTTI_FLOAT16), want_fp) != 0) {
+            fprintf(stderr, "fp16 variant %s, want %s\n", tutti__kernel_variant(TUTTI_FLOAT16),
+                    want_fp);
+            rc = 1;
+        }
+        /* whatever happened, reducing still works (with the automatic choice after an error) */
+        uint16_t a[33], b[33], o[33];
+        for (int i = 0; i < 33; i++)
+            a[i] = b[i] = 0x3f80; /* 1.0 in bf16 */
+        const void *s[2] = {a, b};
+        tutti__reduce(o, s, 2, 33, TUTTI_BFLOAT16, TUTTI_SUM, 0);
+        for (int i = 0; i < 33; i++)
+            if (o[i] != 0x4000)
+                rc = 1;
+        if (st != TUTTI_OK)
+            fprintf(stderr, "# as expected: %s\n", tutti_last_error());
+        _exit(rc);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "child for CCL_BF16=%s CCL_FP16=%s failed (status 0x%x)\n", bf ? bf : "-",
+                fp ? fp : "-", status);
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_env)
+{
+    const tutti__kvariant_t *vs = tutti__kernel_variants();
+    int bad = 0;
+    bad += env_child("scalar", "scalar", TUTTI_OK, "scalar", "scalar");
+    bad += env_child(NULL, "nonsense", TUTTI_ERR_INVALID_ARG, NULL, NULL);
+    bad += env_child("avx512", NULL, TUTTI_ERR_INVALID_ARG, NULL, NULL);
+    /* this build never has an AVX512_FP16 variant (it could not be tested) */
+    bad += env_child(NULL, "avx512fp16", TUTTI_ERR_INVALID_ARG, NULL, NULL);
+    static const struct { const char *bf, *fp; int kv; const char *name; } cases[] = {
+        {"avx2", "f16c", TUTTI__KV_AVX2, "f16c"},
+        {"avx512f", "avx512f", TUTTI__KV_AVX512F, "avx512f"},
+        {"avx512bf", NULL, TUTTI__KV_AVX512BF, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool ok = vs[cases[i].kv].available;
+        bad += env_child(cases[i].bf, NULL, ok ? TUTTI_OK : TUTTI_ERR_INVALID_ARG,
+                         ok ? vs[cases[i].kv].name : NULL, NULL);
+        if (cases[i].fp)
+            bad += env_child(NULL, cases[i].fp, ok ? TUTTI_OK : TUTTI_ERR_INVALID_ARG, NULL,
+                             ok ? cases[i].name : NULL);
+    }
+    ck_assert_msg(bad == 0, "kernel overrides: %d failures (see stderr)", bad);
+}
+END_TEST
+
 static Suite *kernels_suite(void)
 {
     Suite *s = suite_create("kernels");
     TCase *tc = tcase_create("reduce");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_reduce, 0, TUTTI_DTYPE_COUNT);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("variants");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_variants, 0, TUTTI_DTYPE_COUNT);
+    tcase_add_test(tc, test_nan_rule);
+    tcase_add_test(tc, test_env);
     suite_add_tcase(s, tc);
     tc = tcase_create("convert");
     tcase_set_timeout(tc, 60);

@@ -172,9 +172,9 @@ static void on_done(tutti_work_t *w, void *arg)
     cb_rec_t *r = arg;
     char name[32] = "";
     pthread_getname_np(pthread_self(), name, sizeof name);
-    __atomic_add_fetch(&r->calls, 1, __ATOMIC_RELAXED);
     r->on_worker = strncmp(name, "tutti-w", 7) == 0;
     r->status = tutti_work_status(w);
+    __atomic_add_fetch(&r->calls, 1, __ATOMIC_RELEASE); /* publishes the two fields above */
 }
 
 static int async_rank(int rank, int size, void *arg)

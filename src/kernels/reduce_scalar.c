@@ -1,5 +1,12 @@
 /* reduce_scalar.c: portable reduction kernels for every dtype and op, written in blocks so
- * that the compiler can vectorize them; the reference the SIMD variants must match bit for bit. */
+ * that the compiler can vectorize them; the reference the SIMD variants must match bit for bit.
+ *
+ * Which NaN comes out is fixed here, not left to the compiler: for + and * x86 returns the
+ * first operand's NaN, but the compiler may swap the operands of a commutative operation, so
+ * a plain `acc + v` could pick either of two NaNs. Each block is therefore computed the fast
+ * way and every lane that came out NaN is recomputed by tutti__kern_nan_f32/_f64, which walks
+ * the sources in order and returns the first NaN it meets, made quiet. The SIMD variants do
+ * the same, so all of them agree on NaN payloads too. */
 #include <math.h>
 
 #include "kernels.h"
@@ -59,7 +66,7 @@ INT_KERNEL(reduce_i64, int64_t, i64_u, uint64_t)
 
 /* Floating types: ACC is the accumulation type, LOAD/STORE convert to and from it, so bf16
  * and fp16 accumulate in fp32 and round once at the store. */
-#define FLOAT_KERNEL(NAME, T, TU, ACC, LOAD, STORE)                                                \
+#define FLOAT_KERNEL(NAME, T, TU, ACC, LOAD, STORE, NANFIX)                                        \
     static void NAME(TU *dst, const void *const *srcs, int nsrc, size_t n, tutti_op_t op,      \
                      int avg_div)                                                              \
     {                                                                                          \
@@ -86,18 +93,93 @@ INT_KERNEL(reduce_i64, int64_t, i64_u, uint64_t)
                     acc[i] /= d;                                                               \
             }                                                                                  \
             for (size_t i = 0; i < m; i++)                                                     \
+                if (isnan(acc[i]))                                                             \
+                    acc[i] = NANFIX;                                                           \
+            for (size_t i = 0; i < m; i++)                                                     \
                 dst[b + i] = STORE(acc[i]);                                                    \
         }                                                                                      \
     }
 
 #define ID(x) (x)
-FLOAT_KERNEL(reduce_f32, float, f32_u, float, ID, ID)
-FLOAT_KERNEL(reduce_f64, double, f64_u, double, ID, ID)
-FLOAT_KERNEL(reduce_bf16, uint16_t, u16_u, float, tutti__bf16_to_f32, tutti__f32_to_bf16)
-FLOAT_KERNEL(reduce_f16, uint16_t, u16_u, float, tutti__f16_to_f32, tutti__f32_to_f16)
+#define NAN32(DT) tutti__kern_nan_f32(srcs, nsrc, b + i, DT, op, avg_div)
+#define NAN64 tutti__kern_nan_f64(srcs, nsrc, b + i, op, avg_div)
+FLOAT_KERNEL(reduce_f32, float, f32_u, float, ID, ID, NAN32(TUTTI_FLOAT32))
+FLOAT_KERNEL(reduce_f64, double, f64_u, double, ID, ID, NAN64)
+FLOAT_KERNEL(reduce_bf16, uint16_t, u16_u, float, tutti__bf16_to_f32, tutti__f32_to_bf16,
+             NAN32(TUTTI_BFLOAT16))
+FLOAT_KERNEL(reduce_f16, uint16_t, u16_u, float, tutti__f16_to_f32, tutti__f32_to_f16,
+             NAN32(TUTTI_FLOAT16))
 
-void tutti__reduce(void *dst, const void *const *srcs, int nsrc, size_t count, tutti_dtype_t dt,
-                   tutti_op_t op, int avg_div)
+static float load32(const void *p, size_t i, tutti_dtype_t dt)
+{
+    switch (dt) {
+    case TUTTI_BFLOAT16: return tutti__bf16_to_f32(((const u16_u *)p)[i]);
+    case TUTTI_FLOAT16: return tutti__f16_to_f32(((const u16_u *)p)[i]);
+    default: return ((const f32_u *)p)[i];
+    }
+}
+
+static float quiet32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u |= 0x00400000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static double quiet64(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, 8);
+    u |= 0x0008000000000000ull;
+    memcpy(&x, &u, 8);
+    return x;
+}
+
+/* The canonical element: the first NaN met, in source order, decides; a NaN that an
+ * operation creates is met at that step. Neither operand of any operation here is a NaN, so
+ * the compiler's operand order cannot matter. */
+#define CANON(ACC, LOADK, QUIET)                                                               \
+    do {                                                                                       \
+        ACC acc = LOADK(0);                                                                    \
+        if (isnan(acc))                                                                        \
+            return QUIET(acc);                                                                 \
+        for (int k = 1; k < nsrc; k++) {                                                       \
+            ACC v = LOADK(k);                                                                  \
+            if (isnan(v))                                                                      \
+                return QUIET(v);                                                               \
+            switch (op) {                                                                      \
+            case TUTTI_SUM:                                                                    \
+            case TUTTI_AVG: acc = acc + v; break;                                              \
+            case TUTTI_PROD: acc = acc * v; break;                                             \
+            case TUTTI_MIN: acc = MINV(acc, v); break;                                         \
+            case TUTTI_MAX: acc = MAXV(acc, v); break;                                         \
+            default: break;                                                                    \
+            }                                                                                  \
+            if (isnan(acc))                                                                    \
+                return QUIET(acc);                                                             \
+        }                                                                                      \
+        if (op == TUTTI_AVG && avg_div > 0)                                                    \
+            acc /= (ACC)avg_div;                                                               \
+        return acc;                                                                            \
+    } while (0)
+
+float tutti__kern_nan_f32(const void *const *srcs, int nsrc, size_t i, tutti_dtype_t dt,
+                          tutti_op_t op, int avg_div)
+{
+#define LOAD32K(k) load32(srcs[k], i, dt)
+    CANON(float, LOAD32K, quiet32);
+}
+
+double tutti__kern_nan_f64(const void *const *srcs, int nsrc, size_t i, tutti_op_t op, int avg_div)
+{
+#define LOAD64K(k) (((const f64_u *)srcs[k])[i])
+    CANON(double, LOAD64K, quiet64);
+}
+
+void tutti__reduce_scalar(void *dst, const void *const *srcs, int nsrc, size_t count,
+                          tutti_dtype_t dt, tutti_op_t op, int avg_div)
 {
     if (count == 0 || nsrc <= 0)
         return;

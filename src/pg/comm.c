@@ -426,6 +426,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_init_env: comm is NULL");
     *comm = NULL;
     set_log_level();
+    TUTTI__CHECK(tutti__kernels_init()); /* a forced kernel this CPU lacks fails here */
     config_t cfg;
     const char *how;
     int rank, size;
@@ -470,6 +471,7 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
                                 "tutti_comm_init: the out-of-band store (oob, oob->put, oob->get) "
                                 "must not be NULL");
     set_log_level();
+    TUTTI__CHECK(tutti__kernels_init());
     config_t cfg;
     TUTTI__CHECK(read_config(config, &cfg));
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + cfg.timeout,

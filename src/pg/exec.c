@@ -110,10 +110,10 @@ static tutti_status_t run_slice(tutti__exec_t *e, tutti_work_t *w, int s)
 static tutti_work_t *pop_locked(tutti__exec_t *e)
 {
     tutti_work_t *w = e->head;
-    e->head = w->next;
+    __atomic_store_n(&e->head, w->next, __ATOMIC_RELEASE);
     if (e->head == NULL)
         e->tail = NULL;
-    e->gen++;
+    __atomic_add_fetch(&e->gen, 1, __ATOMIC_RELEASE); /* spinning workers read it unlocked */
     pthread_cond_broadcast(&e->cv);
     return w;
 }
@@ -234,10 +234,10 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
     if (e->tail != NULL)
         e->tail->next = w;
     else
-        e->head = w;
+        __atomic_store_n(&e->head, w, __ATOMIC_RELEASE);
     e->tail = w;
     if (e->head == w)
-        e->gen++;
+        __atomic_add_fetch(&e->gen, 1, __ATOMIC_RELEASE); /* spinning workers read it unlocked */
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->lock);
 }
@@ -291,7 +291,7 @@ void tutti__exec_stop(tutti_comm_t *comm, tutti_status_t status, const char *msg
         e->head->next = NULL;
         e->tail = e->head;
     }
-    e->stop = true;
+    __atomic_store_n(&e->stop, true, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->lock);
     while (rest != NULL) {

@@ -231,6 +231,17 @@ TUTTI_API tutti_status_t tutti_allreduce(const void *sendbuf, void *recvbuf, siz
                                          tutti_dtype_t dtype, tutti_op_t op, tutti_comm_t *comm,
                                          tutti_work_t **work);
 
+/**
+ * Several allreduces as one operation (DDP's gradient buckets, c10d's allreduce_coalesced):
+ * recvbufs[i][j] = op over ranks of sendbufs[i][j] for j < counts[i]. The inputs are copied at
+ * the post, so the caller may reuse sendbufs at once; recvbufs are written at completion.
+ * sendbufs == NULL, or an entry TUTTI_IN_PLACE, means in place.
+ */
+TUTTI_API tutti_status_t tutti_allreduce_coalesced(const void *const *sendbufs,
+                                                   void *const *recvbufs, const size_t *counts,
+                                                   int nbufs, tutti_dtype_t dtype, tutti_op_t op,
+                                                   tutti_comm_t *comm, tutti_work_t **work);
+
 /** recvbuf (size * sendcount elements) = every rank's sendbuf, in rank order. */
 TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                                          tutti_dtype_t dtype, tutti_comm_t *comm,

@@ -245,6 +245,35 @@ static int async_rank(int rank, int size, void *arg)
             }
         tutti_work_free(ws[k]);
     }
+    /* Coalesced: three buffers of different sizes (one empty, one in place) in one operation. */
+    {
+        double a[5], b[3000], out_a[5];
+        for (int i = 0; i < 5; i++)
+            a[i] = rank + i;
+        for (int i = 0; i < 3000; i++)
+            b[i] = rank * i;
+        const void *sends[3] = {a, NULL, TUTTI_IN_PLACE};
+        void *recvs[3] = {out_a, NULL, b};
+        size_t counts[3] = {5, 0, 3000};
+        uint64_t s0 = tutti_comm_seq(comm);
+        st = tutti_allreduce_coalesced(sends, recvs, counts, 3, TUTTI_FLOAT64, TUTTI_SUM, comm, &w);
+        a[0] = -1000; /* the inputs were copied at the post */
+        if (st != TUTTI_OK || (st = tutti_work_wait(w, 30)) != TUTTI_OK)
+            rc = th_fail("coalesced: %s: %s", tutti_strerror(st), tutti_comm_last_error(comm));
+        tutti_work_free(w);
+        if (tutti_comm_seq(comm) != s0 + 1)
+            rc = th_fail("coalesced took %llu sequence numbers",
+                         (unsigned long long)(tutti_comm_seq(comm) - s0));
+        double tri = size * (size - 1) / 2.0;
+        for (int i = 0; i < 5; i++)
+            if (out_a[i] != tri + size * i)
+                rc = th_fail("coalesced a[%d] = %g", i, out_a[i]);
+        for (int i = 0; i < 3000; i++)
+            if (b[i] != tri * i) {
+                rc = th_fail("coalesced b[%d] = %g, want %g", i, b[i], tri * i);
+                break;
+            }
+    }
     /* A callback set after completion runs at once, in this thread. */
     st = tutti_barrier(comm, &w);
     tutti_work_wait(w, -1);

@@ -146,9 +146,19 @@ void tutti__coll_local(tutti__coll_t *c)
         memmove(dst, src, bytes);
 }
 
+static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivial, void *owned,
+                               void (*post_fn)(tutti_work_t *));
+
 /* run hands the call to the executor. A blocking call waits for it here; otherwise the caller
  * gets the handle. owned (may be NULL) is freed with the work. */
-static tutti_status_t run(tutti__coll_t *c, tutti_work_t **work, bool trivial, size_t *owned)
+static tutti_status_t run(tutti__coll_t *c, tutti_work_t **work, bool trivial, void *owned)
+{
+    return run_then(c, work, trivial, owned, NULL);
+}
+
+/* run_then is run with post_fn called, on success, before the work counts as complete. */
+static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivial, void *owned,
+                               void (*post_fn)(tutti_work_t *))
 {
     tutti_comm_t *comm = c->comm;
     c->esize = tutti_dtype_size(c->dtype);
@@ -163,6 +173,7 @@ static tutti_status_t run(tutti__coll_t *c, tutti_work_t **work, bool trivial, s
     w->cb_state = 0;
     w->cb = NULL;
     w->owned = owned;
+    w->post_fn = post_fn;
     size_t bytes = tutti__coll_bytes(c);
     tutti__exec_submit(comm, w, bytes, trivial || comm->size == 1);
     if (work != NULL) {
@@ -205,6 +216,77 @@ TUTTI_API tutti_status_t tutti_allreduce(const void *sendbuf, void *recvbuf, siz
     return run(&c, work, bytes == 0, NULL);
 }
 
+/* A coalesced allreduce runs as one allreduce over a packed copy of all buffers; the layout
+ * and the packed data live in one block owned by the work. */
+typedef struct coalesced {
+    int n;
+    size_t esize;
+    size_t *counts;
+    void **recvbufs;
+    char *data;
+} coalesced_t;
+
+static void unpack(tutti_work_t *w)
+{
+    coalesced_t *k = w->owned;
+    const char *p = k->data;
+    for (int i = 0; i < k->n; i++) {
+        size_t b = k->counts[i] * k->esize;
+        if (b > 0)
+            memcpy(k->recvbufs[i], p, b);
+        p += b;
+    }
+}
+
+TUTTI_API tutti_status_t tutti_allreduce_coalesced(const void *const *sendbufs,
+                                                   void *const *recvbufs, const size_t *counts,
+                                                   int nbufs, tutti_dtype_t dtype, tutti_op_t op,
+                                                   tutti_comm_t *comm, tutti_work_t **work)
+{
+    static const char fn[] = "tutti_allreduce_coalesced";
+    BEGIN(fn);
+    TUTTI__CHECK(check_dtype(comm, fn, dtype));
+    TUTTI__CHECK(check_op(comm, fn, op, dtype));
+    if (nbufs < 0 || (nbufs > 0 && (counts == NULL || recvbufs == NULL)))
+        return BAD(comm, "%s: nbufs %d with counts %p and recvbufs %p: need nbufs >= 0 and both "
+                         "arrays when nbufs > 0",
+                   fn, nbufs, (const void *)counts, (const void *)recvbufs);
+    size_t es = tutti_dtype_size(dtype), total = 0, bytes = 0;
+    for (int i = 0; i < nbufs; i++) {
+        TUTTI__CHECK(check_bytes(comm, fn, counts[i], es, 1, &bytes));
+        if (total > PTRDIFF_MAX - bytes)
+            return BAD(comm, "%s: the buffers add up to more than the address space", fn);
+        total += bytes;
+        const void *sb = sendbufs && sendbufs[i] != TUTTI_IN_PLACE ? sendbufs[i] : recvbufs[i];
+        if ((sb == NULL || recvbufs[i] == NULL) && bytes > 0)
+            return BAD(comm, "%s: buffer %d is NULL but holds %zu bytes", fn, i, bytes);
+    }
+    size_t head = sizeof(coalesced_t) + (size_t)nbufs * (sizeof(size_t) + sizeof(void *));
+    head = (head + 63) & ~(size_t)63;
+    coalesced_t *k = malloc(head + total);
+    if (k == NULL)
+        return tutti__comm_error(comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory for %zu bytes", fn,
+                                 total);
+    k->n = nbufs;
+    k->esize = es;
+    k->counts = (size_t *)(k + 1);
+    k->recvbufs = (void **)(k->counts + nbufs);
+    k->data = (char *)k + head;
+    char *p = k->data;
+    for (int i = 0; i < nbufs; i++) { /* the inputs are read now, at the post */
+        k->counts[i] = counts[i];
+        k->recvbufs[i] = recvbufs[i];
+        const void *sb = sendbufs && sendbufs[i] != TUTTI_IN_PLACE ? sendbufs[i] : recvbufs[i];
+        if (counts[i] > 0)
+            memcpy(p, sb, counts[i] * es);
+        p += counts[i] * es;
+    }
+    tutti__coll_t c;
+    init_coll(&c, comm, TUTTI_COLL_ALLREDUCE, "allreduce_coalesced");
+    c.sendbuf = k->data, c.recvbuf = k->data, c.count = total / es, c.dtype = dtype, c.op = op;
+    return run_then(&c, work, total == 0, k, unpack);
+}
+
 TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
                                          tutti_dtype_t dtype, tutti_comm_t *comm,
                                          tutti_work_t **work)
@@ -227,15 +309,14 @@ TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, siz
     return run(&c, work, bytes == 0, NULL);
 }
 
-/* packed returns displacements for counts laid end to end (or NULL on OOM). */
-static size_t *packed(const size_t *counts, int n)
+/* copy_layout copies counts and displacements (packed when displs is NULL) into out[0..2n):
+ * the operation may run after the caller has reused its arrays. */
+static void copy_layout(const size_t *counts, const size_t *displs, int n, size_t *out)
 {
-    size_t *d = malloc((size_t)n * sizeof *d), sum = 0;
-    for (int r = 0; d != NULL && r < n; r++) {
-        d[r] = sum;
-        sum += counts[r];
+    for (int r = 0; r < n; r++) {
+        out[r] = counts[r];
+        out[n + r] = displs ? displs[r] : (r ? out[n + r - 1] + counts[r - 1] : 0);
     }
-    return d;
 }
 
 TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
@@ -254,10 +335,11 @@ TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount,
         return BAD(comm, "%s: sendcount %zu differs from recvcounts[%d] = %zu", fn, sendcount,
                    comm->rank, recvcounts[comm->rank]);
     TUTTI__CHECK(check_bytes(comm, fn, recvcounts[comm->rank], es, 1, &bytes));
-    size_t *owned = displs ? NULL : packed(recvcounts, comm->size);
-    if (displs == NULL && owned == NULL)
+    size_t *owned = malloc(2 * (size_t)comm->size * sizeof *owned);
+    if (owned == NULL)
         return tutti__comm_error(comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory", fn);
-    const size_t *d = displs ? displs : owned;
+    copy_layout(recvcounts, displs, comm->size, owned);
+    const size_t *d = owned + comm->size;
     const char *own = (const char *)recvbuf + d[comm->rank] * es;
     if (sendbuf == TUTTI_IN_PLACE)
         sendbuf = own;
@@ -271,7 +353,7 @@ TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount,
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_ALLGATHER, "allgatherv");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = bytes / (es ? es : 1), c.dtype = dtype;
-    c.counts = recvcounts, c.displs = d;
+    c.counts = owned, c.displs = d;
     return run(&c, work, false, owned);
 }
 
@@ -318,17 +400,15 @@ TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *send
     TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, sspan));
     TUTTI__CHECK(check_overlap(comm, fn, sendbuf, sspan, recvbuf, rspan));
     int n = comm->size;
-    size_t *owned = calloc(2 * (size_t)n, sizeof(size_t));
+    size_t *owned = malloc(4 * (size_t)n * sizeof *owned);
     if (owned == NULL)
         return tutti__comm_error(comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory", fn);
-    for (int r = 0; r < n; r++) { /* always copied: the caller may reuse its arrays at once */
-        owned[r] = rdispls ? rdispls[r] : (r ? owned[r - 1] + recvcounts[r - 1] : 0);
-        owned[n + r] = sdispls ? sdispls[r] : (r ? owned[n + r - 1] + sendcounts[r - 1] : 0);
-    }
+    copy_layout(recvcounts, rdispls, n, owned);
+    copy_layout(sendcounts, sdispls, n, owned + 2 * n);
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_ALLTOALL, "alltoallv");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.dtype = dtype;
-    c.counts = recvcounts, c.displs = owned, c.scounts = sendcounts, c.sdispls = owned + n;
+    c.counts = owned, c.displs = owned + n, c.scounts = owned + 2 * n, c.sdispls = owned + 3 * n;
     c.count = recvcounts[comm->rank];
     return run(&c, work, false, owned);
 }

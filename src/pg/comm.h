@@ -80,7 +80,8 @@ struct tutti_work {
     void (*cb)(tutti_work_t *, void *);
     void *cb_arg;
     tutti_status_t status;
-    size_t *owned;           /* packed displacements made for a v-collective */
+    void *owned;             /* memory the operation needs (copied layouts, packed data) */
+    void (*post_fn)(tutti_work_t *); /* run on success before completion (unpacking) */
     char error[TUTTI__ERRLEN];
 };
 

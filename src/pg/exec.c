@@ -120,6 +120,8 @@ static tutti_work_t *pop_locked(tutti__exec_t *e)
 
 static void finish(tutti_work_t *w)
 {
+    if (w->post_fn != NULL && w->status == TUTTI_OK)
+        w->post_fn(w);
     complete(w, w->status);
     tutti__work_release(w); /* the executor's reference */
 }

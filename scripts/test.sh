@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# test.sh: builds tutti (installing missing packages first) and runs every test suite; extra
-# arguments go to `meson test`, e.g. `scripts/test.sh --suite unit`.
+# test.sh: builds tutti (installing missing packages first) and runs every test suite, then the
+# same under AddressSanitizer+UBSan (every suite) and ThreadSanitizer (the threading suites).
+# Extra arguments go to `meson test`, e.g. `scripts/test.sh --suite unit`;
+# TUTTI_SANITIZERS=0 skips the sanitizer builds.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,10 +15,41 @@ if ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
 fi
 
 start=$SECONDS
-if meson test -C build --print-errorlogs "$@"; then
-    echo "test.sh: PASSED in $((SECONDS - start)) s (log: build/meson-logs/testlog.txt)"
+failed=()
+run_suite() { # run_suite NAME BUILD_DIR [meson test args...]
+    local name=$1 dir=$2
+    shift 2
+    echo "test.sh: == $name =="
+    if ! meson test -C "$dir" --print-errorlogs "$@"; then
+        failed+=("$name ($dir/meson-logs/testlog.txt)")
+    fi
+}
+
+sanitizer_build() { # sanitizer_build DIR SANITIZERS
+    if [ -f "$1/meson-private/coredata.dat" ]; then
+        meson setup --reconfigure "$1" -Db_sanitize="$2" -Db_lundef=false >/dev/null ||
+            meson setup --wipe "$1" -Db_sanitize="$2" -Db_lundef=false >/dev/null
+    else
+        meson setup "$1" -Db_sanitize="$2" -Db_lundef=false >/dev/null
+    fi
+    meson compile -C "$1" >/dev/null
+}
+
+run_suite "tests" build "$@"
+
+if [ "${TUTTI_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
+    sanitizer_build build-asan address,undefined
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        run_suite "AddressSanitizer + UBSan" build-asan
+    sanitizer_build build-tsan thread
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+        run_suite "ThreadSanitizer" build-tsan check_workers check_failure check_oob check_bootstrap
+fi
+
+if [ ${#failed[@]} -eq 0 ]; then
+    echo "test.sh: PASSED in $((SECONDS - start)) s"
 else
-    rc=$?
-    echo "test.sh: FAILED (meson test exit $rc) in $((SECONDS - start)) s; log: build/meson-logs/testlog.txt" >&2
-    exit "$rc"
+    printf 'test.sh: FAILED: %s\n' "${failed[@]}" >&2
+    echo "test.sh: FAILED in $((SECONDS - start)) s" >&2
+    exit 1
 fi

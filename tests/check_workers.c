@@ -300,6 +300,10 @@ START_TEST(test_async)
         o.env[1] = "CCL_WORKER_WAIT=0";
         ck_assert_msg(th_run_opts(3, &o, async_rank, NULL) == 0, "async (spinning workers) over %s",
                       tps[t]);
+        /* three workers: the 8 MiB allreduce is cut into three slices on their own channels */
+        o.env[1] = "CCL_WORKER_COUNT=3";
+        ck_assert_msg(th_run_opts(3, &o, async_rank, NULL) == 0, "async (3 workers) over %s",
+                      tps[t]);
     }
 }
 END_TEST

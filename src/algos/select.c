@@ -52,7 +52,7 @@ static void valid_list(const tutti_comm_t *comm, tutti_coll_t coll, char *buf, s
     size_t n = 0;
     buf[0] = '\0';
     for (const tutti__algo_t *const *a = colls[coll].algos; *a != NULL; a++)
-        if (!(*a)->needs_window || comm->win != NULL)
+        if (!(*a)->needs_window || comm->wins != NULL)
             n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? ", " : "", (*a)->name);
 }
 
@@ -88,7 +88,7 @@ static tutti_status_t parse(tutti_comm_t *comm, tutti_coll_t coll, const char *s
             return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
                                      "%s: unknown %s algorithm \"%.*s\"; valid here: %s", origin,
                                      colls[coll].name, (int)(name_end - p), p, valid);
-        if (a->needs_window && comm->win == NULL)
+        if (a->needs_window && comm->wins == NULL)
             return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
                                      "%s: %s algorithm \"%s\" needs every rank on one node over "
                                      "shared memory, which this communicator is not (%d node(s), "
@@ -162,7 +162,7 @@ const tutti__algo_t *tutti__select(tutti_comm_t *comm, tutti_coll_t coll, size_t
     for (int i = 0; i < ov->n; i++)
         if (bytes >= ov->r[i].lo && bytes <= ov->r[i].hi)
             return ov->r[i].algo;
-    bool win = comm->win != NULL;
+    bool win = comm->wins != NULL;
     switch (coll) {
     case TUTTI_COLL_ALLREDUCE:
         return win ? &tutti__allreduce_direct

@@ -44,7 +44,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "(0: every operation goes to the workers)"},
     {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit)"},
     {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
-    {"TUTTI_SHM_WINDOW", "4194304", "bytes per rank of the shared window the direct algorithms use"},
+    {"TUTTI_SHM_WINDOW", "4194304",
+     "bytes per rank of the shared window the direct algorithms use (split between the slices "
+     "when CCL_WORKER_COUNT > 1)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
 };
 const size_t tutti__env_knob_count = sizeof tutti__env_knobs / sizeof tutti__env_knobs[0];

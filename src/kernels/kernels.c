@@ -11,6 +11,12 @@
 #else
 #define HAVE_X86_VARIANTS 0
 #endif
+/* The AVX512_FP16 variant needs a compiler that takes -mavx512fp16 (gcc 12, clang 14). */
+#if HAVE_X86_VARIANTS && defined(TUTTI_KV_FP16)
+#define HAVE_FP16_VARIANT 1
+#else
+#define HAVE_FP16_VARIANT 0
+#endif
 
 static tutti__kvariant_t variants[TUTTI__KV_COUNT] = {
     [TUTTI__KV_SCALAR] = {"scalar", tutti__reduce_scalar, true},
@@ -23,9 +29,14 @@ static tutti__kvariant_t variants[TUTTI__KV_COUNT] = {
     [TUTTI__KV_AVX512F] = {"avx512f", NULL, false},
     [TUTTI__KV_AVX512BF] = {"avx512bf", NULL, false},
 #endif
+#if HAVE_FP16_VARIANT
+    [TUTTI__KV_AVX512FP16] = {"avx512fp16", tutti__reduce_avx512fp16, false},
+#else
+    [TUTTI__KV_AVX512FP16] = {"avx512fp16", NULL, false},
+#endif
 };
 
-/* What the CPU offers beyond the variants we build, so that an override can say why it fails. */
+/* Whether the CPU and OS run AVX512_FP16, built or not, so that an override can say why it fails. */
 static bool cpu_avx512fp16;
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
@@ -71,7 +82,9 @@ static void detect(void)
     variants[TUTTI__KV_AVX512F].available =
         variants[TUTTI__KV_AVX2].available && os_avx512 && avx512f && avx512bw && avx512vl;
     variants[TUTTI__KV_AVX512BF].available = variants[TUTTI__KV_AVX512F].available && avx512bf16;
-    cpu_avx512fp16 = os_avx512 && avx512fp16;
+    cpu_avx512fp16 = variants[TUTTI__KV_AVX512F].available && avx512fp16;
+    variants[TUTTI__KV_AVX512FP16].available =
+        variants[TUTTI__KV_AVX512FP16].fn != NULL && cpu_avx512fp16;
 #endif
 }
 
@@ -81,16 +94,18 @@ const tutti__kvariant_t *tutti__kernel_variants(void)
     return variants;
 }
 
+/* best is the fastest general variant; avx512bf and avx512fp16 differ from avx512f in one dtype
+ * each, so choose() takes them for that dtype alone, naming the code that really runs. */
 static tutti__kv_t best(void)
 {
-    for (int v = TUTTI__KV_COUNT - 1; v > 0; v--)
+    for (int v = TUTTI__KV_AVX512F; v > 0; v--)
         if (variants[v].available)
             return (tutti__kv_t)v;
     return TUTTI__KV_SCALAR;
 }
 
-/* parse_override reads var (one of names[], which map to kv[]; -1: a variant never built) into
- * *out; unset leaves *out alone. */
+/* parse_override reads var (one of names[], which map to kv[]) into *out; unset leaves *out
+ * alone. */
 static tutti_status_t parse_override(const char *var, const char *const *names, const int *kv,
                                      int n, tutti__kv_t *out, char *err)
 {
@@ -101,7 +116,7 @@ static tutti_status_t parse_override(const char *var, const char *const *names, 
     for (int i = 0; i < n; i++) {
         strncat(all, i ? ", " : "", sizeof all - strlen(all) - 1);
         strncat(all, names[i], sizeof all - strlen(all) - 1);
-        if (kv[i] >= 0 && variants[kv[i]].available) {
+        if (variants[kv[i]].available) {
             strncat(usable, usable[0] ? ", " : "", sizeof usable - strlen(usable) - 1);
             strncat(usable, names[i], sizeof usable - strlen(usable) - 1);
         }
@@ -109,14 +124,19 @@ static tutti_status_t parse_override(const char *var, const char *const *names, 
     for (int i = 0; i < n; i++) {
         if (strcasecmp(v, names[i]) != 0)
             continue;
-        if (kv[i] >= 0 && variants[kv[i]].available) {
+        if (variants[kv[i]].available) {
             *out = (tutti__kv_t)kv[i];
             return TUTTI_OK;
         }
         const char *why;
-        if (kv[i] < 0)
-            why = cpu_avx512fp16 ? "this CPU has AVX512_FP16 but tutti does not build that variant"
-                                 : "this CPU lacks AVX512_FP16 (and tutti does not build that variant)";
+        if (kv[i] == TUTTI__KV_AVX512FP16 && variants[kv[i]].fn == NULL)
+            why = cpu_avx512fp16 ? "this CPU has AVX512_FP16 but tutti was built without that "
+                                   "variant (the compiler lacks -mavx512fp16, or not x86-64)"
+                                 : "this CPU lacks AVX512_FP16 (and tutti was built without that "
+                                   "variant)";
+        else if (kv[i] == TUTTI__KV_AVX512FP16)
+            why = "this CPU lacks AVX512_FP16 (cpuid leaf 7 EDX bit 23), or AVX-512F/BW/VL, or the "
+                  "OS does not enable the AVX-512 register state";
         else if (variants[kv[i]].fn == NULL)
             why = "tutti is built without it on this architecture";
         else
@@ -134,10 +154,12 @@ static void choose(void)
 {
     pthread_once(&detect_once, detect);
     tutti__kv_t auto_kv = best();
-    /* avx512bf differs from avx512f in bf16 alone; name the code that really runs. */
     for (int dt = 0; dt < TUTTI_DTYPE_COUNT; dt++)
-        chosen[dt] = auto_kv == TUTTI__KV_AVX512BF ? TUTTI__KV_AVX512F : auto_kv;
-    chosen[TUTTI_BFLOAT16] = auto_kv;
+        chosen[dt] = auto_kv;
+    if (variants[TUTTI__KV_AVX512BF].available)
+        chosen[TUTTI_BFLOAT16] = TUTTI__KV_AVX512BF;
+    if (variants[TUTTI__KV_AVX512FP16].available)
+        chosen[TUTTI_FLOAT16] = TUTTI__KV_AVX512FP16;
     chosen_status = TUTTI_OK;
     chosen_err[0] = '\0';
 
@@ -146,8 +168,8 @@ static void choose(void)
                                 TUTTI__KV_AVX512BF};
     static const char *const fp_names[] = {"scalar", "f16c", "avx2", "avx512f", "avx512fp16"};
     static const int fp_kv[] = {TUTTI__KV_SCALAR, TUTTI__KV_AVX2, TUTTI__KV_AVX2,
-                                TUTTI__KV_AVX512F, -1};
-    tutti__kv_t kv = auto_kv;
+                                TUTTI__KV_AVX512F, TUTTI__KV_AVX512FP16};
+    tutti__kv_t kv = chosen[TUTTI_BFLOAT16];
     tutti_status_t st = parse_override("CCL_BF16", bf_names, bf_kv, 4, &kv, chosen_err);
     if (st == TUTTI_OK) {
         chosen[TUTTI_BFLOAT16] = kv;

@@ -40,11 +40,12 @@ typedef enum tutti__kv {
     TUTTI__KV_AVX2,       /* AVX2 + F16C ("f16c" in CCL_FP16) */
     TUTTI__KV_AVX512F,    /* AVX-512F/BW/VL; bf16 rounded with integer arithmetic */
     TUTTI__KV_AVX512BF,   /* AVX-512 plus AVX512_BF16 (VCVTNE2PS2BF16) for bf16 */
+    TUTTI__KV_AVX512FP16, /* AVX-512 plus AVX512_FP16 for fp16 (native where exact) */
     TUTTI__KV_COUNT
 } tutti__kv_t;
 
 typedef struct tutti__kvariant {
-    const char *name;       /* "scalar", "avx2", "avx512f", "avx512bf" */
+    const char *name;       /* "scalar", "avx2", "avx512f", "avx512bf", "avx512fp16" */
     tutti__reduce_fn_t fn;  /* NULL where this build lacks the variant */
     bool available;         /* built, and this CPU and OS run it */
 } tutti__kvariant_t;
@@ -69,8 +70,9 @@ tutti_status_t tutti__kernels_reinit(void);
 /* tutti__kernel_variant names the variant tutti__reduce uses for dt (after init). */
 const char *tutti__kernel_variant(tutti_dtype_t dt);
 
-/* The variants themselves (the SIMD ones exist only in x86-64 builds). Each hands dtypes and
- * ops it does not vectorize (the integers) to tutti__reduce_scalar. */
+/* The variants themselves (the SIMD ones exist only in x86-64 builds; avx512fp16 only where the
+ * compiler takes -mavx512fp16). Each hands dtypes and ops it does not vectorize (the integers)
+ * to tutti__reduce_scalar; avx512bf and avx512fp16 hand every other float dtype to avx512f. */
 void tutti__reduce_scalar(void *dst, const void *const *srcs, int nsrc, size_t count,
                           tutti_dtype_t dt, tutti_op_t op, int avg_div);
 void tutti__reduce_avx2(void *dst, const void *const *srcs, int nsrc, size_t count,
@@ -79,6 +81,8 @@ void tutti__reduce_avx512f(void *dst, const void *const *srcs, int nsrc, size_t 
                            tutti_dtype_t dt, tutti_op_t op, int avg_div);
 void tutti__reduce_avx512bf(void *dst, const void *const *srcs, int nsrc, size_t count,
                             tutti_dtype_t dt, tutti_op_t op, int avg_div);
+void tutti__reduce_avx512fp16(void *dst, const void *const *srcs, int nsrc, size_t count,
+                              tutti_dtype_t dt, tutti_op_t op, int avg_div);
 
 /* tutti__kern_nan_f32 / _f64 compute element i the slow, canonical way (the NaN rule above),
  * before any rounding to bf16 / fp16; SIMD variants call them for lanes whose result is NaN,

@@ -321,6 +321,7 @@ static void comm_free(tutti_comm_t *c)
         c->ofi->ops->destroy(c->ofi);
     tutti__live_destroy(c->live);
     free(c->peer_tp);
+    free(c->wins); /* the windows themselves belong to the shm transport */
     free(c->node_of);
     free(c->local_ranks);
     pthread_mutex_destroy(&c->err_lock);
@@ -343,7 +344,7 @@ static tutti_status_t connect_transports(tutti_comm_t *c, tutti__bootstrap_t *bs
      * collective calls in the same order. */
     if (!use_ofi && (c->local_size > 1 || c->nnodes == 1)) {
         TUTTI__CHECK(tutti__shm_create(c, bs, c->local_ranks, c->local_size, c->local_rank, &c->shm,
-                                       c->nnodes == 1 ? &c->win : NULL));
+                                       c->nnodes == 1 ? c->wins : NULL));
         for (int i = 0; i < c->local_size; i++)
             if (c->local_ranks[i] != c->rank)
                 c->peer_tp[c->local_ranks[i]] = c->shm;
@@ -389,10 +390,11 @@ static tutti_status_t comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     c->size = size;
     c->timeout_s = cfg->timeout;
     c->nslices = (int)cfg->workers;
-    c->nchan = 2; /* user send/recv, and one collective channel */
+    c->nchan = 1 + c->nslices; /* user send/recv, and one collective channel per slice */
     pthread_mutex_init(&c->err_lock, NULL);
     c->slices = calloc((size_t)c->nslices, sizeof *c->slices);
-    if (c->slices == NULL) {
+    c->wins = calloc((size_t)c->nslices, sizeof *c->wins);
+    if (c->slices == NULL || c->wins == NULL) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }
@@ -401,6 +403,10 @@ static tutti_status_t comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
      * waits must give the core away at once. */
     c->oversubscribed = c->local_size * (1 + c->nslices) > ncpus;
     TUTTI__CHECK_GOTO(connect_transports(c, bs, cfg->transport), st, fail);
+    if (c->wins[0] == NULL) { /* no shared window: the direct algorithms are not offered */
+        free(c->wins);
+        c->wins = NULL;
+    }
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__select_init(c), st, fail);
     pick_local_ip(c, store, ip);

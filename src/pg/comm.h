@@ -48,7 +48,8 @@ struct tutti_comm {
     tutti__transport_t *shm; /* NULL when unused */
     tutti__transport_t *ofi; /* NULL when unused */
     tutti__transport_t **peer_tp; /* per rank; NULL for self */
-    tutti__window_t *win;    /* shm window, only when every rank is on this node and on shm */
+    tutti__window_t **wins;  /* shm windows, one per slice; NULL unless every rank is on this
+                                node and on shm */
     tutti__liveness_t *live;
 
     uint64_t seq;              /* collectives posted so far (exec lock) */

@@ -131,15 +131,6 @@ static void *worker_main(void *p)
     worker_arg_t a = *(worker_arg_t *)p;
     free(p);
     tutti__exec_t *e = a.e;
-    char name[16];
-    snprintf(name, sizeof name, "tutti-w%d", a.index);
-    pthread_setname_np(pthread_self(), name);
-    if (e->cpus[a.index] >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(e->cpus[a.index], &set);
-        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
     uint64_t seen = 0;
     tutti__backoff_t b;
     pthread_mutex_lock(&e->lock);
@@ -266,10 +257,25 @@ tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool slee
         worker_arg_t *a = malloc(sizeof *a);
         int rc = a == NULL ? ENOMEM : 0;
         if (a != NULL) {
+            /* Pinned and named before it runs, so that nothing ever sees it elsewhere. */
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            if (cpus[i] >= 0) {
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(cpus[i], &set);
+                pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+            }
             *a = (worker_arg_t){e, i};
-            rc = pthread_create(&e->threads[i], NULL, worker_main, a);
-            if (rc != 0)
+            rc = pthread_create(&e->threads[i], &attr, worker_main, a);
+            pthread_attr_destroy(&attr);
+            if (rc != 0) {
                 free(a);
+            } else {
+                char name[16];
+                snprintf(name, sizeof name, "tutti-w%d", i);
+                pthread_setname_np(e->threads[i], name);
+            }
         }
         if (rc != 0) {
             e->nworkers = i; /* only these are joined */

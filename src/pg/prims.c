@@ -50,7 +50,7 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int peer, const void *buf
     tutti__transport_t *tp = comm->peer_tp[peer];
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
-    req->chan = c->kind == TUTTI_COLL_COUNT ? TUTTI__CHAN_P2P : TUTTI__CHAN_COLL;
+    req->chan = c->kind == TUTTI_COLL_COUNT ? TUTTI__CHAN_P2P : TUTTI__CHAN_COLL + c->slice;
     req->tag = req->chan == TUTTI__CHAN_P2P ? (uint32_t)c->tag : 0u;
     req->peer = peer;
     req->buf = (char *)buf;
@@ -131,7 +131,7 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
         TUTTI__CHECK(progress_all(c));
         int pending = 0;
         for (int i = 0; i < n; i++) {
-            if (!reqs[i].done) {
+            if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE)) {
                 pending++;
                 continue;
             }
@@ -152,7 +152,7 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
         if ((it & 63u) == 63u || b.iter > 2048 || b.oversubscribed) {
             int missing[64], nm = 0;
             for (int i = 0; i < n && nm < 64; i++)
-                if (!reqs[i].done)
+                if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE))
                     missing[nm++] = reqs[i].peer;
             TUTTI__CHECK(check_time(c, missing, nm));
         }
@@ -183,11 +183,14 @@ tutti_status_t tutti__sendrecv(tutti__coll_t *c, int speer, const void *sbuf, si
     return tutti__waitall(c, req, 2);
 }
 
-tutti__window_t *tutti__window(tutti__coll_t *c) { return c->comm->win; }
+tutti__window_t *tutti__window(tutti__coll_t *c)
+{
+    return c->comm->wins ? c->comm->wins[c->slice] : NULL;
+}
 
 tutti_status_t tutti__win_barrier(tutti__coll_t *c)
 {
-    tutti__window_t *w = c->comm->win;
+    tutti__window_t *w = c->comm->wins[c->slice];
     uint64_t e = ++w->epoch;
     __atomic_store_n(w->flags[c->rank], e, __ATOMIC_RELEASE);
     tutti__backoff_t b;

@@ -22,8 +22,9 @@
 #define OFI_API_VERSION FI_VERSION(1, 9)
 
 /*
- * The 64-bit tag, from the top: channel (1 bit), source rank (21 bits), the low 10 bits of the
- * caller's tag, and a per-(peer, channel, direction) message counter (32 bits). Both sides post
+ * The 64-bit tag, from the top: channel (5 bits), source rank (16 bits), the low 10 bits of the
+ * caller's tag, and a per-(peer, channel, direction) message counter (up to 32 bits; the top bit
+ * of the 64 is unused). Both sides post
  * their messages of one stream in the same order, so their counters agree and every message in
  * flight has a tag of its own: matching needs no help from the provider's ordering. A provider
  * with fewer tag bits (mem_tag_format) gets a narrower counter; the counter then wraps sooner,
@@ -31,8 +32,10 @@
  * The caller's tag is ignored for matching and checked on arrival instead, so that a tag
  * mismatch fails the receive with a message rather than leaving it unmatched until the timeout.
  */
-#define RANK_BITS 21
+#define CHAN_BITS 5
+#define RANK_BITS 16
 #define UTAG_BITS 10
+#define HI_BITS (CHAN_BITS + RANK_BITS + UTAG_BITS) /* above the counter */
 #define UTAG_MASK ((1u << UTAG_BITS) - 1u)
 #define MIN_CTR_BITS 16
 
@@ -87,6 +90,7 @@ struct ofi {
     struct fid_av *av;
     struct fid_cq *cq;
     fi_addr_t *addrs;  /* by global rank; FI_ADDR_NOTAVAIL for ranks not in peers[] */
+    int nchan;         /* channels, from comm->nchan at creation */
     uint32_t *ctr;     /* [rank][chan][kind]: next counter value of each stream */
     unsigned cbits;    /* counter bits in the tag */
     uint32_t cmask;
@@ -103,7 +107,19 @@ static const tutti__transport_ops_t ofi_ops;
 
 static inline struct reqst *st_of(tutti__req_t *req) { return (struct reqst *)(void *)req->priv; }
 
-static const char *chan_name(int chan) { return chan == TUTTI__CHAN_P2P ? "send/recv" : "collective"; }
+/* chan_name says which stream a channel is, for messages ("send/recv", "collective slice 2"). */
+static const char *chan_name(int chan)
+{
+    static const char *const names[] = {
+        "send/recv",           "collective slice 0",  "collective slice 1",
+        "collective slice 2",  "collective slice 3",  "collective slice 4",
+        "collective slice 5",  "collective slice 6",  "collective slice 7",
+        "collective slice 8",  "collective slice 9",  "collective slice 10",
+        "collective slice 11", "collective slice 12", "collective slice 13",
+        "collective slice 14", "collective slice 15",
+    };
+    return chan >= 0 && chan < (int)(sizeof names / sizeof names[0]) ? names[chan] : "collective";
+}
 
 /* ---- ops: a pool, so that posting a message does not call malloc ---------------------------- */
 
@@ -191,7 +207,7 @@ static void pend_del(struct ofi *t, tutti__req_t *req)
 static uint64_t make_tag(const struct ofi *t, int chan, int src, uint32_t utag, uint32_t ctr)
 {
     unsigned c = t->cbits;
-    return ((uint64_t)(chan & 1) << (c + UTAG_BITS + RANK_BITS)) |
+    return ((uint64_t)chan << (c + UTAG_BITS + RANK_BITS)) |
            ((uint64_t)src << (c + UTAG_BITS)) | ((uint64_t)(utag & UTAG_MASK) << c) |
            (uint64_t)(ctr & t->cmask);
 }
@@ -457,7 +473,7 @@ static tutti_status_t ofi_post(tutti__transport_t *tp, tutti__req_t *req)
 {
     struct ofi *t = (struct ofi *)tp;
     if (req->peer < 0 || req->peer >= t->size || req->chan < 0 ||
-        req->chan >= TUTTI__CHAN_COUNT ||
+        req->chan >= t->nchan ||
         (req->kind != TUTTI__REQ_SEND && req->kind != TUTTI__REQ_RECV) ||
         (req->len > 0 && req->buf == NULL))
         return tutti__fmt_error(tp->err, TUTTI_ERR_INTERNAL,
@@ -478,7 +494,8 @@ static tutti_status_t ofi_post(tutti__transport_t *tp, tutti__req_t *req)
                                 t->prov, req->len, nchunks, t->chunk);
 
     pthread_mutex_lock(&t->lock);
-    uint32_t *ctr = &t->ctr[(req->peer * TUTTI__CHAN_COUNT + req->chan) * 2 + req->kind];
+    uint32_t *ctr = &t->ctr[((size_t)req->peer * (size_t)t->nchan + (size_t)req->chan) * 2 +
+                            (size_t)req->kind];
     struct reqst *st = st_of(req);
     memset(st, 0, sizeof *st);
     st->base = *ctr;
@@ -512,10 +529,17 @@ static tutti_status_t ofi_post(tutti__transport_t *tp, tutti__req_t *req)
     return rc;
 }
 
+/* ofi_progress only tries the lock: a thread that holds it is posting or reading completions,
+ * and reading completions finishes every request whose completion arrived, whoever posted it
+ * (one completion queue serves every channel). A waiter that finds the lock taken returns and
+ * calls again; the completion it waits for is either consumed by the holder (done is set) or
+ * still queued for its next call, so none is lost. With one thread per slice on few cores this
+ * avoids sleeping on the mutex behind a thread that is doing our work anyway. */
 static tutti_status_t ofi_progress(tutti__transport_t *tp)
 {
     struct ofi *t = (struct ofi *)tp;
-    pthread_mutex_lock(&t->lock);
+    if (pthread_mutex_trylock(&t->lock) != 0)
+        return TUTTI_OK;
     tutti_status_t st = progress_locked(t);
     pthread_mutex_unlock(&t->lock);
     return st;
@@ -685,8 +709,15 @@ tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
 
     if (comm->size > (1 << RANK_BITS))
         return tutti__set_error(TUTTI_ERR_NOT_SUPPORTED,
-                                "ofi: %d ranks, but the tag holds ranks below %d", comm->size,
-                                1 << RANK_BITS);
+                                "ofi: %d ranks, but the libfabric transport tells at most %d ranks "
+                                "apart (%d bits of the message tag); split the job into "
+                                "communicators of at most %d ranks",
+                                comm->size, 1 << RANK_BITS, RANK_BITS, 1 << RANK_BITS);
+    if (comm->nchan < 2 || comm->nchan > (1 << CHAN_BITS) || comm->nchan > TUTTI__CHAN_MAX)
+        return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                "ofi: %d channels asked for; the transport takes 2 to %d",
+                                comm->nchan, TUTTI__CHAN_MAX < (1 << CHAN_BITS)
+                                                 ? TUTTI__CHAN_MAX : 1 << CHAN_BITS);
     struct ofi *t = calloc(1, sizeof *t);
     if (t == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "ofi: out of memory creating the transport");
@@ -695,8 +726,9 @@ tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
     t->base.comm = comm;
     t->rank = comm->rank;
     t->size = comm->size;
+    t->nchan = comm->nchan;
     t->addrs = malloc((size_t)t->size * sizeof *t->addrs);
-    t->ctr = calloc((size_t)t->size * TUTTI__CHAN_COUNT * 2, sizeof *t->ctr);
+    t->ctr = calloc((size_t)t->size * (size_t)t->nchan * 2, sizeof *t->ctr);
     all = calloc((size_t)t->size, sizeof *all);
     if (t->addrs == NULL || t->ctr == NULL || all == NULL) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "ofi: out of memory for %d ranks", t->size);
@@ -801,14 +833,14 @@ tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
         if (all[r].tagbits < tagbits)
             tagbits = all[r].tagbits;
     }
-    if (tagbits < 32 + MIN_CTR_BITS) {
+    if (tagbits < HI_BITS + MIN_CTR_BITS) {
         st = tutti__set_error(TUTTI_ERR_NOT_SUPPORTED,
                               "ofi: provider %s matches only %u tag bits; tutti needs %d; choose "
                               "another provider with FI_PROVIDER",
-                              t->prov, tagbits, 32 + MIN_CTR_BITS);
+                              t->prov, tagbits, HI_BITS + MIN_CTR_BITS);
         goto fail;
     }
-    t->cbits = tagbits - 32 > 32 ? 32 : tagbits - 32;
+    t->cbits = tagbits - HI_BITS > 32 ? 32 : tagbits - HI_BITS;
     t->cmask = t->cbits == 32 ? UINT32_MAX : (1u << t->cbits) - 1u;
     t->chunk = chunk ? chunk : 1;
 

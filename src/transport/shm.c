@@ -1,6 +1,6 @@
 /* shm.c: the shared-memory transport for ranks on one node: one POSIX segment per communicator
- * per node holding the window (one region and one barrier flag per local rank) and a lock-free
- * single-producer single-consumer ring per ordered pair of local ranks and channel. */
+ * per node holding the windows (one region and one barrier flag per local rank and slice) and a
+ * lock-free single-producer single-consumer ring per ordered pair of local ranks and channel. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../pg/bootstrap.h"
+#include "../pg/comm.h"
 #include "transport.h"
 
 /*
@@ -21,36 +22,43 @@
  * ranks agree even if their environments differ):
  *
  *   0            seg_hdr_t (parameters, checked by every rank that maps the segment)
- *   flags_off    nlocal barrier flags, one 64-byte line each
- *   regions_off  nlocal window regions, region_stride apart (page aligned: first touch by the
- *                owner places each on the owner's NUMA node)
- *   rings_off[c] for channel c, one ring per ordered pair (i -> j, i != j), ring_stride[c] apart
+ *   flags_off    nwin * nlocal barrier flags, one 64-byte line each (window s, rank r at
+ *                s * nlocal + r)
+ *   regions_off  nwin * nlocal window regions, region_stride apart, same order (page aligned:
+ *                first touch by the owner places each on the owner's NUMA node)
+ *   rings_off    channel 0 (send/recv): one ring per ordered pair (i -> j, i != j), then each
+ *                collective channel 1 .. nchan-1 likewise, every ring page aligned
  *
- * A ring is a line with the producer's counter (head: chunks published), a line with the
- * consumer's counter (tail: chunks consumed), then nslots[c] slots of slot_stride bytes: a
- * 16-byte chunk header and up to slot_size bytes of data. Counters only grow (64 bits never
- * wrap in practice), so a full ring is head - tail == nslots and there is no ABA. The header
- * shares the data's first cache line, so a small message costs the consumer two line transfers:
- * the head counter and the slot.
+ * nwin is nchan - 1 when the windows are wanted (every rank on this node), else 0. A ring is a
+ * line with the producer's counter (head: chunks published), a line with the consumer's counter
+ * (tail: chunks consumed), then nslots slots of slot_stride bytes: a 16-byte chunk header and up
+ * to slot_size bytes of data. Counters only grow (64 bits never wrap in practice), so a full ring
+ * is head - tail == nslots and there is no ABA. The header shares the data's first cache line,
+ * so a small message costs the consumer two line transfers: the head counter and the slot.
  */
 
 #define SEG_MAGIC 0x74757474736d3031ull /* "tuttsm01" */
-#define SEG_VERSION 1u
+#define SEG_VERSION 2u
 #define LINE 64u
 #define PAGE 4096u
 #define HDR_SPACE 256u
 #define RING_HDR 128u /* head line + tail line */
 #define P2P_SLOTS 2u  /* user send/recv: double buffering is enough and saves memory */
+#define MIN_SLICE_REGION (64u * 1024u) /* smallest region of a window when there are slices */
 #define MAX_LOCAL 4096
 #define NAME_LEN 40 /* "/tutti-" + 32 hex + NUL */
+
+_Static_assert(TUTTI__CHAN_MAX <= 32, "the busy mask has one bit per channel");
 
 typedef struct seg_hdr {
     uint64_t magic;
     uint32_t version;
     uint32_t nlocal;
+    uint32_t nchan;
+    uint32_t nwin;
     uint64_t region_size;
     uint64_t slot_size;
-    uint32_t nslots[TUTTI__CHAN_COUNT];
+    uint32_t nslots_p2p, nslots_coll;
     uint64_t size;
 } seg_hdr_t;
 
@@ -73,12 +81,13 @@ _Static_assert(sizeof(ring_t) == RING_HDR, "ring header is two cache lines");
 _Static_assert(sizeof(seg_hdr_t) <= HDR_SPACE, "segment header fits its space");
 
 typedef struct layout {
-    uint32_t nlocal;
+    uint32_t nlocal, nchan, nwin;
     uint64_t region_size, region_stride;
     uint64_t slot_size, slot_stride;
-    uint32_t nslots[TUTTI__CHAN_COUNT];
-    uint64_t ring_stride[TUTTI__CHAN_COUNT];
-    uint64_t flags_off, regions_off, rings_off[TUTTI__CHAN_COUNT];
+    uint32_t nslots_p2p, nslots_coll;
+    uint64_t stride_p2p, stride_coll; /* ring strides */
+    uint64_t flags_off, regions_off, rings_off;
+    uint64_t block_p2p, block_coll;   /* bytes of one channel's rings */
     uint64_t size;
 } layout_t;
 
@@ -90,7 +99,8 @@ typedef struct seg_pub {
     char msg[212];
 } seg_pub_t;
 
-/* One direction pair of one channel with one peer; every field is process-local. */
+/* One channel with one peer, both directions; every field is process-local and guarded by the
+ * channel's lane lock. */
 typedef struct chan {
     ring_t *tx, *rx;          /* me -> peer, peer -> me */
     char *tx_slots, *rx_slots;
@@ -100,60 +110,78 @@ typedef struct chan {
     uint64_t rx_tail, rx_head; /* chunks I consumed; producer's count as last seen */
     uint64_t discard;          /* bytes of a rejected message still to drop */
     bool discarding;
+    int pending;               /* queued requests, plus one while discarding */
+    int active_at;             /* index in the lane's active list, -1 when idle */
+    int rank;                  /* the peer's global rank, for messages */
     tutti__req_t *sq, *sq_last, *rq, *rq_last;
 } chan_t;
 
-typedef struct peer {
-    chan_t ch[TUTTI__CHAN_COUNT];
-    int rank;      /* global */
-    int pending;   /* queued requests, plus one per channel that is discarding */
-    int active_at; /* index in shm_tp_t.active, -1 when idle */
-} peer_t;
+/*
+ * A lane is one channel with every peer. Each lane has its own lock and its own list of peers
+ * with pending work, so that threads serving different slices copy at the same time instead of
+ * queueing behind one lock; lanes and their chan_t arrays are allocated apart, so no cache line
+ * is shared between lanes.
+ */
+typedef struct lane {
+    _Alignas(64) pthread_mutex_t lock;
+    int nactive;  /* peers with pending work on this channel */
+    int *active;  /* their local indexes */
+    chan_t *peer; /* [nlocal]; the entry of this rank itself is unused */
+} lane_t;
 
 typedef struct shm_tp {
     tutti__transport_t base; /* first: the vtable's functions cast back */
-    /* post and progress may come from different threads (a worker and the caller); the lock
-     * is uncontended in the common case and progress only tries it. */
-    pthread_mutex_t lock;
-    _Atomic int nactive; /* peers with pending work; read without the lock as a fast exit */
-    int *active;         /* local indexes of those peers */
+    /* Bit c is set while lane c has pending work (changed under lane c's lock): progress reads
+     * it without any lock to visit only busy lanes, and to return at once when all are idle. */
+    _Atomic uint32_t busy;
+    int nchan;
+    lane_t *lanes;
     int nlocal, my_local;
     int *ranks; /* global rank of each local index, increasing */
-    peer_t *peers;
     char *base_addr;
     size_t map_size;
     uint64_t slot_size, slot_stride;
-    tutti__window_t *win;
+    int nwin;
+    tutti__window_t **wins; /* [nwin] */
 } shm_tp_t;
+
+/* The channel this thread posted on last: progress serves it first, so each slice's thread
+ * mostly copies its own slice's data. Only a hint; any thread may progress any lane. */
+static _Thread_local int last_chan;
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 /* layout_init computes every offset; false if the sizes overflow. */
-static bool layout_init(layout_t *L, uint32_t nlocal, uint64_t region_size, uint64_t slot_size,
-                        uint32_t nslots_coll, uint32_t nslots_p2p)
+static bool layout_init(layout_t *L, uint32_t nlocal, uint32_t nchan, uint32_t nwin,
+                        uint64_t region_size, uint64_t slot_size, uint32_t nslots_coll,
+                        uint32_t nslots_p2p)
 {
     memset(L, 0, sizeof *L);
     L->nlocal = nlocal;
+    L->nchan = nchan;
+    L->nwin = nwin;
     L->region_size = region_size;
     L->region_stride = align_up(region_size, PAGE);
     L->slot_size = slot_size;
     L->slot_stride = align_up(SLOT_DATA + slot_size, LINE);
-    L->nslots[TUTTI__CHAN_COLL] = nslots_coll;
-    L->nslots[TUTTI__CHAN_P2P] = nslots_p2p;
+    L->nslots_coll = nslots_coll;
+    L->nslots_p2p = nslots_p2p;
+    L->stride_p2p = align_up(RING_HDR + (uint64_t)nslots_p2p * L->slot_stride, PAGE);
+    L->stride_coll = align_up(RING_HDR + (uint64_t)nslots_coll * L->slot_stride, PAGE);
+    uint64_t nregions = (uint64_t)nwin * nlocal, npairs = (uint64_t)nlocal * (nlocal - 1), part;
     L->flags_off = HDR_SPACE;
-    uint64_t off = align_up(L->flags_off + (uint64_t)nlocal * LINE, PAGE), part;
+    uint64_t off = align_up(L->flags_off + nregions * LINE, PAGE);
     L->regions_off = off;
-    if (__builtin_mul_overflow((uint64_t)nlocal, L->region_stride, &part) ||
+    if (__builtin_mul_overflow(nregions, L->region_stride, &part) ||
         __builtin_add_overflow(off, part, &off))
         return false;
-    uint64_t npairs = (uint64_t)nlocal * (nlocal - 1);
-    for (int c = 0; c < TUTTI__CHAN_COUNT; c++) {
-        L->ring_stride[c] = align_up(RING_HDR + (uint64_t)L->nslots[c] * L->slot_stride, PAGE);
-        L->rings_off[c] = off;
-        if (__builtin_mul_overflow(npairs, L->ring_stride[c], &part) ||
-            __builtin_add_overflow(off, part, &off))
-            return false;
-    }
+    L->rings_off = off;
+    if (__builtin_mul_overflow(npairs, L->stride_p2p, &L->block_p2p) ||
+        __builtin_mul_overflow(npairs, L->stride_coll, &L->block_coll) ||
+        __builtin_add_overflow(off, L->block_p2p, &off) ||
+        __builtin_mul_overflow((uint64_t)(nchan - 1), L->block_coll, &part) ||
+        __builtin_add_overflow(off, part, &off))
+        return false;
     L->size = off;
     return off <= (uint64_t)SIZE_MAX / 2 && off <= (uint64_t)INT64_MAX;
 }
@@ -161,7 +189,11 @@ static bool layout_init(layout_t *L, uint32_t nlocal, uint64_t region_size, uint
 static ring_t *ring_at(char *base, const layout_t *L, int c, uint32_t from, uint32_t to)
 {
     uint64_t idx = (uint64_t)from * (L->nlocal - 1) + (to < from ? to : to - 1);
-    return (ring_t *)(base + L->rings_off[c] + idx * L->ring_stride[c]);
+    uint64_t off = c == TUTTI__CHAN_P2P
+                       ? L->rings_off + idx * L->stride_p2p
+                       : L->rings_off + L->block_p2p + (uint64_t)(c - 1) * L->block_coll +
+                             idx * L->stride_coll;
+    return (ring_t *)(base + off);
 }
 
 /* ---- the data path ---------------------------------------------------------------------- */
@@ -173,23 +205,27 @@ static void complete(tutti__req_t *r, tutti_status_t st)
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
 }
 
-static void activate(shm_tp_t *t, peer_t *p, int local)
+/* activate and deactivate keep a lane's active list and the busy bit; under the lane's lock. */
+static void activate(shm_tp_t *t, int c, chan_t *ch, int local)
 {
-    int n = atomic_load_explicit(&t->nactive, memory_order_relaxed);
-    t->active[n] = local;
-    p->active_at = n;
-    atomic_store_explicit(&t->nactive, n + 1, memory_order_relaxed);
+    lane_t *ln = &t->lanes[c];
+    ln->active[ln->nactive] = local;
+    ch->active_at = ln->nactive;
+    if (ln->nactive++ == 0)
+        atomic_fetch_or_explicit(&t->busy, 1u << c, memory_order_relaxed);
 }
 
-static void deactivate(shm_tp_t *t, int at)
+static void deactivate(shm_tp_t *t, int c, int at)
 {
-    int n = atomic_load_explicit(&t->nactive, memory_order_relaxed) - 1;
-    t->peers[t->active[at]].active_at = -1;
+    lane_t *ln = &t->lanes[c];
+    int n = --ln->nactive;
+    ln->peer[ln->active[at]].active_at = -1;
     if (at != n) {
-        t->active[at] = t->active[n];
-        t->peers[t->active[at]].active_at = at;
+        ln->active[at] = ln->active[n];
+        ln->peer[ln->active[at]].active_at = at;
     }
-    atomic_store_explicit(&t->nactive, n, memory_order_relaxed);
+    if (n == 0)
+        atomic_fetch_and_explicit(&t->busy, ~(1u << c), memory_order_relaxed);
 }
 
 /* push copies r's next chunks into free slots; true when the whole message is published. A
@@ -242,7 +278,7 @@ static void consume(chan_t *ch)
 }
 
 /* drain drops the chunks of a rejected message; true when none is left. */
-static bool drain(shm_tp_t *t, peer_t *p, chan_t *ch)
+static bool drain(shm_tp_t *t, chan_t *ch)
 {
     char *slot;
     while (ch->discard > 0 && (slot = next_chunk(t, ch)) != NULL) {
@@ -253,12 +289,12 @@ static bool drain(shm_tp_t *t, peer_t *p, chan_t *ch)
     if (ch->discard > 0)
         return false;
     ch->discarding = false;
-    p->pending--;
+    ch->pending--;
     return true;
 }
 
 /* pull copies available chunks into r; true when r is complete (received or failed). */
-static bool pull(shm_tp_t *t, peer_t *p, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
+static bool pull(shm_tp_t *t, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
 {
     char *slot;
     while ((slot = next_chunk(t, ch)) != NULL) {
@@ -270,15 +306,15 @@ static bool pull(shm_tp_t *t, peer_t *p, chan_t *ch, tutti__req_t *r, tutti_stat
             /* The rest of that message is dropped so that the next receive meets the next
              * send, and the sender completes normally. */
             tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
-                             "shm: message from rank %d has %llu bytes but the receive expects "
-                             "%zu (tag %u vs %u): the ranks called different collectives or "
-                             "counts",
-                             p->rank, (unsigned long long)total, r->len, tag, r->tag);
+                             "shm: message from rank %d (channel %d) has %llu bytes but the "
+                             "receive expects %zu (tag %u vs %u): the ranks called different "
+                             "collectives or counts",
+                             ch->rank, r->chan, (unsigned long long)total, r->len, tag, r->tag);
             consume(ch);
             ch->discard = (n < total) ? total - n : 0;
             if (ch->discard > 0) {
                 ch->discarding = true;
-                p->pending++;
+                ch->pending++;
             }
             *st = TUTTI_ERR_INTERNAL;
             return true;
@@ -287,7 +323,7 @@ static bool pull(shm_tp_t *t, peer_t *p, chan_t *ch, tutti__req_t *r, tutti_stat
             tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
                              "shm: corrupt chunk from rank %d (%zu bytes at offset %zu of %zu, "
                              "slot %llu): the shared segment was overwritten",
-                             p->rank, n, r->off, r->len, (unsigned long long)t->slot_size);
+                             ch->rank, n, r->off, r->len, (unsigned long long)t->slot_size);
             consume(ch);
             *st = TUTTI_ERR_INTERNAL;
             return true;
@@ -304,45 +340,56 @@ static bool pull(shm_tp_t *t, peer_t *p, chan_t *ch, tutti__req_t *r, tutti_stat
     return false;
 }
 
-static void progress_peer(shm_tp_t *t, peer_t *p)
+static void progress_chan(shm_tp_t *t, chan_t *ch)
 {
-    for (int c = 0; c < TUTTI__CHAN_COUNT; c++) {
-        chan_t *ch = &p->ch[c];
-        while (ch->sq != NULL && push(t, ch, ch->sq)) {
-            tutti__req_t *r = ch->sq;
-            ch->sq = r->next; /* unlink first: r may be reused once done is set */
-            p->pending--;
-            complete(r, TUTTI_OK);
-        }
-        for (;;) {
-            if (ch->discarding && !drain(t, p, ch))
-                break;
-            tutti_status_t st;
-            if (ch->rq == NULL || !pull(t, p, ch, ch->rq, &st))
-                break;
-            tutti__req_t *r = ch->rq;
-            ch->rq = r->next;
-            p->pending--;
-            complete(r, st);
-        }
+    while (ch->sq != NULL && push(t, ch, ch->sq)) {
+        tutti__req_t *r = ch->sq;
+        ch->sq = r->next; /* unlink first: r may be reused once done is set */
+        ch->pending--;
+        complete(r, TUTTI_OK);
+    }
+    for (;;) {
+        if (ch->discarding && !drain(t, ch))
+            break;
+        tutti_status_t st;
+        if (ch->rq == NULL || !pull(t, ch, ch->rq, &st))
+            break;
+        tutti__req_t *r = ch->rq;
+        ch->rq = r->next;
+        ch->pending--;
+        complete(r, st);
     }
 }
 
+/*
+ * shm_progress visits the busy lanes, starting with the one this thread posted on last. A lane
+ * another thread holds is skipped, never waited for: that thread is progressing it, and it
+ * completes every request of the lane it can, whoever posted it. A waiter whose request it
+ * missed (the data came just after it passed) gets the lock on its own next call, so no
+ * completion is lost as long as waiters keep calling progress until done.
+ */
 static tutti_status_t shm_progress(tutti__transport_t *tp)
 {
     shm_tp_t *t = (shm_tp_t *)tp;
-    if (atomic_load_explicit(&t->nactive, memory_order_relaxed) == 0)
+    uint32_t busy = atomic_load_explicit(&t->busy, memory_order_relaxed);
+    if (busy == 0)
         return TUTTI_OK;
-    if (pthread_mutex_trylock(&t->lock) != 0)
-        return TUTTI_OK; /* another thread is progressing this transport right now */
-    /* Backwards, so that deactivate's swap only moves an entry already visited. */
-    for (int i = atomic_load_explicit(&t->nactive, memory_order_relaxed) - 1; i >= 0; i--) {
-        peer_t *p = &t->peers[t->active[i]];
-        progress_peer(t, p);
-        if (p->pending == 0)
-            deactivate(t, i);
+    int c = last_chan < t->nchan ? last_chan : 0;
+    for (int k = 0; k < t->nchan; k++, c = c + 1 == t->nchan ? 0 : c + 1) {
+        if (!(busy & (1u << c)))
+            continue;
+        lane_t *ln = &t->lanes[c];
+        if (pthread_mutex_trylock(&ln->lock) != 0)
+            continue;
+        /* Backwards, so that deactivate's swap only moves an entry already visited. */
+        for (int i = ln->nactive - 1; i >= 0; i--) {
+            chan_t *ch = &ln->peer[ln->active[i]];
+            progress_chan(t, ch);
+            if (ch->pending == 0)
+                deactivate(t, c, i);
+        }
+        pthread_mutex_unlock(&ln->lock);
     }
-    pthread_mutex_unlock(&t->lock);
     return TUTTI_OK;
 }
 
@@ -366,13 +413,13 @@ static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
 {
     shm_tp_t *t = (shm_tp_t *)tp;
     int l = local_index(t, r->peer);
-    if (l < 0 || l == t->my_local || r->chan < 0 || r->chan >= TUTTI__CHAN_COUNT ||
+    if (l < 0 || l == t->my_local || r->chan < 0 || r->chan >= t->nchan ||
         (r->kind != TUTTI__REQ_SEND && r->kind != TUTTI__REQ_RECV) ||
         (r->buf == NULL && r->len > 0)) {
         tutti__fmt_error(tp->err, TUTTI_ERR_INTERNAL,
-                         "shm: cannot post a %s of %zu bytes to rank %d on channel %d: %s",
+                         "shm: cannot post a %s of %zu bytes to rank %d on channel %d (of %d): %s",
                          r->kind == TUTTI__REQ_SEND ? "send" : "receive", r->len, r->peer,
-                         r->chan,
+                         r->chan, t->nchan,
                          l < 0 ? "that rank is not on this node"
                          : l == t->my_local ? "it is this rank itself"
                          : r->buf == NULL   ? "the buffer is NULL"
@@ -384,9 +431,10 @@ static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
     r->off = 0;
     r->status = TUTTI_OK;
     r->done = 0;
-    peer_t *p = &t->peers[l];
-    chan_t *ch = &p->ch[r->chan];
-    pthread_mutex_lock(&t->lock);
+    lane_t *ln = &t->lanes[r->chan];
+    chan_t *ch = &ln->peer[l];
+    last_chan = r->chan;
+    pthread_mutex_lock(&ln->lock);
     if (r->kind == TUTTI__REQ_SEND) {
         if (ch->sq == NULL)
             ch->sq = r;
@@ -400,9 +448,9 @@ static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
             ch->rq_last->next = r;
         ch->rq_last = r;
     }
-    if (p->pending++ == 0)
-        activate(t, p, l);
-    pthread_mutex_unlock(&t->lock);
+    if (ch->pending++ == 0)
+        activate(t, r->chan, ch, l);
+    pthread_mutex_unlock(&ln->lock);
     return TUTTI_OK;
 }
 
@@ -413,10 +461,15 @@ static void shm_destroy(tutti__transport_t *tp)
         return;
     if (t->base_addr != NULL)
         munmap(t->base_addr, t->map_size);
-    pthread_mutex_destroy(&t->lock);
-    free(t->win);
-    free(t->peers);
-    free(t->active);
+    for (int c = 0; t->lanes != NULL && c < t->nchan; c++) {
+        pthread_mutex_destroy(&t->lanes[c].lock);
+        free(t->lanes[c].active);
+        free(t->lanes[c].peer);
+    }
+    free(t->lanes);
+    for (int s = 0; t->wins != NULL && s < t->nwin; s++)
+        free(t->wins[s]);
+    free(t->wins);
     free(t->ranks);
     free(t);
 }
@@ -427,7 +480,6 @@ static const tutti__transport_ops_t shm_ops = {
     .progress = shm_progress,
     .destroy = shm_destroy,
 };
-
 /* ---- creating and mapping the segment ---------------------------------------------------- */
 
 static tutti_status_t sys_error(const char *what, const char *name)
@@ -461,19 +513,30 @@ static tutti_status_t random_name(char name[NAME_LEN])
     return TUTTI_OK;
 }
 
-static tutti_status_t read_knobs(uint32_t nlocal, layout_t *L)
+/* read_knobs sizes the segment from the environment (only the leader reads it; the others take
+ * the header). nwin is 0 (no windows) or nchan - 1. */
+static tutti_status_t read_knobs(uint32_t nlocal, uint32_t nchan, uint32_t nwin, layout_t *L)
 {
-    long region = 0, slot = 0, slots = 0;
-    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_WINDOW", 64, 1L << 36, &region));
+    long window = 0, slot = 0, slots = 0;
+    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_WINDOW", 64, 1L << 36, &window));
     TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOT", 64, 1L << 26, &slot));
     TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOTS", 2, 1024, &slots));
     uint32_t p2p = (uint32_t)slots < P2P_SLOTS ? (uint32_t)slots : P2P_SLOTS;
-    if (!layout_init(L, nlocal, align_up((uint64_t)region, LINE), (uint64_t)slot,
-                     (uint32_t)slots, p2p))
+    /* One slice keeps the whole window; several share it, but each keeps enough room that a
+     * direct algorithm does not degenerate into tiny rounds. */
+    uint32_t nslices = nchan - 1;
+    uint64_t region = align_up((uint64_t)window, LINE);
+    if (nslices > 1) {
+        region = (uint64_t)window / nslices / PAGE * PAGE;
+        if (region < MIN_SLICE_REGION)
+            region = MIN_SLICE_REGION;
+    }
+    if (!layout_init(L, nlocal, nchan, nwin, region, (uint64_t)slot, (uint32_t)slots, p2p))
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                "shm: a segment for %u local ranks with TUTTI_SHM_WINDOW=%ld, "
-                                "TUTTI_SHM_SLOT=%ld, TUTTI_SHM_SLOTS=%ld is too large; lower them",
-                                nlocal, region, slot, slots);
+                                "shm: a segment for %u local ranks and %u channels with "
+                                "TUTTI_SHM_WINDOW=%ld, TUTTI_SHM_SLOT=%ld, TUTTI_SHM_SLOTS=%ld is "
+                                "too large; lower them",
+                                nlocal, nchan, window, slot, slots);
     return TUTTI_OK;
 }
 
@@ -483,10 +546,12 @@ static void write_header(char *base, const layout_t *L)
     h->magic = SEG_MAGIC;
     h->version = SEG_VERSION;
     h->nlocal = L->nlocal;
+    h->nchan = L->nchan;
+    h->nwin = L->nwin;
     h->region_size = L->region_size;
     h->slot_size = L->slot_size;
-    for (int c = 0; c < TUTTI__CHAN_COUNT; c++)
-        h->nslots[c] = L->nslots[c];
+    h->nslots_p2p = L->nslots_p2p;
+    h->nslots_coll = L->nslots_coll;
     h->size = L->size;
 }
 
@@ -503,14 +568,18 @@ static tutti_status_t create_segment(const layout_t *L, char name[NAME_LEN], cha
             return sys_error("shm_open(O_CREAT|O_EXCL) of", name);
     }
     /* tmpfs grants a sparse file larger than its free space, and a later touch of a missing
-     * page is SIGBUS: refuse up front with advice instead. */
+     * page is SIGBUS: refuse up front with advice instead. The size grows with the channels
+     * (one set of rings per slice), so the advice names them too. */
     struct statvfs vfs;
     if (fstatvfs(fd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < L->size) {
         st = tutti__set_error(TUTTI_ERR_SYSTEM,
-                              "shm: the shared segment for %u local ranks needs %llu MiB but "
-                              "/dev/shm has %llu MiB free; enlarge /dev/shm (docker: --shm-size) "
-                              "or lower TUTTI_SHM_WINDOW, TUTTI_SHM_SLOTS or TUTTI_SHM_SLOT",
-                              L->nlocal, (unsigned long long)(L->size >> 20),
+                              "shm: the shared segment for %u local ranks and %u channels (1 + "
+                              "%u collective slices) needs %llu MiB but /dev/shm has %llu MiB "
+                              "free; enlarge /dev/shm (docker: --shm-size), use fewer slices "
+                              "(workers), or lower TUTTI_SHM_WINDOW, TUTTI_SHM_SLOTS or "
+                              "TUTTI_SHM_SLOT",
+                              L->nlocal, L->nchan, L->nchan - 1,
+                              (unsigned long long)(L->size >> 20),
                               (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize >> 20));
         goto fail;
     }
@@ -519,7 +588,7 @@ static tutti_status_t create_segment(const layout_t *L, char name[NAME_LEN], cha
         goto fail;
     }
     /* No MAP_POPULATE: the segment can be large and mostly unused (a ring algorithm uses two
-     * of the n*(n-1) rings); pages are placed where they are first touched. */
+     * of the n*(n-1) rings of one channel); pages are placed where they are first touched. */
     *base = mmap(NULL, L->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (*base == MAP_FAILED) {
         *base = NULL;
@@ -535,9 +604,10 @@ fail:
     return st;
 }
 
-/* map_segment: a non-leader's side; reads the layout from the header. */
-static tutti_status_t map_segment(const char *name, uint32_t nlocal, int leader, layout_t *L,
-                                  char **base)
+/* map_segment: a non-leader's side; reads the layout from the header, which must be for as many
+ * ranks, channels and windows as this rank expects. */
+static tutti_status_t map_segment(const char *name, uint32_t nlocal, uint32_t nchan,
+                                  uint32_t nwin, int leader, layout_t *L, char **base)
 {
     tutti_status_t st;
     int fd = shm_open(name, O_RDWR, 0);
@@ -565,93 +635,128 @@ static tutti_status_t map_segment(const char *name, uint32_t nlocal, int leader,
     close(fd);
     const seg_hdr_t *h = (const seg_hdr_t *)*base;
     if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->nlocal != nlocal ||
-        h->size != (uint64_t)sb.st_size ||
-        !layout_init(L, nlocal, h->region_size, h->slot_size, h->nslots[TUTTI__CHAN_COLL],
-                     h->nslots[TUTTI__CHAN_P2P]) ||
-        L->size != h->size || h->slot_size > UINT32_MAX || h->nslots[0] == 0 ||
-        h->nslots[1] == 0) {
-        munmap(*base, (size_t)sb.st_size);
-        *base = NULL;
-        return tutti__set_error(TUTTI_ERR_INTERNAL,
-                                "shm: segment %s published by rank %d does not hold a tutti "
-                                "header for %u ranks (magic %llx, %u ranks): mixed tutti "
-                                "versions on one node?",
-                                name, leader, nlocal, (unsigned long long)h->magic, h->nlocal);
+        h->size != (uint64_t)sb.st_size) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: segment %s published by rank %d does not hold a tutti "
+                              "header for %u ranks (magic %llx, version %u, %u ranks): mixed "
+                              "tutti versions on one node?",
+                              name, leader, nlocal, (unsigned long long)h->magic, h->version,
+                              h->nlocal);
+    } else if (h->nchan != nchan || h->nwin != nwin) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: rank %d made the shared segment for %u channels and %u "
+                              "windows but this rank expects %u and %u: the ranks of this node "
+                              "disagree on the number of collective slices (worker settings)",
+                              leader, h->nchan, h->nwin, nchan, nwin);
+    } else if (!layout_init(L, nlocal, nchan, nwin, h->region_size, h->slot_size, h->nslots_coll,
+                            h->nslots_p2p) ||
+               L->size != h->size || h->slot_size > UINT32_MAX || h->nslots_coll == 0 ||
+               h->nslots_p2p == 0) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: segment %s published by rank %d has an inconsistent header "
+                              "(%llu bytes, slots of %llu bytes): mixed tutti versions on one "
+                              "node, or the segment was overwritten",
+                              name, leader, (unsigned long long)h->size,
+                              (unsigned long long)h->slot_size);
+    } else {
+        return TUTTI_OK;
     }
-    return TUTTI_OK;
+    munmap(*base, (size_t)sb.st_size);
+    *base = NULL;
+    return st;
 }
 
-/* setup fills t's per-peer rings and the window once the segment is mapped. */
-static tutti_status_t setup(shm_tp_t *t, const layout_t *L, tutti__window_t **win)
+/* setup fills t's lanes and the windows once the segment is mapped. */
+static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
 {
     char *base = t->base_addr;
     int n = t->nlocal, me = t->my_local;
     t->slot_size = L->slot_size;
     t->slot_stride = L->slot_stride;
-    t->peers = calloc((size_t)n, sizeof *t->peers);
-    t->active = calloc((size_t)n, sizeof *t->active);
-    if (t->peers == NULL || t->active == NULL)
-        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for %d peers", n);
-    for (int j = 0; j < n; j++) {
-        peer_t *p = &t->peers[j];
-        p->rank = t->ranks[j];
-        p->active_at = -1;
-        if (j == me)
-            continue;
-        for (int c = 0; c < TUTTI__CHAN_COUNT; c++) {
-            chan_t *ch = &p->ch[c];
+    void *mem = NULL;
+    if (posix_memalign(&mem, LINE, (size_t)t->nchan * sizeof(lane_t)) != 0)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for %d channels",
+                                t->nchan);
+    memset(mem, 0, (size_t)t->nchan * sizeof(lane_t));
+    t->lanes = mem;
+    for (int c = 0; c < t->nchan; c++)
+        pthread_mutex_init(&t->lanes[c].lock, NULL);
+    for (int c = 0; c < t->nchan; c++) {
+        lane_t *ln = &t->lanes[c];
+        ln->active = calloc((size_t)n, sizeof *ln->active);
+        ln->peer = calloc((size_t)n, sizeof *ln->peer);
+        if (ln->active == NULL || ln->peer == NULL)
+            return tutti__set_error(TUTTI_ERR_NO_MEMORY,
+                                    "shm: out of memory for %d peers and %d channels", n,
+                                    t->nchan);
+        for (int j = 0; j < n; j++) {
+            chan_t *ch = &ln->peer[j];
+            ch->rank = t->ranks[j];
+            ch->active_at = -1;
+            if (j == me)
+                continue;
             ch->tx = ring_at(base, L, c, (uint32_t)me, (uint32_t)j);
             ch->rx = ring_at(base, L, c, (uint32_t)j, (uint32_t)me);
             ch->tx_slots = (char *)ch->tx + RING_HDR;
             ch->rx_slots = (char *)ch->rx + RING_HDR;
-            ch->nslots = L->nslots[c];
+            ch->nslots = c == TUTTI__CHAN_P2P ? L->nslots_p2p : L->nslots_coll;
         }
     }
-    if (win == NULL)
+    if (L->nwin == 0)
         return TUTTI_OK;
+    t->wins = calloc(L->nwin, sizeof *t->wins);
+    if (t->wins == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for the windows");
+    t->nwin = (int)L->nwin;
     size_t bytes = sizeof(tutti__window_t) + (size_t)n * (sizeof(char *) + sizeof(void *));
-    tutti__window_t *w = calloc(1, bytes);
-    if (w == NULL)
-        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for the window");
-    w->nranks = n;
-    w->region_size = L->region_size;
-    w->regions = (char **)(w + 1);
-    w->flags = (volatile uint64_t **)(w->regions + n);
-    for (int r = 0; r < n; r++) {
-        w->regions[r] = base + L->regions_off + (uint64_t)r * L->region_stride;
-        w->flags[r] = (volatile uint64_t *)(base + L->flags_off + (uint64_t)r * LINE);
+    for (uint32_t s = 0; s < L->nwin; s++) {
+        tutti__window_t *w = calloc(1, bytes);
+        if (w == NULL)
+            return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for the windows");
+        t->wins[s] = w;
+        w->nranks = n;
+        w->region_size = L->region_size;
+        w->regions = (char **)(w + 1);
+        w->flags = (volatile uint64_t **)(w->regions + n);
+        for (int r = 0; r < n; r++) {
+            uint64_t i = (uint64_t)s * (uint64_t)n + (uint64_t)r;
+            w->regions[r] = base + L->regions_off + i * L->region_stride;
+            w->flags[r] = (volatile uint64_t *)(base + L->flags_off + i * LINE);
+        }
+        w->epoch = 0;
     }
-    w->epoch = 0;
-    t->win = w;
     return TUTTI_OK;
 }
 
 tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
                                  const int *local_ranks, int nlocal, int my_local,
-                                 tutti__transport_t **out, tutti__window_t **win)
+                                 tutti__transport_t **out, tutti__window_t **wins)
 {
-    if (out == NULL || local_ranks == NULL || nlocal < 1 || nlocal > MAX_LOCAL ||
-        my_local < 0 || my_local >= nlocal || (nlocal > 1 && bs == NULL))
+    if (out == NULL || comm == NULL || local_ranks == NULL || nlocal < 1 || nlocal > MAX_LOCAL ||
+        my_local < 0 || my_local >= nlocal || (nlocal > 1 && bs == NULL) || comm->nchan < 2 ||
+        comm->nchan > TUTTI__CHAN_MAX)
         return tutti__set_error(TUTTI_ERR_INTERNAL,
                                 "shm: tutti__shm_create called with bad arguments (%d local "
-                                "ranks, index %d, at most %d)",
-                                nlocal, my_local, MAX_LOCAL);
+                                "ranks, index %d, at most %d; %d channels, 2 to %d)",
+                                nlocal, my_local, MAX_LOCAL, comm ? comm->nchan : -1,
+                                TUTTI__CHAN_MAX);
     for (int i = 1; i < nlocal; i++)
         if (local_ranks[i] <= local_ranks[i - 1])
             return tutti__set_error(TUTTI_ERR_INTERNAL,
                                     "shm: local ranks are not increasing (%d after %d)",
                                     local_ranks[i], local_ranks[i - 1]);
+    uint32_t nchan = (uint32_t)comm->nchan, nwin = wins != NULL ? nchan - 1 : 0;
     *out = NULL;
-    if (win != NULL)
-        *win = NULL;
+    for (uint32_t s = 0; s < nwin; s++)
+        wins[s] = NULL;
 
     tutti_status_t st = TUTTI_OK;
     shm_tp_t *t = calloc(1, sizeof *t);
     if (t == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory");
-    pthread_mutex_init(&t->lock, NULL);
     t->base.ops = &shm_ops;
     t->base.comm = comm;
+    t->nchan = (int)nchan;
     t->nlocal = nlocal;
     t->my_local = my_local;
     t->ranks = malloc((size_t)nlocal * sizeof *t->ranks);
@@ -664,8 +769,8 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
     layout_t L;
     int leader = local_ranks[0];
     if (nlocal == 1) {
-        /* Alone on the node: no peer to share with, so private memory holds the window. */
-        TUTTI__CHECK_GOTO(read_knobs(1, &L), st, fail);
+        /* Alone on the node: no peer to share with, so private memory holds the windows. */
+        TUTTI__CHECK_GOTO(read_knobs(1, nchan, nwin, &L), st, fail);
         void *m = mmap(NULL, L.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) {
             st = sys_error("mmap of", "the single rank's window");
@@ -681,7 +786,7 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
         seg_pub_t pub;
         memset(&pub, 0, sizeof pub);
         if (my_local == 0) {
-            st = read_knobs((uint32_t)nlocal, &L);
+            st = read_knobs((uint32_t)nlocal, nchan, nwin, &L);
             if (st == TUTTI_OK)
                 st = create_segment(&L, pub.name, &t->base_addr);
             pub.status = st;
@@ -727,7 +832,7 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
                                       leader, key);
                 goto fail;
             }
-            st = map_segment(pub.name, (uint32_t)nlocal, leader, &L, &t->base_addr);
+            st = map_segment(pub.name, (uint32_t)nlocal, nchan, nwin, leader, &L, &t->base_addr);
             if (st != TUTTI_OK) {
                 /* Still meet the others, so that the leader unlinks now; then fail. */
                 char saved[TUTTI__ERRLEN];
@@ -738,11 +843,12 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
             }
             t->map_size = L.size;
         }
-        /* First touch of my own region, before anyone else can touch it, places its pages on
-         * my NUMA node; rings are touched first by their producer when first used. */
-        if (win != NULL)
-            memset(t->base_addr + L.regions_off + (uint64_t)my_local * L.region_stride, 0,
-                   L.region_stride);
+        /* First touch of my own regions, before anyone else can touch them, places their pages
+         * on my NUMA node; rings are touched first by their producer when first used. */
+        for (uint32_t s = 0; s < L.nwin; s++)
+            memset(t->base_addr + L.regions_off +
+                       ((uint64_t)s * (uint64_t)nlocal + (uint64_t)my_local) * L.region_stride,
+                   0, L.region_stride);
         st = tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
         if (my_local == 0)
             shm_unlink(pub.name); /* every local rank has it mapped (or gave up): nothing stays */
@@ -756,16 +862,15 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
             goto fail;
         }
     }
-    TUTTI__CHECK_GOTO(setup(t, &L, win), st, fail);
+    TUTTI__CHECK_GOTO(setup(t, &L), st, fail);
     TUTTI__LOG(TUTTI__LOG_DEBUG,
-               "shm: rank %d mapped %llu MiB for %d local ranks (window %llu B/rank, %u x %llu B "
-               "slots)",
-               local_ranks[my_local], (unsigned long long)(L.size >> 20), nlocal,
-               (unsigned long long)L.region_size, L.nslots[TUTTI__CHAN_COLL],
-               (unsigned long long)L.slot_size);
+               "shm: rank %d mapped %llu MiB for %d local ranks (%u channels, %u windows of %llu "
+               "B/rank, %u x %llu B slots)",
+               local_ranks[my_local], (unsigned long long)(L.size >> 20), nlocal, L.nchan, L.nwin,
+               (unsigned long long)L.region_size, L.nslots_coll, (unsigned long long)L.slot_size);
     *out = &t->base;
-    if (win != NULL)
-        *win = t->win;
+    for (uint32_t s = 0; s < nwin; s++)
+        wins[s] = t->wins[s];
     return TUTTI_OK;
 fail:
     shm_destroy(&t->base);

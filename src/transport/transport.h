@@ -10,20 +10,33 @@ typedef struct tutti_comm tutti_comm_t;
 typedef struct tutti__transport tutti__transport_t;
 
 enum { TUTTI__REQ_SEND = 0, TUTTI__REQ_RECV = 1 };
-/* Two independent message streams per pair of ranks: collectives, and user send/recv. */
-enum { TUTTI__CHAN_COLL = 0, TUTTI__CHAN_P2P = 1, TUTTI__CHAN_COUNT = 2 };
+/*
+ * Independent message streams per pair of ranks ("channels"): channel 0 carries user send/recv,
+ * and slice s of a collective (0 <= s < nslices) uses channel TUTTI__CHAN_COLL + s, so slices
+ * that run at once on different threads never share a stream. A communicator has
+ * comm->nchan = 1 + nslices channels (2 .. TUTTI__CHAN_MAX), fixed before its transports are
+ * created; a transport accepts req->chan in [0, comm->nchan).
+ */
+enum { TUTTI__CHAN_P2P = 0, TUTTI__CHAN_COLL = 1 };
+#define TUTTI__CHAN_MAX 17 /* 1 + 16 slices */
 
 /*
  * tutti__req_t is one posted send or receive. The caller owns its memory and keeps it (and the
  * buffer) alive until done is set or the transport is destroyed. Messages between two ranks on
  * one channel are matched in posting order: the n-th send from a to b meets b's n-th receive
  * from a, whose len and tag must be equal (a mismatch fails the request: TUTTI_ERR_INTERNAL
- * with a text naming both lengths or tags).
+ * with a text naming both lengths or tags). Channels are independent of each other.
+ *
+ * Threads: post and progress may be called from several threads at once (typically one per
+ * channel). Requests of one (peer, channel) must be posted by one thread at a time, in the order
+ * the peer posts its matching ones. Progress by any thread moves every request of the transport,
+ * so a thread that waits on a request only has to keep calling progress until done is set, even
+ * while another thread is the one that completes it.
  */
 typedef struct tutti__req {
     struct tutti__req *next; /* the transport's per-peer queue; private to the transport */
     int kind;                /* TUTTI__REQ_SEND or TUTTI__REQ_RECV */
-    int chan;                /* TUTTI__CHAN_COLL or TUTTI__CHAN_P2P */
+    int chan;                /* TUTTI__CHAN_P2P, or TUTTI__CHAN_COLL + slice */
     int peer;                /* global rank */
     uint32_t tag;            /* checked against the sender's, 0 for collectives */
     char *buf;
@@ -55,9 +68,11 @@ struct tutti__transport {
 };
 
 /*
- * The shared-memory window (shm only): every rank on the node maps one region per local rank,
+ * A shared-memory window (shm only): every rank on the node maps one region per local rank,
  * region_size bytes each, plus one flag per local rank for barriers. Only offered when every
- * rank of the communicator is on this node, so local index == rank.
+ * rank of the communicator is on this node, so local index == rank. There is one window per
+ * collective slice (comm->nchan - 1 of them), each with its own regions, flags and epoch, so
+ * direct algorithms of different slices never meet in the memory or in a barrier.
  */
 typedef struct tutti__window {
     int nranks;
@@ -74,12 +89,17 @@ typedef struct tutti__window {
  * global ranks in increasing order; this rank is local_ranks[my_local]). The lowest local rank
  * creates it (0600, unguessable name) and publishes the name through the bootstrap; the others
  * map it; after a node barrier the creator unlinks it, so nothing stays in /dev/shm even if a
- * rank crashes later. On success *out is the transport and *win (if win != NULL) the window.
+ * rank crashes later. The segment holds comm->nchan channels per ordered pair of local ranks
+ * (every local rank must have the same comm->nchan). On success *out is the transport and, if
+ * wins != NULL, wins[s] is slice s's window for s in [0, comm->nchan - 1): TUTTI_SHM_WINDOW bytes
+ * per rank when there is one slice, else TUTTI_SHM_WINDOW / nslices rounded down to 4 KiB, at
+ * least 64 KiB. Pass wins only when every rank of comm is on this node (on every local rank
+ * alike). The windows belong to the transport: its destroy frees them.
  */
 struct tutti__bootstrap;
 tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
                                  const int *local_ranks, int nlocal, int my_local,
-                                 tutti__transport_t **out, tutti__window_t **win);
+                                 tutti__transport_t **out, tutti__window_t **wins);
 
 /* ---- the ofi transport (transport/ofi.c) ---- */
 
@@ -88,7 +108,7 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
  * libfabric or FI_PROVIDER; on a single-node job the loopback interface is preferred),
  * exchanges endpoint names through the bootstrap and inserts peers[0..npeers-1] (global ranks)
  * into its address vector. Every rank of the communicator calls it collectively when any rank
- * needs ofi.
+ * needs ofi, with the same comm->nchan. At most 65536 ranks (the tag's rank field).
  */
 tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
                                  const int *peers, int npeers, bool single_node,

@@ -175,7 +175,7 @@ static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivi
     w->owned = owned;
     w->post_fn = post_fn;
     size_t bytes = tutti__coll_bytes(c);
-    tutti__exec_submit(comm, w, bytes, trivial || comm->size == 1);
+    tutti__exec_submit(comm, w, bytes, trivial || comm->size == 1, work == NULL);
     if (work != NULL) {
         *work = w;
         return TUTTI_OK;

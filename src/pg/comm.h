@@ -93,10 +93,12 @@ struct tutti_work {
 tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool sleep,
                                   size_t inline_max);
 
-/* tutti__exec_submit runs w: at once in the calling thread when it is small (bytes <=
- * inline_max) and nothing else is queued or running, else through the queue. It assigns the
- * sequence number. w->refs must count the caller's reference; submit adds the executor's. */
-void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool trivial);
+/* tutti__exec_submit runs w: at once in the calling thread when nothing else is queued or
+ * running and w is small (bytes <= inline_max) or the caller blocks on it anyway (blocking,
+ * unless inline_max is 0), else through the queue to the workers. It assigns the sequence
+ * number. w->refs must count the caller's reference; submit adds the executor's. */
+void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool trivial,
+                        bool blocking);
 
 /* tutti__exec_stop fails every queued operation with status and msg, waits for the running
  * one to end (it fails fast once comm is marked failed or aborted), and joins the workers. */

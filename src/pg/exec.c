@@ -11,6 +11,10 @@
 
 #include "comm.h"
 
+/* How long a worker that has just finished an operation watches for the next one before it
+ * sleeps (CCL_WORKER_WAIT=1). */
+#define LINGER_S 200e-6
+
 struct tutti__exec {
     pthread_mutex_t lock;
     pthread_cond_t cv;       /* a new head, the inline path finished, or stop */
@@ -132,6 +136,7 @@ static void *worker_main(void *p)
     free(p);
     tutti__exec_t *e = a.e;
     uint64_t seen = 0;
+    double idle_since = 0; /* when the last operation ended; 0: long ago */
     tutti__backoff_t b;
     pthread_mutex_lock(&e->lock);
     for (;;) {
@@ -148,21 +153,25 @@ static void *worker_main(void *p)
                 finish(w);
                 pthread_mutex_lock(&e->lock);
             }
+            idle_since = tutti__now();
             continue;
         }
         if (e->stop && e->head == NULL)
             break;
-        if (e->sleep) {
+        if (e->sleep && tutti__now() - idle_since > LINGER_S) {
             pthread_cond_wait(&e->cv, &e->lock);
             continue;
         }
-        /* CCL_WORKER_WAIT=0: spin on the queue without holding the lock, politely. */
+        /* CCL_WORKER_WAIT=0, or just after an operation (the next one often follows within
+         * microseconds, and a sleeping worker takes several to wake): watch the queue without
+         * holding the lock, yielding the core when threads outnumber cores. */
         uint64_t g = e->gen;
         pthread_mutex_unlock(&e->lock);
         tutti__backoff_init(&b, e->comm->oversubscribed);
         while (__atomic_load_n(&e->gen, __ATOMIC_ACQUIRE) == g &&
                !__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE) &&
-               __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == NULL)
+               __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == NULL &&
+               (!e->sleep || tutti__now() - idle_since <= LINGER_S))
             tutti__backoff_pause(&b);
         pthread_mutex_lock(&e->lock);
     }
@@ -188,7 +197,8 @@ static int split_count(const tutti_comm_t *comm, const tutti_work_t *w, size_t b
     return k < (size_t)n ? (int)k : n;
 }
 
-void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool trivial)
+void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool trivial,
+                        bool blocking)
 {
     tutti__exec_t *e = comm->exec;
     tutti__coll_t *c = &w->coll;
@@ -207,10 +217,12 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
         if (c->algo == NULL)
             c->algo = tutti__select(comm, c->kind, tutti__coll_bytes(c));
     }
-    /* The caller may run the operation itself when nothing is queued or running: the order
-     * is kept, and a small operation saves two thread hand-offs. */
-    if (e->head == NULL && !e->busy_inline && (trivial || bytes <= e->inline_max) &&
-        w->nsplit == 1) {
+    /* The caller may run the operation itself when nothing is queued or running: the order is
+     * kept, and two thread hand-offs are saved. A blocking caller would only sleep meanwhile,
+     * so it always may (unless TUTTI_INLINE_MAX=0 sends everything to the workers); an
+     * asynchronous post does only for small operations, which end before it could overlap. */
+    bool may_inline = trivial || bytes <= e->inline_max || (blocking && e->inline_max > 0);
+    if (e->head == NULL && !e->busy_inline && may_inline && w->nsplit == 1) {
         e->busy_inline = true;
         pthread_mutex_unlock(&e->lock);
         run_slice(e, w, 0);

@@ -3,6 +3,7 @@
  * that runs its operation. */
 #include <errno.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -21,9 +22,13 @@ TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *w, double timeout_s)
     if (w == NULL)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_work_wait: work is NULL");
     double deadline = timeout_s < 0 ? -1.0 : tutti__now() + timeout_s;
-    /* A short spin first: operations often end within microseconds, and a sleep costs more. */
+    /* Spin briefly, then yield for a while: operations often end within microseconds, a sleep
+     * costs several to wake from, and yielding hands the core to the worker doing the work. */
     for (int i = 0; i < 200 && !done(w); i++)
         tutti__cpu_relax();
+    double t0 = tutti__now();
+    while (!done(w) && tutti__now() - t0 < 200e-6 && (deadline < 0 || tutti__now() < deadline))
+        sched_yield();
     while (!done(w)) {
         double left = deadline < 0 ? 1.0 : deadline - tutti__now();
         if (left <= 0)

@@ -40,8 +40,8 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "list like \"3,4,5-7\" with local ranks x workers entries, entry i for local worker i"},
     {"CCL_WORKER_WAIT", "1", "1: idle workers sleep until work arrives; 0: they spin"},
     {"TUTTI_INLINE_MAX", "65536",
-     "bytes up to which an operation posted on an idle communicator runs in the caller's thread "
-     "(0: every operation goes to the workers)"},
+     "bytes up to which an asynchronous post on an idle communicator runs in the caller's "
+     "thread (blocking calls always may); 0: every operation goes to the workers"},
     {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit)"},
     {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
     {"TUTTI_SHM_WINDOW", "4194304",

@@ -178,6 +178,27 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm);
  */
 TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm);
 
+/** The color of a rank that joins no new communicator in tutti_comm_split. */
+#define TUTTI_UNDEFINED (-1)
+
+/**
+ * Split comm into sub-communicators (MPI_Comm_split): ranks that pass the same color form one,
+ * ranked by key (ties by rank in comm). Collective over every rank of comm, posted in order
+ * with its other operations. Each new communicator has its own transports, ordering, sequence
+ * numbers and workers, and is destroyed on its own (before or after comm).
+ * @param color >= 0, or TUTTI_UNDEFINED to join none (*newcomm is then NULL).
+ * @param newcomm receives the new communicator.
+ */
+TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *comm, int color, int key,
+                                          tutti_comm_t **newcomm);
+
+/**
+ * A communicator of the listed ranks of comm, in that order (torch's new_group). Every rank of
+ * comm calls it with the same list; ranks not listed get *newcomm = NULL.
+ */
+TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *comm, const int *ranks, int n,
+                                                 tutti_comm_t **newcomm);
+
 /** @return this process's rank in comm, or -1 if comm is not a live communicator. */
 TUTTI_API int tutti_comm_rank(const tutti_comm_t *comm);
 /** @return the number of ranks in comm, or -1. */

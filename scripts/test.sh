@@ -43,7 +43,8 @@ if [ "${TUTTI_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
         run_suite "AddressSanitizer + UBSan" build-asan
     sanitizer_build build-tsan thread
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        run_suite "ThreadSanitizer" build-tsan check_workers check_failure check_oob check_bootstrap
+        run_suite "ThreadSanitizer" build-tsan check_workers check_split check_failure check_oob \
+        check_bootstrap
 fi
 
 if [ ${#failed[@]} -eq 0 ]; then

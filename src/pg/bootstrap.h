@@ -22,6 +22,9 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
 /* tutti__store_oob returns the store as a tutti_oob_t (valid until tutti__store_close). */
 tutti_oob_t tutti__store_oob(tutti__store_t *s);
 
+/* tutti__store_port is the store's port; rank 0 may open with port 0 for an ephemeral one. */
+int tutti__store_port(const tutti__store_t *s);
+
 /* tutti__store_local_ip is the IPv4 address (dotted) this rank used to reach the store. */
 const char *tutti__store_local_ip(const tutti__store_t *s);
 

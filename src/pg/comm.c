@@ -254,13 +254,7 @@ static void pick_local_ip(tutti_comm_t *c, tutti__store_t *store, char ip[64])
 
 /* ---- creation ---- */
 
-typedef struct config {
-    double timeout;
-    const char *transport;
-    long workers;
-} config_t;
-
-static tutti_status_t read_config(const tutti_comm_config_t *cfg, config_t *out)
+static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_t *out)
 {
     double t = 300.0;
     long workers = 1;
@@ -294,7 +288,9 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, config_t *out)
                                 "unknown transport \"%s\" (TUTTI_TRANSPORT or config): valid are "
                                 "auto, shm, ofi",
                                 transport);
-    *out = (config_t){t, transport, workers};
+    /* Keep a static copy: sub-communicators inherit it after the caller's string is gone. */
+    const char *mode = strcmp(transport, "shm") == 0 ? "shm" : strcmp(transport, "ofi") == 0 ? "ofi" : "auto";
+    *out = (tutti__config_t){t, mode, workers};
     return TUTTI_OK;
 }
 
@@ -376,8 +372,8 @@ static tutti_status_t start_workers(tutti_comm_t *c)
     return tutti__exec_create(c, cpus, sleep != 0, (size_t)inline_max);
 }
 
-static tutti_status_t comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
-                                  const config_t *cfg, tutti_comm_t **out)
+tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
+                                  const tutti__config_t *cfg, tutti_comm_t **out)
 {
     tutti_status_t st;
     int ncpus = 1;
@@ -389,6 +385,7 @@ static tutti_status_t comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     c->rank = rank;
     c->size = size;
     c->timeout_s = cfg->timeout;
+    c->cfg = *cfg;
     c->nslices = (int)cfg->workers;
     c->nchan = 1 + c->nslices; /* user send/recv, and one collective channel per slice */
     pthread_mutex_init(&c->err_lock, NULL);
@@ -410,6 +407,7 @@ static tutti_status_t comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__select_init(c), st, fail);
     pick_local_ip(c, store, ip);
+    snprintf(c->ip, sizeof c->ip, "%s", ip);
     TUTTI__CHECK_GOTO(tutti__live_create(bs, ip, &c->live), st, fail);
     TUTTI__CHECK_GOTO(start_workers(c), st, fail);
     if (!reg_add(c)) {
@@ -433,7 +431,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     *comm = NULL;
     set_log_level();
     TUTTI__CHECK(tutti__kernels_init()); /* a forced kernel this CPU lacks fails here */
-    config_t cfg;
+    tutti__config_t cfg;
     const char *how;
     int rank, size;
     TUTTI__CHECK(read_config(config, &cfg));
@@ -452,7 +450,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     snprintf(where, sizeof where, "the rendezvous store at %s:%ld", addr, port);
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = deadline,
                              .oob = tutti__store_oob(store), .where = where};
-    st = comm_create(rank, size, &bs, store, &cfg, comm);
+    st = tutti__comm_create(rank, size, &bs, store, &cfg, comm);
     /* Keep the failure text: closing the store must not overwrite it. */
     char saved[TUTTI__ERRLEN];
     snprintf(saved, sizeof saved, "%s", tutti__tls_error());
@@ -478,11 +476,11 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
                                 "must not be NULL");
     set_log_level();
     TUTTI__CHECK(tutti__kernels_init());
-    config_t cfg;
+    tutti__config_t cfg;
     TUTTI__CHECK(read_config(config, &cfg));
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + cfg.timeout,
                              .oob = *oob, .where = "the caller's out-of-band store"};
-    return comm_create(rank, size, &bs, NULL, &cfg, comm);
+    return tutti__comm_create(rank, size, &bs, NULL, &cfg, comm);
 }
 
 TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)

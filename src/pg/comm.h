@@ -36,8 +36,17 @@ typedef struct tutti__slice {
 
 typedef struct tutti__exec tutti__exec_t;
 
+/* How a communicator was asked for; sub-communicators inherit it. */
+typedef struct tutti__config {
+    double timeout;
+    const char *transport; /* "auto", "shm" or "ofi" (a static string) */
+    long workers;
+} tutti__config_t;
+
 struct tutti_comm {
     uint32_t magic;
+    tutti__config_t cfg;
+    char ip[64];        /* the address peers reach this rank at (liveness mesh, sub-stores) */
     int rank, size;
     int local_rank, local_size, nnodes;
     int *node_of;       /* node index of each rank, nodes numbered by their lowest rank */
@@ -130,6 +139,11 @@ tutti_status_t tutti__comm_fail(tutti_comm_t *comm, tutti_status_t status, const
  * error. Returns status. */
 tutti_status_t tutti__comm_error(tutti_comm_t *comm, tutti_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* tutti__comm_create builds a communicator of size ranks over the bootstrap bs (store: the TCP
+ * store bs runs on, or NULL for a caller's store); collective over those ranks. */
+tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
+                                  const tutti__config_t *cfg, tutti_comm_t **out);
 
 /* tutti__select_init parses the CCL_<COLL> variables into comm->algo (at creation). */
 tutti_status_t tutti__select_init(tutti_comm_t *comm);

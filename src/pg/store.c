@@ -532,6 +532,11 @@ static tutti_status_t server_start(int port, int size, double deadline, server_t
                                   "MASTER_PORT to a free port", port, strerror(errno));
         goto fail;
     }
+    if (port == 0) { /* an ephemeral port (sub-communicators): report the one we got */
+        socklen_t sl = sizeof sa;
+        getsockname(sv->lfd, (struct sockaddr *)&sa, &sl);
+        sv->port = ntohs(sa.sin_port);
+    }
     if (listen(sv->lfd, 4096) < 0) {
         st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                               "rank 0 cannot listen on port %d for the rendezvous store: %s",
@@ -833,11 +838,11 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
                                  tutti__store_t **out)
 {
     *out = NULL;
-    if (size < 1 || rank < 0 || rank >= size || port < 1 || port > 65535 || addr == NULL ||
-        strlen(addr) >= 256)
+    if (size < 1 || rank < 0 || rank >= size || port < (rank == 0 ? 0 : 1) || port > 65535 ||
+        addr == NULL || strlen(addr) >= 256)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "rendezvous store: rank %d of %d at %s:%d is not a valid setting "
-                                "(0 <= rank < size, 1 <= port <= 65535)",
+                                "(0 <= rank < size, 1 <= port <= 65535; 0 for rank 0 only)",
                                 rank, size, addr ? addr : "(null)", port);
     tutti__store_t *s = calloc(1, sizeof *s);
     if (s == NULL)
@@ -850,8 +855,10 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
     snprintf(s->addr, sizeof s->addr, "%s", addr);
     pthread_mutex_init(&s->mu, NULL);
     tutti_status_t st = TUTTI_OK;
-    if (rank == 0)
+    if (rank == 0) {
         TUTTI__CHECK_GOTO(server_start(port, size, deadline, &s->srv), st, fail);
+        port = s->port = s->srv->port;
+    }
 
     double start = tutti__now();
     char why[256] = "connection refused";
@@ -918,6 +925,8 @@ tutti_oob_t tutti__store_oob(tutti__store_t *s)
 }
 
 const char *tutti__store_local_ip(const tutti__store_t *s) { return s->local_ip; }
+
+int tutti__store_port(const tutti__store_t *s) { return s->port; }
 
 void tutti__store_close(tutti__store_t *s)
 {

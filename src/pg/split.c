@@ -1,0 +1,132 @@
+/* split.c: sub-communicators: split by color and key (MPI_Comm_split), and a group of a subset
+ * of ranks (torch's new_group). Each child is a full communicator with its own transports,
+ * ordering and workers; it bootstraps through a TCP store served by its rank 0 on an ephemeral
+ * port, whose address travels over the parent. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm.h"
+
+typedef struct member {
+    int32_t color, key;
+} member_t;
+
+typedef struct rendezvous {
+    char ip[64];
+    int32_t port;
+} rendezvous_t;
+
+/* gather_all runs an allgather of len bytes per rank on the parent, blocking. */
+static tutti_status_t gather_all(tutti_comm_t *parent, const void *mine, void *all, size_t len)
+{
+    return tutti_allgather(mine, all, len, TUTTI_UINT8, parent, NULL);
+}
+
+TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int key,
+                                          tutti_comm_t **out)
+{
+    if (out == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_split: out is NULL");
+    *out = NULL;
+    if (!tutti__comm_valid(parent))
+        return tutti__set_error(TUTTI_ERR_INVALID_COMM,
+                                "tutti_comm_split: the parent %p is not a live communicator",
+                                (void *)parent);
+    if (color < 0 && color != TUTTI_UNDEFINED)
+        return tutti__comm_error(parent, TUTTI_ERR_INVALID_ARG,
+                                 "tutti_comm_split: color %d: use a color >= 0, or TUTTI_UNDEFINED "
+                                 "to join no new communicator",
+                                 color);
+    int n = parent->size;
+    member_t me = {color, key}, *all = malloc((size_t)n * sizeof *all);
+    rendezvous_t rv = {{0}, 0}, *rvs = malloc((size_t)n * sizeof *rvs);
+    tutti__store_t *store = NULL;
+    tutti_status_t st = TUTTI_OK;
+    if (all == NULL || rvs == NULL) {
+        st = tutti__comm_error(parent, TUTTI_ERR_NO_MEMORY, "tutti_comm_split: out of memory");
+        goto done;
+    }
+    TUTTI__CHECK_GOTO(gather_all(parent, &me, all, sizeof me), st, done);
+
+    /* The child's ranks: same color, ordered by key, then by parent rank. */
+    int crank = 0, csize = 0, leader = -1;
+    for (int r = 0; r < n && color != TUTTI_UNDEFINED; r++) {
+        if (all[r].color != color)
+            continue;
+        csize++;
+        if (all[r].key < key || (all[r].key == key && r < parent->rank))
+            crank++;
+        bool first = leader < 0 || all[r].key < all[leader].key;
+        if (first)
+            leader = r;
+    }
+    /* The child's rank 0 serves its store on a port the kernel picks; all ranks then learn the
+     * leaders' addresses in one more parent allgather. */
+    double deadline = tutti__now() + parent->timeout_s;
+    if (color != TUTTI_UNDEFINED && crank == 0) {
+        TUTTI__CHECK_GOTO(tutti__store_open(0, csize, "127.0.0.1", 0, deadline, &store), st, fail);
+        snprintf(rv.ip, sizeof rv.ip, "%s", parent->ip);
+        rv.port = tutti__store_port(store);
+    }
+    TUTTI__CHECK_GOTO(gather_all(parent, &rv, rvs, sizeof rv), st, done);
+    if (color == TUTTI_UNDEFINED)
+        goto done;
+    if (crank != 0)
+        TUTTI__CHECK_GOTO(tutti__store_open(crank, csize, rvs[leader].ip, rvs[leader].port,
+                                            deadline, &store),
+                          st, fail);
+    char where[128];
+    snprintf(where, sizeof where, "the sub-communicator's store at %s:%d (color %d)",
+             rvs[leader].ip, rvs[leader].port, color);
+    tutti__bootstrap_t bs = {.rank = crank, .size = csize, .deadline = deadline,
+                             .oob = tutti__store_oob(store), .where = where};
+    st = tutti__comm_create(crank, csize, &bs, store, &parent->cfg, out);
+fail:
+    if (st < 0 && *out == NULL) {
+        char msg[TUTTI__ERRLEN];
+        snprintf(msg, sizeof msg, "tutti_comm_split (color %d): %s", color, tutti_last_error());
+        tutti__comm_error(parent, st, "%s", msg);
+    }
+done:
+    if (store != NULL) {
+        char saved[TUTTI__ERRLEN];
+        snprintf(saved, sizeof saved, "%s", tutti__tls_error());
+        tutti__store_close(store);
+        snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", saved);
+    }
+    free(all);
+    free(rvs);
+    return st;
+}
+
+TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *parent, const int *ranks, int n,
+                                                 tutti_comm_t **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    if (!tutti__comm_valid(parent))
+        return tutti__set_error(TUTTI_ERR_INVALID_COMM,
+                                "tutti_comm_create_group: the parent %p is not a live communicator",
+                                (void *)parent);
+    if (n < 1 || n > parent->size || ranks == NULL)
+        return tutti__comm_error(parent, TUTTI_ERR_INVALID_ARG,
+                                 "tutti_comm_create_group: %d rank(s) listed (ranks %p); list 1..%d "
+                                 "ranks of the parent",
+                                 n, (const void *)ranks, parent->size);
+    int key = -1;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= parent->size)
+            return tutti__comm_error(parent, TUTTI_ERR_INVALID_ARG,
+                                     "tutti_comm_create_group: ranks[%d] = %d is not a rank of the "
+                                     "parent (0..%d)",
+                                     i, ranks[i], parent->size - 1);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return tutti__comm_error(parent, TUTTI_ERR_INVALID_ARG,
+                                         "tutti_comm_create_group: rank %d is listed twice",
+                                         ranks[i]);
+        if (ranks[i] == parent->rank)
+            key = i;
+    }
+    return tutti_comm_split(parent, key >= 0 ? 0 : TUTTI_UNDEFINED, key, out);
+}

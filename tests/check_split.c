@@ -1,0 +1,119 @@
+/* check_split.c: sub-communicators: split by color and key, groups of listed ranks (torch's
+ * new_group), their own ordering beside the parent's, nesting, and bad arguments. */
+#include <check.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+static int64_t sum_over(tutti_comm_t *comm, int64_t v)
+{
+    int64_t out = -1;
+    tutti_status_t st = tutti_allreduce(&v, &out, 1, TUTTI_INT64, TUTTI_SUM, comm, NULL);
+    return st == TUTTI_OK ? out : -1000000 + st;
+}
+
+static int split_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *world = NULL, *half = NULL, *grp = NULL, *none = NULL, *quarter = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &world);
+    if (st != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    /* color by parity, keys reversed: the highest rank of a color is its rank 0 */
+    st = tutti_comm_split(world, rank % 2, -rank, &half);
+    if (st != TUTTI_OK || half == NULL)
+        return th_fail("split: %s: %s", tutti_strerror(st), tutti_comm_last_error(world));
+    int members = (size - rank % 2 + 1) / 2, above = 0;
+    for (int r = rank + 2; r < size; r += 2)
+        above++;
+    if (tutti_comm_size(half) != members || tutti_comm_rank(half) != above)
+        rc = th_fail("split: rank %d of %d, want %d of %d", tutti_comm_rank(half),
+                     tutti_comm_size(half), above, members);
+    int64_t want = 0;
+    for (int r = rank % 2; r < size; r += 2)
+        want += r;
+    /* the child and the parent keep their own order: post on one, then the other */
+    tutti_work_t *w = NULL;
+    int64_t v = rank, out = -1;
+    tutti_allreduce(&v, &out, 1, TUTTI_INT64, TUTTI_SUM, half, &w);
+    if (sum_over(world, rank) != (int64_t)size * (size - 1) / 2)
+        rc = th_fail("parent allreduce after the split is wrong");
+    if (tutti_work_wait(w, 30) != TUTTI_OK || out != want)
+        rc = th_fail("child allreduce: %lld, want %lld", (long long)out, (long long)want);
+    tutti_work_free(w);
+
+    /* a rank that joins nothing */
+    st = tutti_comm_split(world, rank == 0 ? TUTTI_UNDEFINED : 7, rank, &none);
+    if (st != TUTTI_OK || (rank == 0) != (none == NULL))
+        rc = th_fail("split with TUTTI_UNDEFINED on rank 0: %s, comm %p", tutti_strerror(st),
+                     (void *)none);
+    if (none != NULL && sum_over(none, 1) != size - 1)
+        rc = th_fail("the 7-colored communicator's sum is wrong");
+
+    /* new_group of the listed ranks, in the listed order */
+    int list[2] = {size - 1, 0};
+    st = tutti_comm_create_group(world, list, 2, &grp);
+    bool in = rank == size - 1 || rank == 0;
+    if (st != TUTTI_OK || in != (grp != NULL))
+        rc = th_fail("create_group: %s, comm %p", tutti_strerror(st), (void *)grp);
+    if (grp != NULL) {
+        if (tutti_comm_rank(grp) != (rank == size - 1 ? 0 : 1) || tutti_comm_size(grp) != 2)
+            rc = th_fail("group rank %d of %d", tutti_comm_rank(grp), tutti_comm_size(grp));
+        if (sum_over(grp, rank) != size - 1)
+            rc = th_fail("group allreduce wrong");
+        /* nesting: split the group again, everyone alone */
+        st = tutti_comm_split(grp, tutti_comm_rank(grp), 0, &quarter);
+        if (st != TUTTI_OK || quarter == NULL || tutti_comm_size(quarter) != 1 ||
+            sum_over(quarter, 5) != 5)
+            rc = th_fail("nested split: %s", tutti_strerror(st));
+    }
+    /* bad arguments, the same on every rank: refused before anything collective */
+    tutti_comm_t *bad = (tutti_comm_t *)&rc;
+    if (tutti_comm_split(world, -5, 0, &bad) != TUTTI_ERR_INVALID_ARG || bad != NULL)
+        rc = th_fail("color -5 was not refused");
+    int dup[2] = {0, 0};
+    if (tutti_comm_create_group(world, dup, 2, &bad) != TUTTI_ERR_INVALID_ARG)
+        rc = th_fail("a rank listed twice was not refused");
+    if (tutti_comm_split(NULL, 0, 0, &bad) != TUTTI_ERR_INVALID_COMM)
+        rc = th_fail("a NULL parent was not refused");
+    /* children may go before or after the parent */
+    tutti_comm_destroy(quarter);
+    tutti_comm_destroy(half);
+    if (sum_over(world, 1) != size)
+        rc = th_fail("parent allreduce after destroying a child is wrong");
+    tutti_comm_destroy(world);
+    if (grp != NULL && sum_over(grp, 1) != 2)
+        rc = th_fail("the group does not work after its parent is destroyed");
+    tutti_comm_destroy(grp);
+    tutti_comm_destroy(none);
+    return rc;
+}
+
+START_TEST(test_split)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    static const int sizes[] = {2, 4, 5};
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(th_run(sizes[i], tps[t], 120, split_rank, NULL) == 0, "%d ranks over %s",
+                          sizes[i], tps[t]);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("split");
+    TCase *tc = tcase_create("split");
+    tcase_set_timeout(tc, 400);
+    tcase_add_test(tc, test_split);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -24,7 +24,7 @@ if [ "$(uname -m)" = x86_64 ] && accepts -mavx512bf16; then
         variants+=("avx512fp16:${avx512[*]} -mavx512fp16")
         defs+=(-DTUTTI_KV_FP16=1)
     else
-        echo "verify-kernels.sh: $CC lacks -mavx512fp16 (gcc 12 or later has it): avx512fp16 not built"
+        echo "verify-kernels.sh: $CC lacks -mavx512fp16 (gcc 12 has it): avx512fp16 not built"
     fi
     for v in "${variants[@]}"; do
         name=${v%%:*}

@@ -860,8 +860,10 @@ START_TEST(test_env)
     bad += env_child("scalar", "scalar", TUTTI_OK, "scalar", "scalar");
     bad += env_child(NULL, "nonsense", TUTTI_ERR_INVALID_ARG, NULL, NULL);
     bad += env_child("avx512", NULL, TUTTI_ERR_INVALID_ARG, NULL, NULL);
-    /* this build never has an AVX512_FP16 variant (it could not be tested) */
-    bad += env_child(NULL, "avx512fp16", TUTTI_ERR_INVALID_ARG, NULL, NULL);
+    /* AVX512_FP16: chosen where the CPU has it, refused elsewhere */
+    bool fp16ok = vs[TUTTI__KV_AVX512FP16].available;
+    bad += env_child(NULL, "avx512fp16", fp16ok ? TUTTI_OK : TUTTI_ERR_INVALID_ARG, NULL,
+                     fp16ok ? "avx512fp16" : NULL);
     static const struct { const char *bf, *fp; int kv; const char *name; } cases[] = {
         {"avx2", "f16c", TUTTI__KV_AVX2, "f16c"},
         {"avx512f", "avx512f", TUTTI__KV_AVX512F, "avx512f"},

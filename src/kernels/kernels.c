@@ -36,7 +36,8 @@ static tutti__kvariant_t variants[TUTTI__KV_COUNT] = {
 #endif
 };
 
-/* Whether the CPU and OS run AVX512_FP16, built or not, so that an override can say why it fails. */
+/* Whether the CPU and OS run AVX512_FP16, built or not, so that an override can say why it
+ * fails. */
 static bool cpu_avx512fp16;
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;

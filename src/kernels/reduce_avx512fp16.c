@@ -33,9 +33,11 @@ AI __m512h combine16(tutti_op_t op, __m512h acc, __m512h v)
     switch (op) {
     case TUTTI_PROD: return _mm512_mul_ph(acc, v);
     case TUTTI_MIN: /* VMINPH(v, acc) = v < acc ? v : acc, the scalar's MINV(acc, v) */
-        return _mm512_mask_blend_ph(_mm512_cmp_ph_mask(v, v, _CMP_UNORD_Q), _mm512_min_ph(v, acc), v);
+        return _mm512_mask_blend_ph(_mm512_cmp_ph_mask(v, v, _CMP_UNORD_Q), _mm512_min_ph(v, acc),
+                                    v);
     case TUTTI_MAX:
-        return _mm512_mask_blend_ph(_mm512_cmp_ph_mask(v, v, _CMP_UNORD_Q), _mm512_max_ph(v, acc), v);
+        return _mm512_mask_blend_ph(_mm512_cmp_ph_mask(v, v, _CMP_UNORD_Q), _mm512_max_ph(v, acc),
+                                    v);
     default: return _mm512_add_ph(acc, v);
     }
 }
@@ -121,7 +123,7 @@ AI __m512i vec32(tutti_op_t op, const void *const *srcs, int nsrc, size_t i, __m
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-/* ---- the loop --------------------------------------------------------------------------------- */
+/* ---- the loop -------------------------------------------------------------------------------- */
 
 AI __m512i vec(bool native, tutti_op_t op, const void *const *srcs, int nsrc, size_t i,
                __mmask32 m, bool full, int avg_div)

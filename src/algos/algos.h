@@ -111,6 +111,10 @@ static inline size_t tutti__sdispl(const tutti__coll_t *c, int j)
     return c->counts == NULL ? (size_t)j * c->count : c->sdispls[j];
 }
 
+/* tutti__alltoall_begin starts an alltoall(v) either algorithm runs: in place it moves the
+ * input to scratch (*in then points there), and it copies the rank's own block. */
+tutti_status_t tutti__alltoall_begin(tutti__coll_t *c, const char **in);
+
 /* tutti__direct_reduce is the direct (shm window) reduction that allreduce and reduce share:
  * every rank reduces its slice over all ranks' copies; root < 0 copies the result out on every
  * rank (allreduce), else on root only (reduce). */

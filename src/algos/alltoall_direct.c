@@ -31,22 +31,7 @@ static tutti_status_t run(tutti__coll_t *c)
     const char *in = c->sendbuf;
     char *out = c->recvbuf;
 
-    if ((const void *)in == (const void *)out) {
-        /* In place, a received piece could land on a piece not yet sent: work from a copy. */
-        size_t extent = 0;
-        for (int j = 0; j < n; j++)
-            if (tutti__scount(c, j) > 0 && tutti__sdispl(c, j) + tutti__scount(c, j) > extent)
-                extent = tutti__sdispl(c, j) + tutti__scount(c, j);
-        if (extent > 0) {
-            char *copy = tutti__coll_scratch(c, extent * es);
-            if (copy == NULL)
-                return TUTTI_ERR_NO_MEMORY;
-            memcpy(copy, in, extent * es);
-            in = copy;
-        }
-    }
-    if (tutti__rcount(c, rank) > 0)
-        memcpy(out + tutti__rdispl(c, rank) * es, in + tutti__sdispl(c, rank) * es, tutti__rcount(c, rank) * es);
+    TUTTI__CHECK(tutti__alltoall_begin(c, &in));
 
     char *mine = w->regions[rank];
     for (size_t off = 0;; off += per) {

@@ -10,14 +10,13 @@
 #include "algos.h"
 #include "patterns/ring.h"
 
-static tutti_status_t run(tutti__coll_t *c)
+tutti_status_t tutti__alltoall_begin(tutti__coll_t *c, const char **in)
 {
     const int n = c->size, rank = c->rank;
     const size_t es = c->esize;
-    const char *in = c->sendbuf;
     char *out = c->recvbuf;
-
-    if ((const void *)in == (const void *)out) {
+    if ((const void *)*in == (const void *)out) {
+        /* In place, a received block could land on one not yet sent: work from a copy. */
         size_t extent = 0; /* elements up to the end of the furthest send block */
         for (int j = 0; j < n; j++)
             if (tutti__scount(c, j) > 0 && tutti__sdispl(c, j) + tutti__scount(c, j) > extent)
@@ -26,13 +25,24 @@ static tutti_status_t run(tutti__coll_t *c)
             char *copy = tutti__coll_scratch(c, extent * es);
             if (copy == NULL)
                 return TUTTI_ERR_NO_MEMORY;
-            memcpy(copy, in, extent * es);
-            in = copy;
+            memcpy(copy, *in, extent * es);
+            *in = copy;
         }
     }
-
     if (tutti__rcount(c, rank) > 0)
-        memcpy(out + tutti__rdispl(c, rank) * es, in + tutti__sdispl(c, rank) * es, tutti__rcount(c, rank) * es);
+        memcpy(out + tutti__rdispl(c, rank) * es, *in + tutti__sdispl(c, rank) * es,
+               tutti__rcount(c, rank) * es);
+    return TUTTI_OK;
+}
+
+static tutti_status_t run(tutti__coll_t *c)
+{
+    const int n = c->size, rank = c->rank;
+    const size_t es = c->esize;
+    const char *in = c->sendbuf;
+    char *out = c->recvbuf;
+
+    TUTTI__CHECK(tutti__alltoall_begin(c, &in));
     for (int k = 1; k < n; k++) {
         int to = tutti__pairwise_to(rank, n, k), from = tutti__pairwise_from(rank, n, k);
         TUTTI__CHECK(tutti__sendrecv(c, to, in + tutti__sdispl(c, to) * es, tutti__scount(c, to) * es, from,

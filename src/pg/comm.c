@@ -396,9 +396,11 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         goto fail;
     }
     TUTTI__CHECK_GOTO(find_nodes(c, bs, &ncpus), st, fail);
-    /* Every local rank runs its caller and its workers: more threads than cores means that
-     * waits must give the core away at once. */
-    c->oversubscribed = c->local_size * (1 + c->nslices) > ncpus;
+    /* More busy threads than cores means that waits must give the core away at once. Sleeping
+     * workers do not count (a caller waiting on its worker sleeps too); spinning ones do. */
+    long worker_wait = 1;
+    TUTTI__CHECK_GOTO(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait), st, fail);
+    c->oversubscribed = c->local_size * (1 + (worker_wait ? 0 : c->nslices)) > ncpus;
     TUTTI__CHECK_GOTO(connect_transports(c, bs, cfg->transport), st, fail);
     if (c->wins[0] == NULL) { /* no shared window: the direct algorithms are not offered */
         free(c->wins);

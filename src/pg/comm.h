@@ -74,8 +74,9 @@ struct tutti_comm {
     tutti__exec_t *exec;       /* the queue and the workers (exec.c) */
 };
 
-/* The state a work handle passes through (a futex word). */
-enum { TUTTI__WORK_PENDING = 0, TUTTI__WORK_DONE = 1 };
+/* The state a work handle passes through (a futex word): SLEEPERS is PENDING with a waiter
+ * asleep on it, so that completion makes the wake-up system call only when someone sleeps. */
+enum { TUTTI__WORK_PENDING = 0, TUTTI__WORK_DONE = 1, TUTTI__WORK_SLEEPERS = 2 };
 
 struct tutti_work {
     struct tutti_work *next; /* the communicator's queue (exec lock) */

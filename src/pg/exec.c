@@ -52,8 +52,8 @@ void tutti__work_release(tutti_work_t *w)
 static void complete(tutti_work_t *w, tutti_status_t st)
 {
     w->status = st;
-    __atomic_store_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_RELEASE);
-    futex_wake_all(&w->state);
+    if (__atomic_exchange_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_ACQ_REL) == TUTTI__WORK_SLEEPERS)
+        futex_wake_all(&w->state);
     if (__atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL) == 1)
         w->cb(w, w->cb_arg);
 }

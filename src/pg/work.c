@@ -36,7 +36,12 @@ TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *w, double timeout_s)
         if (left > 1.0)
             left = 1.0; /* re-check now and then; the operation's own deadline ends it */
         struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
-        syscall(SYS_futex, &w->state, FUTEX_WAIT_PRIVATE, TUTTI__WORK_PENDING, &ts, NULL, 0);
+        int expected = TUTTI__WORK_PENDING;
+        /* Announce the sleeper first; if the operation completed meanwhile, the CAS fails. */
+        if (__atomic_compare_exchange_n(&w->state, &expected, TUTTI__WORK_SLEEPERS, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+            expected == TUTTI__WORK_SLEEPERS)
+            syscall(SYS_futex, &w->state, FUTEX_WAIT_PRIVATE, TUTTI__WORK_SLEEPERS, &ts, NULL, 0);
     }
     if (w->status < 0)
         snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", w->error);

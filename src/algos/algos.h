@@ -86,6 +86,12 @@ tutti__window_t *tutti__window(tutti__coll_t *c);
  */
 tutti_status_t tutti__win_barrier(tutti__coll_t *c);
 
+/* tutti__win_reserve_small keeps the tail of every region of w (2 x TUTTI__WIN_SMALL_HALF
+ * bytes) for the one-barrier small path of the direct reductions, shrinking region_size; a
+ * window too small to spare it is left as it is (small_size stays 0). */
+#define TUTTI__WIN_SMALL_HALF ((size_t)16 << 10)
+void tutti__win_reserve_small(tutti__window_t *w);
+
 /* tutti__coll_scratch returns a per-communicator scratch buffer of at least bytes (grown on
  * demand, freed with the communicator), or NULL with c->err set. */
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);

@@ -6,10 +6,12 @@
  * regions are then free for reuse). The result is the correctly rounded reduction in rank
  * order, the same bits on every rank. Cost: 3 barriers per segment, each rank reads n slices
  * of 1/n and copies the buffer twice: no message passing at all, so it wins at every size when
- * every rank is on one node. Small messages (n * bytes <= SMALL_BYTES) skip the slices: after
- * the first barrier every rank reduces the whole buffer over all regions itself, in the same
- * order with the same kernel, so the bits still agree, and one barrier is saved (latency is all
- * that counts there). reduce_direct.c runs the same steps with only its root copying out.
+ * every rank is on one node. Small messages (n * bytes <= SMALL_BYTES) skip the slices: every
+ * rank copies its input into the window's small area (two halves, alternating per operation),
+ * and after a single barrier reduces the whole buffer over all ranks' copies itself, in the
+ * same order with the same kernel, so the bits still agree (latency is all that counts there;
+ * one barrier instead of three). reduce_direct.c runs the same steps with only its root
+ * copying out.
  */
 #include "algos.h"
 #include "patterns/chunk.h"
@@ -32,6 +34,21 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
     const char *in = c->sendbuf;
     char *out = c->recvbuf;
 
+    if (w->small_size > 0 && c->count * es * (size_t)n <= SMALL_BYTES) {
+        /* One barrier: the data goes to the half of the small area this operation's parity
+         * picks. A rank writes that half again two small operations later, after it has seen
+         * every rank arrive at the operation in between, which each did only after reading
+         * this one: no barrier is needed after the reads. */
+        size_t off = w->region_size + (w->small_seq++ & 1u) * (w->small_size / 2);
+        memcpy(w->regions[rank] + off, in, c->count * es);
+        TUTTI__CHECK(tutti__win_barrier(c));
+        if (copy_out) {
+            for (int i = 0; i < n; i++)
+                srcs[i] = w->regions[i] + off;
+            tutti__reduce(out, srcs, n, c->count, c->dtype, c->op, n);
+        }
+        return TUTTI_OK;
+    }
     if (c->count <= seg && c->count * es * (size_t)n <= SMALL_BYTES) {
         memcpy(w->regions[rank], in, c->count * es);
         TUTTI__CHECK(tutti__win_barrier(c));

@@ -406,6 +406,8 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         free(c->wins);
         c->wins = NULL;
     }
+    for (int s = 0; c->wins != NULL && s < c->nslices; s++)
+        tutti__win_reserve_small(c->wins[s]);
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__select_init(c), st, fail);
     pick_local_ip(c, store, ip);

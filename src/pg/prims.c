@@ -210,6 +210,15 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
     }
 }
 
+void tutti__win_reserve_small(tutti__window_t *w)
+{
+    size_t s = 2 * TUTTI__WIN_SMALL_HALF;
+    if (w->region_size >= 8 * s) {
+        w->region_size -= s;
+        w->small_size = s;
+    }
+}
+
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
 {
     tutti__slice_t *comm = &c->comm->slices[c->slice];

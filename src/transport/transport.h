@@ -80,6 +80,9 @@ typedef struct tutti__window {
     char **regions;                /* regions[r]: base of rank r's region, 64-byte aligned */
     volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
     uint64_t epoch;                /* this rank's last posted epoch */
+    size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
+                           two halves it alternates between (set by tutti__win_reserve_small) */
+    uint64_t small_seq; /* small-path operations so far: their parity picks the half */
 } tutti__window_t;
 
 /* ---- the shm transport (transport/shm.c) ---- */

@@ -62,6 +62,18 @@ void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed);
 /* tutti__backoff_pause waits a little, longer the longer the wait has gone on. */
 void tutti__backoff_pause(tutti__backoff_t *b);
 
+/* About 3 us of pause instructions (a pause is ~20 ns on Zen 4): longer than a hand-off between
+ * two busy cores takes, short enough that a waiter sharing its core with the peer it waits for
+ * soon steps aside. */
+#define TUTTI__SPIN_ITERS 128u
+
+/* tutti__backoff_spinning tells whether b still only spins (no yield or sleep yet): while it
+ * does, a wait loop may skip its slower checks. */
+static inline bool tutti__backoff_spinning(const tutti__backoff_t *b)
+{
+    return !b->oversubscribed && b->iter <= TUTTI__SPIN_ITERS;
+}
+
 static inline void tutti__cpu_relax(void) { __builtin_ia32_pause(); }
 
 /* ---- logging (CCL_LOG_LEVEL) --------------------------------------------------------------- */

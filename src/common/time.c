@@ -24,18 +24,13 @@ void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed)
     b->oversubscribed = oversubscribed;
 }
 
-/* About 3 us of pause instructions (a pause is ~20 ns on Zen 4): longer than a hand-off between
- * two busy cores takes, short enough that a waiter sharing its core with the peer it waits for
- * soon steps aside. */
-#define SPIN_ITERS 128u
-
 /* Spinning wins while the peer runs on another core (sub-microsecond hand-offs); once the wait
  * is long, or when ranks outnumber cores, the waiter must give its core away or it delays the
  * very peer it waits for. */
 void tutti__backoff_pause(tutti__backoff_t *b)
 {
     unsigned it = b->iter++;
-    if (!b->oversubscribed && it < SPIN_ITERS) {
+    if (!b->oversubscribed && it < TUTTI__SPIN_ITERS) {
         tutti__cpu_relax();
         return;
     }

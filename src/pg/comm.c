@@ -257,8 +257,9 @@ static void pick_local_ip(tutti_comm_t *c, tutti__store_t *store, char ip[64])
 static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_t *out)
 {
     double t = 300.0;
-    long workers = 1;
+    long workers = 1, worker_wait = 1;
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_COUNT", 1, 16, &workers));
+    TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));
     TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");
     if (cfg != NULL) {
@@ -290,7 +291,7 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_
                                 transport);
     /* Keep a static copy: sub-communicators inherit it after the caller's string is gone. */
     const char *mode = strcmp(transport, "shm") == 0 ? "shm" : strcmp(transport, "ofi") == 0 ? "ofi" : "auto";
-    *out = (tutti__config_t){t, mode, workers};
+    *out = (tutti__config_t){t, mode, workers, worker_wait != 0};
     return TUTTI_OK;
 }
 
@@ -364,12 +365,11 @@ static tutti_status_t connect_transports(tutti_comm_t *c, tutti__bootstrap_t *bs
 
 static tutti_status_t start_workers(tutti_comm_t *c)
 {
-    long sleep = 1, inline_max = 65536;
-    TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &sleep));
+    long inline_max = 65536;
     TUTTI__CHECK(tutti__env_long("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
     int cpus[16];
     TUTTI__CHECK(tutti__worker_cpus(c->local_rank, c->local_size, c->nslices, cpus));
-    return tutti__exec_create(c, cpus, sleep != 0, (size_t)inline_max);
+    return tutti__exec_create(c, cpus, c->cfg.worker_sleep, (size_t)inline_max);
 }
 
 tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
@@ -398,9 +398,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     TUTTI__CHECK_GOTO(find_nodes(c, bs, &ncpus), st, fail);
     /* More busy threads than cores means that waits must give the core away at once. Sleeping
      * workers do not count (a caller waiting on its worker sleeps too); spinning ones do. */
-    long worker_wait = 1;
-    TUTTI__CHECK_GOTO(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait), st, fail);
-    c->oversubscribed = c->local_size * (1 + (worker_wait ? 0 : c->nslices)) > ncpus;
+    c->oversubscribed = c->local_size * (1 + (cfg->worker_sleep ? 0 : c->nslices)) > ncpus;
     TUTTI__CHECK_GOTO(connect_transports(c, bs, cfg->transport), st, fail);
     if (c->wins[0] == NULL) { /* no shared window: the direct algorithms are not offered */
         free(c->wins);

@@ -41,6 +41,7 @@ typedef struct tutti__config {
     double timeout;
     const char *transport; /* "auto", "shm" or "ofi" (a static string) */
     long workers;
+    bool worker_sleep;     /* CCL_WORKER_WAIT=1: idle workers sleep */
 } tutti__config_t;
 
 struct tutti_comm {

@@ -149,7 +149,7 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
             return TUTTI_OK;
         /* The clock is cheap but not free: read it every 64 spins, and on every round once the
          * backoff has started yielding or sleeping. */
-        if ((it & 63u) == 63u || b.iter > 128 || b.oversubscribed) {
+        if ((it & 63u) == 63u || !tutti__backoff_spinning(&b)) {
             int missing[64], nm = 0;
             for (int i = 0; i < n && nm < 64; i++)
                 if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE))
@@ -204,7 +204,7 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
                 missing[nm++] = r;
         if (nm == 0)
             return TUTTI_OK;
-        if ((it & 63u) == 63u || b.iter > 128 || b.oversubscribed)
+        if ((it & 63u) == 63u || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, missing, nm));
         tutti__backoff_pause(&b);
     }

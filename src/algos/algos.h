@@ -23,7 +23,8 @@ typedef struct tutti__coll {
     uint64_t seq;         /* sequence number on the communicator */
     const tutti__algo_t *algo;
     int slice;            /* which slice of execution runs it: its channel, window and scratch */
-    double deadline;      /* absolute, tutti__now() clock */
+    double deadline;      /* absolute, tutti__now() clock; 0: not yet set (the first slow
+                             check of a wait sets it: most calls end before one) */
     char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */
 
     const void *sendbuf;
@@ -91,6 +92,28 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c);
  * window too small to spare it is left as it is (small_size stays 0). */
 #define TUTTI__WIN_SMALL_HALF ((size_t)16 << 10)
 void tutti__win_reserve_small(tutti__window_t *w);
+
+/*
+ * Flagged lines ("LL", as NCCL calls its low-latency protocol): the small area written as
+ * 64-byte lines of TUTTI__LL_DATA data bytes followed by an 8-byte tag. A reader waits on the
+ * lines themselves, so a small message costs one cache-line hand-off instead of a barrier flag
+ * followed by the data. tutti__ll_write copies bytes from src into dst (a 64-byte aligned area
+ * of tutti__ll_span(bytes) bytes) and tags every line, each tag stored after its data with
+ * release order. tutti__ll_wait waits until the line at byte offset off of rank r's region
+ * carries tag (same deadline and failure checks as tutti__win_barrier); tutti__ll_read waits
+ * for every line of every other rank's area at off, copying rank r's bytes into out[r]
+ * (out[c->rank] is not touched). Tags must differ from anything the area held before: callers
+ * use a count of operations that only grows.
+ */
+#define TUTTI__LL_DATA ((size_t)56)
+static inline size_t tutti__ll_span(size_t bytes)
+{
+    return (bytes + TUTTI__LL_DATA - 1) / TUTTI__LL_DATA * 64;
+}
+void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag);
+tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag);
+tutti_status_t tutti__ll_read(tutti__coll_t *c, size_t off, size_t bytes, uint64_t tag,
+                              char *const *out);
 
 /* tutti__coll_scratch returns a per-communicator scratch buffer of at least bytes (grown on
  * demand, freed with the communicator), or NULL with c->err set. */

@@ -100,20 +100,33 @@ void tutti__win_reserve_small(tutti__window_t *w);
  * followed by the data. tutti__ll_write copies bytes from src into dst (a 64-byte aligned area
  * of tutti__ll_span(bytes) bytes) and tags every line, each tag stored after its data with
  * release order. tutti__ll_wait waits until the line at byte offset off of rank r's region
- * carries tag (same deadline and failure checks as tutti__win_barrier); tutti__ll_read waits
- * for every line of every other rank's area at off, copying rank r's bytes into out[r]
- * (out[c->rank] is not touched). Tags must differ from anything the area held before: callers
- * use a count of operations that only grows.
+ * carries tag (same deadline and failure checks as tutti__win_barrier); tutti__ll_copy waits
+ * for each line of the bytes rank r wrote at off and copies them to dst. Tags must differ from
+ * anything the area held before: callers use a count of operations that only grows.
  */
 #define TUTTI__LL_DATA ((size_t)56)
-static inline size_t tutti__ll_span(size_t bytes)
+static inline size_t tutti__ll_lines(size_t bytes) /* at least one: an empty block is a tag */
 {
-    return (bytes + TUTTI__LL_DATA - 1) / TUTTI__LL_DATA * 64;
+    return bytes == 0 ? 1 : (bytes + TUTTI__LL_DATA - 1) / TUTTI__LL_DATA;
+}
+static inline size_t tutti__ll_span(size_t bytes) { return tutti__ll_lines(bytes) * 64; }
+
+/* tutti__win_small_begin starts an operation on the window's small area (2 halves, used
+ * alternately, see tutti__win_reserve_small): it returns the byte offset, in every rank's
+ * region, of the half this operation uses and sets *tag to its flagged-line tag. Every rank
+ * must call it for the same operations. A rank writes a half again two operations later, once
+ * it has seen every other rank's data (lines or barrier) of the operation in between, which
+ * each sent only after reading this one: no barrier is needed after the reads. */
+static inline size_t tutti__win_small_begin(tutti__window_t *w, uint64_t *tag)
+{
+    uint64_t seq = w->small_seq++;
+    *tag = seq + 1;
+    return w->region_size + (size_t)(seq & 1u) * (w->small_size / 2);
 }
 void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag);
 tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag);
-tutti_status_t tutti__ll_read(tutti__coll_t *c, size_t off, size_t bytes, uint64_t tag,
-                              char *const *out);
+tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
+                              uint64_t tag);
 
 /* tutti__coll_scratch returns a per-communicator scratch buffer of at least bytes (grown on
  * demand, freed with the communicator), or NULL with c->err set. */

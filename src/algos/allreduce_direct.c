@@ -40,21 +40,19 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
 
     const size_t bytes = c->count * es;
     if (w->small_size > 0 && bytes <= LL_BYTES && tutti__ll_span(bytes) <= w->small_size / 2) {
-        /* No barrier at all: each rank writes its input as flagged lines into the half of its
-         * small area that this operation's parity picks, and reads the others' lines as they
-         * come. A rank writes that half again two small operations later, after it has read
-         * every rank's lines of the operation in between, which each wrote only after reading
-         * this one's: nobody overwrites lines that are still to be read. */
-        uint64_t seq = w->small_seq++;
-        size_t off = w->region_size + (seq & 1u) * (w->small_size / 2);
-        tutti__ll_write(w->regions[rank] + off, in, bytes, seq + 1);
+        /* No barrier at all: each rank writes its input as flagged lines into its small area
+         * and reads the others' lines as they come (tutti__win_small_begin says why nobody
+         * overwrites lines still to be read). */
+        uint64_t tag;
+        size_t off = tutti__win_small_begin(w, &tag);
+        tutti__ll_write(w->regions[rank] + off, in, bytes, tag);
         /* Line by line, straight from the others' lines: no copies. Each line holds whole
          * elements (TUTTI__LL_DATA is a multiple of every element size). */
         const size_t per = TUTTI__LL_DATA / es;
         for (size_t i = 0, o = off; i < c->count; i += per, o += 64) {
             for (int r = 0; r < n; r++) {
                 if (r != rank)
-                    TUTTI__CHECK(tutti__ll_wait(c, r, o, seq + 1));
+                    TUTTI__CHECK(tutti__ll_wait(c, r, o, tag));
                 srcs[r] = r == rank ? in + i * es : w->regions[r] + o;
             }
             if (copy_out)
@@ -64,9 +62,10 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
         return TUTTI_OK;
     }
     if (w->small_size > 0 && bytes * (size_t)n <= SMALL_BYTES) {
-        /* One barrier: the data goes to the half of the small area this operation's parity
-         * picks (the same argument as above makes a barrier after the reads unnecessary). */
-        size_t off = w->region_size + (w->small_seq++ & 1u) * (w->small_size / 2);
+        /* One barrier: the data goes to the small area, whose halves alternate, so no barrier
+         * is needed after the reads. */
+        uint64_t tag;
+        size_t off = tutti__win_small_begin(w, &tag);
         memcpy(w->regions[rank] + off, in, bytes);
         TUTTI__CHECK(tutti__win_barrier(c));
         if (copy_out) {

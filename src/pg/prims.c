@@ -216,9 +216,9 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
 void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)
 {
     const char *s = src;
-    for (size_t done = 0; done < bytes; done += TUTTI__LL_DATA, dst += 64) {
-        size_t m = tutti__min_size(TUTTI__LL_DATA, bytes - done);
-        memcpy(dst, s + done, m);
+    for (size_t i = 0, done = 0; i < tutti__ll_lines(bytes); i++, done += TUTTI__LL_DATA, dst += 64) {
+        if (done < bytes)
+            memcpy(dst, s + done, tutti__min_size(TUTTI__LL_DATA, bytes - done));
         __atomic_store_n((uint64_t *)(void *)(dst + TUTTI__LL_DATA), tag, __ATOMIC_RELEASE);
     }
 }
@@ -239,19 +239,18 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
     return TUTTI_OK;
 }
 
-tutti_status_t tutti__ll_read(tutti__coll_t *c, size_t off, size_t bytes, uint64_t tag,
-                              char *const *out)
+tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
+                              uint64_t tag)
 {
-    tutti__window_t *w = c->comm->wins[c->slice];
-    /* Rank by rank, line by line: the loads of lines that are already there run ahead while
-     * the first one is fetched, so the lines of a rank cost about one hand-off together. */
-    for (int r = 0; r < w->nranks; r++) {
-        if (r == c->rank)
-            continue;
-        for (size_t done = 0, o = off; done < bytes; done += TUTTI__LL_DATA, o += 64) {
-            TUTTI__CHECK(tutti__ll_wait(c, r, o, tag));
-            memcpy(out[r] + done, w->regions[r] + o, tutti__min_size(TUTTI__LL_DATA, bytes - done));
-        }
+    const char *src = c->comm->wins[c->slice]->regions[r] + off;
+    char *d = dst;
+    /* Line by line: the loads of lines that are already there run ahead while the first one
+     * is fetched, so a rank's lines cost about one hand-off together. */
+    for (size_t i = 0, done = 0; i < tutti__ll_lines(bytes); i++, done += TUTTI__LL_DATA,
+                off += 64, src += 64) {
+        TUTTI__CHECK(tutti__ll_wait(c, r, off, tag));
+        if (done < bytes)
+            memcpy(d + done, src, tutti__min_size(TUTTI__LL_DATA, bytes - done));
     }
     return TUTTI_OK;
 }

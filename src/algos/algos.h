@@ -111,9 +111,16 @@ static inline size_t tutti__ll_lines(size_t bytes) /* at least one: an empty blo
 }
 static inline size_t tutti__ll_span(size_t bytes) { return tutti__ll_lines(bytes) * 64; }
 
+/* Each half of the small area: flagged lines in its first TUTTI__WIN_SMALL_LL bytes, plain
+ * data (read after a barrier) in the rest. Kept apart because plain data left where a line's
+ * tag goes could equal a later operation's tag and pass for it. */
+#define TUTTI__WIN_SMALL_LL ((size_t)8 << 10)
+#define TUTTI__WIN_SMALL_RAW (TUTTI__WIN_SMALL_HALF - TUTTI__WIN_SMALL_LL)
+
 /* tutti__win_small_begin starts an operation on the window's small area (2 halves, used
  * alternately, see tutti__win_reserve_small): it returns the byte offset, in every rank's
- * region, of the half this operation uses and sets *tag to its flagged-line tag. Every rank
+ * region, of the half this operation uses (its flagged-line part; the plain part follows at
+ * + TUTTI__WIN_SMALL_LL) and sets *tag to its flagged-line tag. Every rank
  * must call it for the same operations. A rank writes a half again two operations later, once
  * it has seen every other rank's data (lines or barrier) of the operation in between, which
  * each sent only after reading this one: no barrier is needed after the reads. */
@@ -121,7 +128,7 @@ static inline size_t tutti__win_small_begin(tutti__window_t *w, uint64_t *tag)
 {
     uint64_t seq = w->small_seq++;
     *tag = seq + 1;
-    return w->region_size + (size_t)(seq & 1u) * (w->small_size / 2);
+    return w->region_size + (size_t)(seq & 1u) * TUTTI__WIN_SMALL_HALF;
 }
 void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag);
 tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag);

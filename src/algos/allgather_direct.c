@@ -13,7 +13,7 @@
 
 /* Blocks up to this size go as flagged lines through the small area (it must fit a half). */
 #define LL_BYTES ((size_t)1 << 10)
-_Static_assert(LL_BYTES / 56 * 64 + 64 <= TUTTI__WIN_SMALL_HALF, "LL blocks fit a half");
+_Static_assert(LL_BYTES / 56 * 64 + 64 <= TUTTI__WIN_SMALL_LL, "LL blocks fit");
 
 static tutti_status_t run(tutti__coll_t *c)
 {

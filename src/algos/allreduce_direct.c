@@ -21,6 +21,7 @@
 
 #define SMALL_BYTES ((size_t)16 << 10)
 #define LL_BYTES ((size_t)128)
+_Static_assert(LL_BYTES / 56 * 64 + 64 <= TUTTI__WIN_SMALL_LL, "LL data fits");
 
 tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
 {
@@ -39,7 +40,7 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
     char *out = c->recvbuf;
 
     const size_t bytes = c->count * es;
-    if (w->small_size > 0 && bytes <= LL_BYTES && tutti__ll_span(bytes) <= w->small_size / 2) {
+    if (w->small_size > 0 && bytes <= LL_BYTES) {
         /* No barrier at all: each rank writes its input as flagged lines into its small area
          * and reads the others' lines as they come (tutti__win_small_begin says why nobody
          * overwrites lines still to be read). */
@@ -61,11 +62,11 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
         }
         return TUTTI_OK;
     }
-    if (w->small_size > 0 && bytes * (size_t)n <= SMALL_BYTES) {
+    if (w->small_size > 0 && bytes * (size_t)n <= SMALL_BYTES && bytes <= TUTTI__WIN_SMALL_RAW) {
         /* One barrier: the data goes to the small area, whose halves alternate, so no barrier
          * is needed after the reads. */
         uint64_t tag;
-        size_t off = tutti__win_small_begin(w, &tag);
+        size_t off = tutti__win_small_begin(w, &tag) + TUTTI__WIN_SMALL_LL;
         memcpy(w->regions[rank] + off, in, bytes);
         TUTTI__CHECK(tutti__win_barrier(c));
         if (copy_out) {

@@ -38,7 +38,7 @@ static tutti_status_t run(tutti__coll_t *c)
 
     const size_t block = c->count * es, span = tutti__ll_span(block);
     if (c->counts == NULL && w->small_size > 0 && block <= LL_BYTES &&
-        (size_t)n * span <= w->small_size / 2) {
+        (size_t)n * span <= TUTTI__WIN_SMALL_LL) {
         /* Small blocks (every rank knows every block's size: not alltoallv) go as flagged
          * lines, the block for rank j at slot j of the writer's small area: no barrier. */
         uint64_t tag;

@@ -23,7 +23,8 @@ typedef struct tutti__coll {
     uint64_t seq;         /* sequence number on the communicator */
     const tutti__algo_t *algo;
     int slice;            /* which slice of execution runs it: its channel, window and scratch */
-    double deadline;      /* absolute, tutti__now() clock */
+    double deadline;      /* absolute, tutti__now() clock; 0: not yet set (the first slow
+                             check of a wait sets it: most calls end before one) */
     char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */
 
     const void *sendbuf;
@@ -91,6 +92,48 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c);
  * window too small to spare it is left as it is (small_size stays 0). */
 #define TUTTI__WIN_SMALL_HALF ((size_t)16 << 10)
 void tutti__win_reserve_small(tutti__window_t *w);
+
+/*
+ * Flagged lines ("LL", as NCCL calls its low-latency protocol): the small area written as
+ * 64-byte lines of TUTTI__LL_DATA data bytes followed by an 8-byte tag. A reader waits on the
+ * lines themselves, so a small message costs one cache-line hand-off instead of a barrier flag
+ * followed by the data. tutti__ll_write copies bytes from src into dst (a 64-byte aligned area
+ * of tutti__ll_span(bytes) bytes) and tags every line, each tag stored after its data with
+ * release order. tutti__ll_wait waits until the line at byte offset off of rank r's region
+ * carries tag (same deadline and failure checks as tutti__win_barrier); tutti__ll_copy waits
+ * for each line of the bytes rank r wrote at off and copies them to dst. Tags must differ from
+ * anything the area held before: callers use a count of operations that only grows.
+ */
+#define TUTTI__LL_DATA ((size_t)56)
+static inline size_t tutti__ll_lines(size_t bytes) /* at least one: an empty block is a tag */
+{
+    return bytes == 0 ? 1 : (bytes + TUTTI__LL_DATA - 1) / TUTTI__LL_DATA;
+}
+static inline size_t tutti__ll_span(size_t bytes) { return tutti__ll_lines(bytes) * 64; }
+
+/* Each half of the small area: flagged lines in its first TUTTI__WIN_SMALL_LL bytes, plain
+ * data (read after a barrier) in the rest. Kept apart because plain data left where a line's
+ * tag goes could equal a later operation's tag and pass for it. */
+#define TUTTI__WIN_SMALL_LL ((size_t)8 << 10)
+#define TUTTI__WIN_SMALL_RAW (TUTTI__WIN_SMALL_HALF - TUTTI__WIN_SMALL_LL)
+
+/* tutti__win_small_begin starts an operation on the window's small area (2 halves, used
+ * alternately, see tutti__win_reserve_small): it returns the byte offset, in every rank's
+ * region, of the half this operation uses (its flagged-line part; the plain part follows at
+ * + TUTTI__WIN_SMALL_LL) and sets *tag to its flagged-line tag. Every rank
+ * must call it for the same operations. A rank writes a half again two operations later, once
+ * it has seen every other rank's data (lines or barrier) of the operation in between, which
+ * each sent only after reading this one: no barrier is needed after the reads. */
+static inline size_t tutti__win_small_begin(tutti__window_t *w, uint64_t *tag)
+{
+    uint64_t seq = w->small_seq++;
+    *tag = seq + 1;
+    return w->region_size + (size_t)(seq & 1u) * TUTTI__WIN_SMALL_HALF;
+}
+void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag);
+tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag);
+tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
+                              uint64_t tag);
 
 /* tutti__coll_scratch returns a per-communicator scratch buffer of at least bytes (grown on
  * demand, freed with the communicator), or NULL with c->err set. */

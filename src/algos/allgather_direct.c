@@ -5,9 +5,15 @@
  * the regions are reused). Blocks of different sizes simply run out at different rounds; the
  * round count follows the largest block, which every rank knows. Cost: 2 barriers per round,
  * one copy in and n-1 copies out per rank, no messages: wins at every size on one node.
+ * Blocks up to LL_BYTES skip the barriers: each rank writes its block as flagged lines into the
+ * window's small area and copies the others' as their lines arrive (one hand-off per peer).
  */
 #include "algos.h"
 #include "patterns/chunk.h"
+
+/* Blocks up to this size go as flagged lines through the small area (it must fit a half). */
+#define LL_BYTES ((size_t)1 << 10)
+_Static_assert(LL_BYTES / 56 * 64 + 64 <= TUTTI__WIN_SMALL_LL, "LL blocks fit");
 
 static tutti_status_t run(tutti__coll_t *c)
 {
@@ -27,6 +33,18 @@ static tutti_status_t run(tutti__coll_t *c)
     char *own = out + tutti__rdispl(c, rank) * es;
     if (in != own)
         memcpy(own, in, tutti__rcount(c, rank) * es);
+
+    if (w->small_size > 0 && longest * es <= LL_BYTES) {
+        /* Small blocks go as flagged lines: no barrier, one hand-off per peer. */
+        uint64_t tag;
+        size_t off = tutti__win_small_begin(w, &tag);
+        tutti__ll_write(w->regions[rank] + off, in, tutti__rcount(c, rank) * es, tag);
+        for (int i = 0; i < n; i++)
+            if (i != rank)
+                TUTTI__CHECK(tutti__ll_copy(c, i, off, out + tutti__rdispl(c, i) * es,
+                                            tutti__rcount(c, i) * es, tag));
+        return TUTTI_OK;
+    }
 
     for (size_t off = 0; off < longest; off += seg) {
         memcpy(w->regions[rank], in + off * es, tutti__piece(tutti__rcount(c, rank), off, seg) * es);

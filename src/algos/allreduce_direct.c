@@ -10,13 +10,18 @@
  * rank copies its input into the window's small area (two halves, alternating per operation),
  * and after a single barrier reduces the whole buffer over all ranks' copies itself, in the
  * same order with the same kernel, so the bits still agree (latency is all that counts there;
- * one barrier instead of three). reduce_direct.c runs the same steps with only its root
- * copying out.
+ * one barrier instead of three). The smallest (bytes <= LL_BYTES) need no barrier at all: the
+ * inputs go out as flagged lines (tutti__ll_write) and each rank reduces line by line as the
+ * others' lines arrive, one cache-line hand-off per call; past a few lines the per-line kernel
+ * calls cost more than the barrier saves. reduce_direct.c runs the same steps with only its
+ * root copying out.
  */
 #include "algos.h"
 #include "patterns/chunk.h"
 
 #define SMALL_BYTES ((size_t)16 << 10)
+#define LL_BYTES ((size_t)128)
+_Static_assert(LL_BYTES / 56 * 64 + 64 <= TUTTI__WIN_SMALL_LL, "LL data fits");
 
 tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
 {
@@ -34,13 +39,35 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
     const char *in = c->sendbuf;
     char *out = c->recvbuf;
 
-    if (w->small_size > 0 && c->count * es * (size_t)n <= SMALL_BYTES) {
-        /* One barrier: the data goes to the half of the small area this operation's parity
-         * picks. A rank writes that half again two small operations later, after it has seen
-         * every rank arrive at the operation in between, which each did only after reading
-         * this one: no barrier is needed after the reads. */
-        size_t off = w->region_size + (w->small_seq++ & 1u) * (w->small_size / 2);
-        memcpy(w->regions[rank] + off, in, c->count * es);
+    const size_t bytes = c->count * es;
+    if (w->small_size > 0 && bytes <= LL_BYTES) {
+        /* No barrier at all: each rank writes its input as flagged lines into its small area
+         * and reads the others' lines as they come (tutti__win_small_begin says why nobody
+         * overwrites lines still to be read). */
+        uint64_t tag;
+        size_t off = tutti__win_small_begin(w, &tag);
+        tutti__ll_write(w->regions[rank] + off, in, bytes, tag);
+        /* Line by line, straight from the others' lines: no copies. Each line holds whole
+         * elements (TUTTI__LL_DATA is a multiple of every element size). */
+        const size_t per = TUTTI__LL_DATA / es;
+        for (size_t i = 0, o = off; i < c->count; i += per, o += 64) {
+            for (int r = 0; r < n; r++) {
+                if (r != rank)
+                    TUTTI__CHECK(tutti__ll_wait(c, r, o, tag));
+                srcs[r] = r == rank ? in + i * es : w->regions[r] + o;
+            }
+            if (copy_out)
+                tutti__reduce(out + i * es, srcs, n, tutti__min_size(per, c->count - i), c->dtype,
+                              c->op, n);
+        }
+        return TUTTI_OK;
+    }
+    if (w->small_size > 0 && bytes * (size_t)n <= SMALL_BYTES && bytes <= TUTTI__WIN_SMALL_RAW) {
+        /* One barrier: the data goes to the small area, whose halves alternate, so no barrier
+         * is needed after the reads. */
+        uint64_t tag;
+        size_t off = tutti__win_small_begin(w, &tag) + TUTTI__WIN_SMALL_LL;
+        memcpy(w->regions[rank] + off, in, bytes);
         TUTTI__CHECK(tutti__win_barrier(c));
         if (copy_out) {
             for (int i = 0; i < n; i++)

@@ -7,12 +7,15 @@
  * regions are reused). Rounds go on while any rank has more, so v-counts that no single rank
  * knows in full still give every rank the same number of barriers; exhausted blocks move zero
  * bytes. Cost: 2 barriers per round (a round moves up to region_size bytes per rank), every
- * byte copied twice, no messages: wins at every size on one node.
+ * byte copied twice, no messages: wins at every size on one node. Small blocks of a plain
+ * alltoall (up to LL_BYTES, n of them fitting half the small area) skip the barriers: they go
+ * as flagged lines, one hand-off per peer.
  */
 #include "algos.h"
 #include "patterns/chunk.h"
 
 #define HEADER 64 /* one cache line: the "more to come" flag */
+#define LL_BYTES ((size_t)1 << 10) /* alltoall blocks up to this go as flagged lines */
 
 static tutti_status_t run(tutti__coll_t *c)
 {
@@ -32,6 +35,24 @@ static tutti_status_t run(tutti__coll_t *c)
     char *out = c->recvbuf;
 
     TUTTI__CHECK(tutti__alltoall_begin(c, &in));
+
+    const size_t block = c->count * es, span = tutti__ll_span(block);
+    if (c->counts == NULL && w->small_size > 0 && block <= LL_BYTES &&
+        (size_t)n * span <= TUTTI__WIN_SMALL_LL) {
+        /* Small blocks (every rank knows every block's size: not alltoallv) go as flagged
+         * lines, the block for rank j at slot j of the writer's small area: no barrier. */
+        uint64_t tag;
+        size_t off = tutti__win_small_begin(w, &tag);
+        for (int j = 0; j < n; j++)
+            if (j != rank)
+                tutti__ll_write(w->regions[rank] + off + (size_t)j * span,
+                                in + tutti__sdispl(c, j) * es, block, tag);
+        for (int i = 0; i < n; i++)
+            if (i != rank)
+                TUTTI__CHECK(tutti__ll_copy(c, i, off + (size_t)rank * span,
+                                            out + tutti__rdispl(c, i) * es, block, tag));
+        return TUTTI_OK;
+    }
 
     char *mine = w->regions[rank];
     for (size_t off = 0;; off += per) {

@@ -162,6 +162,14 @@ static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivi
 {
     tutti_comm_t *comm = c->comm;
     c->esize = tutti_dtype_size(c->dtype);
+    size_t bytes = tutti__coll_bytes(c);
+    tutti_status_t st;
+    /* A blocking call on an idle communicator needs no handle: no allocation, no hand-off. */
+    if (work == NULL && post_fn == NULL &&
+        tutti__exec_run_blocking(comm, c, bytes, trivial || comm->size == 1, &st)) {
+        free(owned);
+        return st;
+    }
     tutti_work_t *w = malloc(sizeof *w);
     if (w == NULL) {
         free(owned);
@@ -174,13 +182,12 @@ static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivi
     w->cb = NULL;
     w->owned = owned;
     w->post_fn = post_fn;
-    size_t bytes = tutti__coll_bytes(c);
     tutti__exec_submit(comm, w, bytes, trivial || comm->size == 1, work == NULL);
     if (work != NULL) {
         *work = w;
         return TUTTI_OK;
     }
-    tutti_status_t st = tutti_work_wait(w, -1.0);
+    st = tutti_work_wait(w, -1.0);
     if (st < 0) {
         pthread_mutex_lock(&comm->err_lock);
         snprintf(comm->last_error, sizeof comm->last_error, "%s", w->error);

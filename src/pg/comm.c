@@ -528,7 +528,7 @@ GETTER(node_count, c->nnodes)
 GETTER(worker_count, c->nslices)
 #undef GETTER
 
-TUTTI_API uint64_t tutti_comm_seq(const tutti_comm_t *c) { return tutti__comm_valid(c) ? c->seq : 0; }
+TUTTI_API uint64_t tutti_comm_seq(const tutti_comm_t *c) { return tutti__comm_valid(c) ? __atomic_load_n(&c->seq, __ATOMIC_RELAXED) : 0; }
 
 TUTTI_API const char *tutti_comm_transport(const tutti_comm_t *c, int peer)
 {

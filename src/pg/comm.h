@@ -62,8 +62,8 @@ struct tutti_comm {
                                 node and on shm */
     tutti__liveness_t *live;
 
-    uint64_t seq;              /* collectives posted so far (exec lock) */
-    uint64_t p2p_seq;          /* send/recv calls so far, for messages (exec lock) */
+    uint64_t seq;              /* collectives posted so far (atomic) */
+    uint64_t p2p_seq;          /* send/recv calls so far, for messages (atomic) */
     pthread_mutex_t err_lock;  /* guards failed, failed_msg and last_error */
     volatile tutti_status_t failed; /* TUTTI_OK, or the error that broke the communicator */
     char failed_msg[TUTTI__ERRLEN];
@@ -101,6 +101,13 @@ struct tutti_work {
 
 /* tutti__exec_create starts comm->nslices worker threads, pinned to cpus[i] (-1: not pinned),
  * sleeping when idle if sleep is true, else spinning. */
+/* tutti__exec_run_blocking runs c in the calling thread, as a blocking call, when the
+ * communicator is idle (nothing queued or running) and c would not be sliced, without a work
+ * handle: *status is its outcome (errors recorded as comm's and the thread's last error) and
+ * it returns true. It returns false, having done nothing, when c must go through the queue. */
+bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, bool trivial,
+                              tutti_status_t *status);
+
 tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool sleep,
                                   size_t inline_max);
 

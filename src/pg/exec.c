@@ -96,7 +96,7 @@ static tutti_status_t run_slice(tutti__exec_t *e, tutti_work_t *w, int s)
         if (comm->size == 1)
             tutti__coll_local(&c);
     } else {
-        c.deadline = tutti__now() + comm->timeout_s; /* from the start, not from the post */
+        c.deadline = 0.0; /* from the start (its first wait), not from the post */
         st = c.algo->run(&c);
     }
     if (st < 0) {
@@ -140,7 +140,8 @@ static void *worker_main(void *p)
     tutti__backoff_t b;
     pthread_mutex_lock(&e->lock);
     for (;;) {
-        if (e->head != NULL && e->gen != seen && !e->busy_inline) {
+        if (e->head != NULL && e->gen != seen &&
+            !__atomic_load_n(&e->busy_inline, __ATOMIC_SEQ_CST)) {
             tutti_work_t *w = e->head;
             seen = e->gen;
             pthread_mutex_unlock(&e->lock);
@@ -179,12 +180,41 @@ static void *worker_main(void *p)
     return NULL;
 }
 
+/* Sequence numbers are taken under the exec lock by posts and without it by the blocking
+ * fast path, so the counters are atomic. */
+static uint64_t next_seq(uint64_t *counter)
+{
+    return __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
+/* The inline path is claimed with a CAS, so that a blocking call can take it without the exec
+ * lock; workers leave the queue alone while it is held. */
+static bool claim_inline(tutti__exec_t *e)
+{
+    bool expected = false;
+    return __atomic_compare_exchange_n(&e->busy_inline, &expected, true, false, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_RELAXED);
+}
+
+/* release_inline hands the queue back. A worker that saw the claim with work queued waits on
+ * the condition variable: clear, then look at the queue (both sequentially consistent, as the
+ * enqueue's store of head and the worker's load of the claim are), so that either this sees
+ * the queued work and wakes the workers, or the worker sees the claim gone. */
+static void release_inline(tutti__exec_t *e)
+{
+    __atomic_store_n(&e->busy_inline, false, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&e->head, __ATOMIC_SEQ_CST) != NULL) {
+        pthread_mutex_lock(&e->lock);
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->lock);
+    }
+}
+
 /* split_count: how many slices w runs as. Element-wise collectives of at least SPLIT_MIN
  * bytes per slice are cut across the workers; everything else runs whole on slice 0. */
 #define SPLIT_MIN ((size_t)256 << 10)
-static int split_count(const tutti_comm_t *comm, const tutti_work_t *w, size_t bytes)
+static int split_count(const tutti_comm_t *comm, const tutti__coll_t *c, size_t bytes)
 {
-    const tutti__coll_t *c = &w->coll;
     int n = comm->nslices;
     if (n <= 1 || comm->nchan - 1 < n)
         return 1;
@@ -208,12 +238,12 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
     w->error[0] = '\0';
     __atomic_add_fetch(&w->refs, 1, __ATOMIC_RELAXED); /* the executor's */
     w->trivial = trivial;
-    w->nsplit = trivial ? 1 : split_count(comm, w, bytes);
+    w->nsplit = trivial ? 1 : split_count(comm, c, bytes);
     pthread_mutex_lock(&e->lock);
     if (c->kind == TUTTI_COLL_COUNT) {
-        c->seq = comm->p2p_seq++;
+        c->seq = next_seq(&comm->p2p_seq);
     } else {
-        c->seq = comm->seq++;
+        c->seq = next_seq(&comm->seq);
         if (c->algo == NULL)
             c->algo = tutti__select(comm, c->kind, tutti__coll_bytes(c));
     }
@@ -222,15 +252,10 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
      * so it always may (unless TUTTI_INLINE_MAX=0 sends everything to the workers); an
      * asynchronous post does only for small operations, which end before it could overlap. */
     bool may_inline = trivial || bytes <= e->inline_max || (blocking && e->inline_max > 0);
-    if (e->head == NULL && !e->busy_inline && may_inline && w->nsplit == 1) {
-        e->busy_inline = true;
+    if (e->head == NULL && may_inline && w->nsplit == 1 && claim_inline(e)) {
         pthread_mutex_unlock(&e->lock);
         run_slice(e, w, 0);
-        pthread_mutex_lock(&e->lock);
-        e->busy_inline = false;
-        if (e->head != NULL)
-            pthread_cond_broadcast(&e->cv);
-        pthread_mutex_unlock(&e->lock);
+        release_inline(e);
         finish(w);
         return;
     }
@@ -239,12 +264,51 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
     if (e->tail != NULL)
         e->tail->next = w;
     else
-        __atomic_store_n(&e->head, w, __ATOMIC_RELEASE);
+        __atomic_store_n(&e->head, w, __ATOMIC_SEQ_CST); /* see release_inline */
     e->tail = w;
     if (e->head == w)
         __atomic_add_fetch(&e->gen, 1, __ATOMIC_RELEASE); /* spinning workers read it unlocked */
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->lock);
+}
+
+bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, bool trivial,
+                              tutti_status_t *status)
+{
+    tutti__exec_t *e = comm->exec;
+    if (e->inline_max == 0 || (!trivial && split_count(comm, c, bytes) > 1))
+        return false;
+    if (__atomic_load_n(&e->head, __ATOMIC_ACQUIRE) != NULL || !claim_inline(e))
+        return false;
+    if (__atomic_load_n(&e->head, __ATOMIC_SEQ_CST) != NULL) { /* queued meanwhile: it goes first */
+        release_inline(e);
+        return false;
+    }
+    c->seq = next_seq(c->kind == TUTTI_COLL_COUNT ? &comm->p2p_seq : &comm->seq);
+    if (c->kind != TUTTI_COLL_COUNT && c->algo == NULL)
+        c->algo = tutti__select(comm, c->kind, bytes);
+
+    char err[TUTTI__ERRLEN] = "";
+    tutti_status_t st = TUTTI_OK;
+    c->slice = 0;
+    c->err = err;
+    if (trivial) {
+        if (comm->size == 1)
+            tutti__coll_local(c);
+    } else {
+        c->deadline = 0.0;
+        st = c->algo->run(c);
+    }
+
+    release_inline(e);
+    if (st < 0) {
+        pthread_mutex_lock(&comm->err_lock);
+        snprintf(comm->last_error, sizeof comm->last_error, "%s", err);
+        pthread_mutex_unlock(&comm->err_lock);
+        snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", err);
+    }
+    *status = st;
+    return true;
 }
 
 tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool sleep,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "comm.h"
+#include "../algos/patterns/chunk.h"
 
 /* How often a waiting rank asks the liveness mesh whether a peer died: often enough that a
  * death becomes an error well within a second, rarely enough to cost nothing. */
@@ -108,6 +109,8 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                         "failed: destroy it and create a new one",
                         dead, tutti__live_pid(comm->live, dead));
     }
+    if (c->deadline == 0.0)
+        c->deadline = now + comm->timeout_s;
     if (now < c->deadline)
         return TUTTI_OK;
     char list[512] = "";
@@ -208,6 +211,48 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
             TUTTI__CHECK(check_time(c, missing, nm));
         tutti__backoff_pause(&b);
     }
+}
+
+void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)
+{
+    const char *s = src;
+    for (size_t i = 0, done = 0; i < tutti__ll_lines(bytes); i++, done += TUTTI__LL_DATA, dst += 64) {
+        if (done < bytes)
+            memcpy(dst, s + done, tutti__min_size(TUTTI__LL_DATA, bytes - done));
+        __atomic_store_n((uint64_t *)(void *)(dst + TUTTI__LL_DATA), tag, __ATOMIC_RELEASE);
+    }
+}
+
+tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
+{
+    const uint64_t *t = (const uint64_t *)(const void *)(c->comm->wins[c->slice]->regions[r] +
+                                                         off + TUTTI__LL_DATA);
+    if (__atomic_load_n(t, __ATOMIC_ACQUIRE) == tag)
+        return TUTTI_OK;
+    tutti__backoff_t b;
+    tutti__backoff_init(&b, c->comm->oversubscribed);
+    for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
+        if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
+            TUTTI__CHECK(check_time(c, &r, 1));
+        tutti__backoff_pause(&b);
+    }
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
+                              uint64_t tag)
+{
+    const char *src = c->comm->wins[c->slice]->regions[r] + off;
+    char *d = dst;
+    /* Line by line: the loads of lines that are already there run ahead while the first one
+     * is fetched, so a rank's lines cost about one hand-off together. */
+    for (size_t i = 0, done = 0; i < tutti__ll_lines(bytes); i++, done += TUTTI__LL_DATA,
+                off += 64, src += 64) {
+        TUTTI__CHECK(tutti__ll_wait(c, r, off, tag));
+        if (done < bytes)
+            memcpy(d + done, src, tutti__min_size(TUTTI__LL_DATA, bytes - done));
+    }
+    return TUTTI_OK;
 }
 
 void tutti__win_reserve_small(tutti__window_t *w)

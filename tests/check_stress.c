@@ -1,0 +1,143 @@
+/* check_stress.c: thousands of back-to-back collectives of mixed kinds and sizes, with ranks
+ * stalling at different moments, every result checked exactly. The small-message paths reuse
+ * their shared-memory areas without a closing barrier (two halves, flagged lines), so a rank
+ * racing ahead while another is still reading is exactly what this provokes; the sizes also
+ * cross from the flagged-line paths to the barrier paths and to the sliced large path. */
+#include <check.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+enum { ITERS = 2500, MAXC = 1 << 17 };
+
+/* Element counts (int32): 1 line, 2 lines, a few lines, past each small threshold, and one
+ * large enough to be sliced across two workers. */
+static const size_t counts[] = {1, 2, 14, 15, 29, 32, 100, 300, 1000, 1100, 5000, MAXC};
+enum { NCOUNTS = sizeof counts / sizeof counts[0] };
+
+static int32_t val(int rank, size_t i, int iter) { return (int32_t)((rank + 1) * 1000003 + (int)i * 7 + iter); }
+
+/* Some rank stalls now and then, for a different time each time: the others run ahead. */
+static void jitter(int rank, int size, int iter)
+{
+    unsigned h = (unsigned)iter * 2654435761u;
+    if ((int)(h % (unsigned)size) != rank || (h >> 8) % 4 != 0)
+        return;
+    if ((h >> 12) % 2 == 0) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, (long)((h >> 16) % 50) * 1000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int run_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int32_t *in = malloc((size_t)MAXC * (size_t)size * sizeof *in);
+    int32_t *out = malloc((size_t)MAXC * (size_t)size * sizeof *out);
+    if (in == NULL || out == NULL)
+        return th_fail("out of memory");
+    int rc = 0;
+    for (int it = 0; it < ITERS && rc == 0; it++) {
+        size_t n = counts[((unsigned)it * 7u + (unsigned)it / 13u) % NCOUNTS];
+        if (n == MAXC && it % 5 != 0)
+            n = 3; /* the large one only now and then: it is slow */
+        int kind = it % 5;
+        jitter(rank, size, it);
+        switch (kind) {
+        case 0: /* allreduce, out of place */
+        case 1: /* allreduce, in place */
+            for (size_t i = 0; i < n; i++)
+                (kind ? out : in)[i] = val(rank, i, it);
+            st = tutti_allreduce(kind ? TUTTI_IN_PLACE : in, out, n, TUTTI_INT32, TUTTI_SUM, comm,
+                                 NULL);
+            for (size_t i = 0; st == TUTTI_OK && i < n && rc == 0; i++) {
+                int64_t want = 0;
+                for (int r = 0; r < size; r++)
+                    want += val(r, i, it);
+                if (out[i] != (int32_t)want)
+                    rc = th_fail("iter %d allreduce%s of %zu: [%zu] = %d, want %d", it,
+                                 kind ? " in place" : "", n, i, out[i], (int32_t)want);
+            }
+            break;
+        case 2: /* allgather */
+            for (size_t i = 0; i < n; i++)
+                in[i] = val(rank, i, it);
+            st = tutti_allgather(in, out, n, TUTTI_INT32, comm, NULL);
+            for (int r = 0; st == TUTTI_OK && r < size && rc == 0; r++)
+                for (size_t i = 0; i < n && rc == 0; i++)
+                    if (out[(size_t)r * n + i] != val(r, i, it))
+                        rc = th_fail("iter %d allgather of %zu: block %d [%zu] = %d, want %d", it,
+                                     n, r, i, out[(size_t)r * n + i], val(r, i, it));
+            break;
+        case 3: /* alltoall: block j of rank r holds val(r * size + j, ...) */
+            for (int j = 0; j < size; j++)
+                for (size_t i = 0; i < n; i++)
+                    in[(size_t)j * n + i] = val(rank * size + j, i, it);
+            st = tutti_alltoall(in, out, n, TUTTI_INT32, comm, NULL);
+            for (int r = 0; st == TUTTI_OK && r < size && rc == 0; r++)
+                for (size_t i = 0; i < n && rc == 0; i++)
+                    if (out[(size_t)r * n + i] != val(r * size + rank, i, it))
+                        rc = th_fail("iter %d alltoall of %zu: block %d [%zu] = %d, want %d", it,
+                                     n, r, i, out[(size_t)r * n + i], val(r * size + rank, i, it));
+            break;
+        default: /* barrier every other time, else broadcast from a moving root */
+            if (it % 10 == 4) {
+                st = tutti_barrier(comm, NULL);
+                break;
+            }
+            for (size_t i = 0; i < n; i++)
+                out[i] = rank == it % size ? val(rank, i, it) : -1;
+            st = tutti_broadcast(out, n, TUTTI_INT32, it % size, comm, NULL);
+            for (size_t i = 0; st == TUTTI_OK && i < n && rc == 0; i++)
+                if (out[i] != val(it % size, i, it))
+                    rc = th_fail("iter %d broadcast of %zu from %d: [%zu] = %d, want %d", it, n,
+                                 it % size, i, out[i], val(it % size, i, it));
+            break;
+        }
+        if (st != TUTTI_OK && rc == 0)
+            rc = th_fail("iter %d kind %d count %zu: %s", it, kind, n, tutti_last_error());
+    }
+    free(in);
+    free(out);
+    if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)
+        rc = th_fail("destroy: %s", tutti_last_error());
+    return rc;
+}
+
+START_TEST(test_stress)
+{
+    static const char *const workers[] = {"CCL_WORKER_COUNT=2", NULL};
+    for (int n = 2; n <= 4; n++) {
+        th_opts_t o = TH_OPTS_INIT;
+        o.transport = "shm";
+        o.timeout_s = 200;
+        o.env[0] = workers[0];
+        ck_assert_msg(th_run_opts(n, &o, run_rank, NULL) == 0, "%d ranks", n);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("stress");
+    TCase *tc = tcase_create("mixed");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_stress);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -80,7 +80,8 @@ static tutti_status_t run_slice(tutti__exec_t *e, tutti_work_t *w, int s)
 {
     tutti_comm_t *comm = w->comm;
     tutti__coll_t c;
-    char err[TUTTI__ERRLEN] = "";
+    char err[TUTTI__ERRLEN];
+    err[0] = '\0'; /* an initializer would clear all 1 KiB on every call */
     slice_of(w, s, &c);
     c.err = err;
     tutti_status_t st = TUTTI_OK;
@@ -288,7 +289,8 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
     if (c->kind != TUTTI_COLL_COUNT && c->algo == NULL)
         c->algo = tutti__select(comm, c->kind, bytes);
 
-    char err[TUTTI__ERRLEN] = "";
+    char err[TUTTI__ERRLEN];
+    err[0] = '\0'; /* an initializer would clear all 1 KiB on every call */
     tutti_status_t st = TUTTI_OK;
     c->slice = 0;
     c->err = err;

@@ -1,6 +1,7 @@
-/* gemm_bf16.c: packing, the scalar bf16 GEMM kernel and the run-time choice of kernel (cpuid and
- * xgetbv) for the training example; the AVX512_BF16 kernel is in gemm_avx512bf16.c, the only
- * file compiled with AVX-512 flags, so the program runs on any x86-64 (and elsewhere). */
+/* gemm_bf16.c: packing, the scalar bf16 GEMM kernel and the run-time choice of kernel (cpuid,
+ * xgetbv, and Linux's arch_prctl for AMX) for the training example; the AVX512_BF16 kernel is in
+ * gemm_avx512bf16.c and the AMX one in gemm_amx.c, the only files compiled with -mavx512* or
+ * -mamx-* flags, so the program runs on any x86-64 (and elsewhere). */
 #include "gemm_bf16.h"
 
 #include <stdlib.h>
@@ -8,6 +9,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 int gemm_packed_alloc(gemm_packed_t *p, int k, int n)
@@ -110,7 +115,17 @@ void gemm_bf16_avx512bf16(int m, const bf16_t *a, int lda, const gemm_packed_t *
 }
 #endif
 
-#if defined(GEMM_HAVE_AVX512BF16) && (defined(__x86_64__) || defined(__i386__))
+#ifndef GEMM_HAVE_AMX
+/* Not built (no compiler support or not x86-64): never available, so never called. */
+void gemm_bf16_amx(int m, const bf16_t *a, int lda, const gemm_packed_t *p, float *c, int ldc,
+                   int accumulate)
+{
+    gemm_bf16_scalar(m, a, lda, p, c, ldc, accumulate);
+}
+#endif
+
+#if (defined(GEMM_HAVE_AVX512BF16) || defined(GEMM_HAVE_AMX)) &&                                   \
+    (defined(__x86_64__) || defined(__i386__))
 /* xgetbv by opcode-free inline asm, so that this file needs no -mxsave. */
 static uint64_t xgetbv0(void)
 {
@@ -119,12 +134,21 @@ static uint64_t xgetbv0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
+/* cpuid leaf 1 ECX bit 27: the OS set CR4.OSXSAVE, so xgetbv may be executed. */
+static int cpu_has_osxsave(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27));
+}
+#endif
+
+#if defined(GEMM_HAVE_AVX512BF16) && (defined(__x86_64__) || defined(__i386__))
 /* AVX512_BF16 needs the CPU's flags (leaf 7.0 EBX: F bit 16, BW bit 30, VL bit 31; leaf 7.1 EAX:
  * AVX512_BF16 bit 5) and the OS's leave to use the ZMM state (XCR0 bits 1, 2, 5, 6, 7). */
 static int cpu_has_avx512bf16(void)
 {
     unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
+    if (!cpu_has_osxsave())
         return 0;
     if ((xgetbv0() & 0xe6u) != 0xe6u)
         return 0;
@@ -145,16 +169,50 @@ static int cpu_has_avx512bf16(void)
 }
 #endif
 
-static const char *const variant_names[GEMM_VARIANT_COUNT] = {"scalar", "avx512bf16"};
+#if defined(GEMM_HAVE_AMX) && (defined(__x86_64__) || defined(__i386__))
+/* AMX needs the CPU's flags (leaf 7.0 EDX: AMX-BF16 bit 22, AMX-TILE bit 24), the OS's support
+ * of the tile state (XCR0 bits 17 XTILECFG and 18 XTILEDATA) and, on Linux, which keeps the 8 KiB
+ * of tile data off by default, the process's permission (arch_prctl ARCH_REQ_XCOMP_PERM for
+ * XFEATURE_XTILEDATA): without it the first tile instruction raises SIGILL. The permission is
+ * the process's, for all its threads; asking again is harmless. */
+static int cpu_has_amx(void)
+{
+    unsigned a, b, c, d;
+    if (!cpu_has_osxsave())
+        return 0;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(d & (1u << 22)) || !(d & (1u << 24)))
+        return 0;
+    if ((xgetbv0() & 0x60000u) != 0x60000u)
+        return 0;
+#ifdef __linux__
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        return 0; /* a kernel older than 5.16, or the tile state refused: no AMX */
+#endif
+    return 1;
+}
+#else
+static int cpu_has_amx(void)
+{
+    return 0;
+}
+#endif
+
+static const char *const variant_names[GEMM_VARIANT_COUNT] = {"scalar", "avx512bf16", "amx"};
 
 const char *gemm_variant_name(gemm_variant_t v)
 {
     return (unsigned)v < GEMM_VARIANT_COUNT ? variant_names[v] : "unknown";
 }
 
+/* The answers are cached: cpuid is slow under a hypervisor, and the AMX check asks the kernel
+ * once. Two threads asking first at once both compute the same answer. */
 int gemm_variant_available(gemm_variant_t v)
 {
-    static int bf16 = -1;
+    static int bf16 = -1, amx = -1;
     if (v == GEMM_SCALAR)
         return 1;
     if (v == GEMM_AVX512BF16) {
@@ -162,11 +220,18 @@ int gemm_variant_available(gemm_variant_t v)
             bf16 = cpu_has_avx512bf16();
         return bf16;
     }
+    if (v == GEMM_AMX) {
+        if (amx < 0)
+            amx = cpu_has_amx();
+        return amx;
+    }
     return 0;
 }
 
 gemm_variant_t gemm_best_variant(void)
 {
+    if (gemm_variant_available(GEMM_AMX))
+        return GEMM_AMX;
     return gemm_variant_available(GEMM_AVX512BF16) ? GEMM_AVX512BF16 : GEMM_SCALAR;
 }
 
@@ -179,21 +244,28 @@ int gemm_variant_parse(const char *name, gemm_variant_t *v, const char **why)
     for (int i = 0; i < GEMM_VARIANT_COUNT; i++)
         if (strcmp(name, variant_names[i]) == 0) {
             if (!gemm_variant_available((gemm_variant_t)i)) {
-                *why = "this CPU (or the OS, or this build) cannot run it; the CPU needs "
-                       "AVX512_BF16 with AVX-512F/BW/VL";
+                *why = i == GEMM_AMX
+                           ? "this CPU (or the OS, or this build) cannot run it; it needs a CPU "
+                             "with AMX-TILE and AMX-BF16 (Sapphire Rapids or later), a kernel "
+                             "that enables the tile state (Linux 5.16 or later) and a compiler "
+                             "with -mamx-bf16"
+                           : "this CPU (or the OS, or this build) cannot run it; the CPU needs "
+                             "AVX512_BF16 with AVX-512F/BW/VL";
                 return -1;
             }
             *v = (gemm_variant_t)i;
             return 0;
         }
-    *why = "unknown kernel; use auto, scalar or avx512bf16";
+    *why = "unknown kernel; use auto, scalar, avx512bf16 or amx";
     return -1;
 }
 
 void gemm_bf16(gemm_variant_t v, int m, const bf16_t *a, int lda, const gemm_packed_t *p,
                float *c, int ldc, int accumulate)
 {
-    if (v == GEMM_AVX512BF16)
+    if (v == GEMM_AMX)
+        gemm_bf16_amx(m, a, lda, p, c, ldc, accumulate);
+    else if (v == GEMM_AVX512BF16)
         gemm_bf16_avx512bf16(m, a, lda, p, c, ldc, accumulate);
     else
         gemm_bf16_scalar(m, a, lda, p, c, ldc, accumulate);

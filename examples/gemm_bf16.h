@@ -1,6 +1,6 @@
 /* gemm_bf16.h: the bf16 matrix multiply of the training example: C (fp32) = A (bf16) x B (bf16,
- * packed), products accumulated in fp32, with a scalar kernel and an AVX512_BF16 (VDPBF16PS) one
- * chosen at run time. */
+ * packed), products accumulated in fp32, with a scalar kernel, an AVX512_BF16 (VDPBF16PS) one and
+ * an AMX (TDPBF16PS) one chosen at run time. */
 #ifndef GEMM_BF16_H
 #define GEMM_BF16_H
 
@@ -66,14 +66,17 @@ void transpose_bf16(bf16_t *dst, int ldd, const bf16_t *src, int lds, int r, int
 typedef enum gemm_variant {
     GEMM_SCALAR = 0,  /* portable C, fp32 accumulation of exact bf16 products */
     GEMM_AVX512BF16,  /* VDPBF16PS (AVX512_BF16 with AVX-512F/BW/VL) */
+    GEMM_AMX,         /* TDPBF16PS on 16 x 16 tiles (AMX-TILE, AMX-BF16, the OS's leave) */
     GEMM_VARIANT_COUNT
 } gemm_variant_t;
 
-/* gemm_variant_name: "scalar", "avx512bf16". */
+/* gemm_variant_name: "scalar", "avx512bf16", "amx". */
 const char *gemm_variant_name(gemm_variant_t v);
-/* gemm_variant_available: 1 when this CPU and OS run v (cpuid and xgetbv), and it was built. */
+/* gemm_variant_available: 1 when this CPU and OS run v (cpuid and xgetbv), and it was built. For
+ * AMX the first call also asks Linux for the tile data state (arch_prctl), which the process
+ * must hold before its first tile instruction. */
 int gemm_variant_available(gemm_variant_t v);
-/* gemm_best_variant: the fastest available variant. */
+/* gemm_best_variant: the fastest available variant (amx, then avx512bf16, then scalar). */
 gemm_variant_t gemm_best_variant(void);
 /* gemm_variant_parse: "auto" (the best), or a name. @return 0, or -1 unknown or unavailable,
  * with why in *why (a static text). */
@@ -83,8 +86,9 @@ int gemm_variant_parse(const char *name, gemm_variant_t *v, const char **why);
  * gemm_bf16: C[i][j] (= or +=) sum over k of A[i][k] * B(k, j), for i < m, j < p->n, k < p->k.
  * A is row-major bf16 with leading dimension lda (>= p->k); C is row-major fp32, ldc >= p->n.
  * Products of two bf16 are exact in fp32; the sum is accumulated in fp32 (in the AVX-512 kernel,
- * two products per VDPBF16PS, denormals flushed). accumulate != 0 adds to C. The variant must
- * be available (gemm_variant_available).
+ * two products per VDPBF16PS; in the AMX one, pairs of products per TDPBF16PS step, 32 k per
+ * instruction; both flush denormals). accumulate != 0 adds to C. The variant must be available
+ * (gemm_variant_available).
  */
 void gemm_bf16(gemm_variant_t v, int m, const bf16_t *a, int lda, const gemm_packed_t *p,
                float *c, int ldc, int accumulate);
@@ -94,5 +98,7 @@ void gemm_bf16_scalar(int m, const bf16_t *a, int lda, const gemm_packed_t *p, f
                       int accumulate);
 void gemm_bf16_avx512bf16(int m, const bf16_t *a, int lda, const gemm_packed_t *p, float *c,
                           int ldc, int accumulate);
+void gemm_bf16_amx(int m, const bf16_t *a, int lda, const gemm_packed_t *p, float *c, int ldc,
+                   int accumulate);
 
 #endif /* GEMM_BF16_H */

@@ -42,6 +42,8 @@ typedef struct gcase {
 static const gcase_t shapes[] = {
     {1, 1, 1}, {1, 17, 3}, {3, 5, 7}, {8, 16, 2}, {8, 32, 64}, {9, 17, 33}, {7, 31, 1},
     {13, 48, 64}, {16, 33, 128}, {17, 65, 255}, {31, 100, 513}, {64, 10, 512}, {2, 129, 9},
+    /* Whole 16 x 16 AMX tiles and 32-k chunks, with and without a partial 2 x 2 tile block. */
+    {32, 32, 32}, {48, 80, 96}, {33, 47, 97},
 };
 
 /* Run one variant on one shape and layout; fail with the worst element. */
@@ -131,15 +133,19 @@ END_TEST
 START_TEST(test_gemm_exact)
 {
     gemm_variant_t v = (gemm_variant_t)_i;
-    if (!gemm_variant_available(v))
+    if (!gemm_variant_available(v)) {
+        fprintf(stderr, "check_gemm: %s not available on this CPU; exact test skipped\n",
+                gemm_variant_name(v));
         return;
+    }
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 8; t++)
             check_one(v, shapes[s], t & 1, (t >> 1) & 1, (t >> 2) & 1, 1);
 }
 END_TEST
 
-/* The CPU flags and the parser agree: "auto" is the best available, an unknown name fails. */
+/* The CPU flags and the parser agree: "auto" is the best available (amx before avx512bf16
+ * before scalar), a named variant parses exactly when it is available, an unknown name fails. */
 START_TEST(test_variant_choice)
 {
     gemm_variant_t v;
@@ -149,11 +155,24 @@ START_TEST(test_variant_choice)
     ck_assert(gemm_variant_available(v));
     ck_assert_int_eq(gemm_variant_parse("scalar", &v, &why), 0);
     ck_assert_int_eq(v, GEMM_SCALAR);
-    ck_assert_int_ne(gemm_variant_parse("amx", &v, &why), 0);
+    ck_assert_int_ne(gemm_variant_parse("avx1024", &v, &why), 0);
     ck_assert_ptr_nonnull(why);
-    int has = gemm_variant_available(GEMM_AVX512BF16);
-    ck_assert_int_eq(gemm_variant_parse("avx512bf16", &v, &why) == 0, has);
-    fprintf(stderr, "check_gemm: avx512bf16 %s on this CPU\n", has ? "available" : "not available");
+    for (int i = GEMM_AVX512BF16; i < GEMM_VARIANT_COUNT; i++) {
+        int has = gemm_variant_available((gemm_variant_t)i);
+        why = NULL;
+        int ok = gemm_variant_parse(gemm_variant_name((gemm_variant_t)i), &v, &why) == 0;
+        ck_assert_int_eq(ok, has);
+        if (ok)
+            ck_assert_int_eq(v, i);
+        else
+            ck_assert_ptr_nonnull(why);
+        fprintf(stderr, "check_gemm: %s %s on this CPU\n", gemm_variant_name((gemm_variant_t)i),
+                has ? "available" : "not available");
+    }
+    gemm_variant_t best = gemm_variant_available(GEMM_AMX)          ? GEMM_AMX
+                          : gemm_variant_available(GEMM_AVX512BF16) ? GEMM_AVX512BF16
+                                                                    : GEMM_SCALAR;
+    ck_assert_int_eq(gemm_best_variant(), best);
 }
 END_TEST
 
@@ -295,8 +314,11 @@ static double rel_err(const double *got, const double *want, size_t n)
 START_TEST(test_mlp_gradient)
 {
     gemm_variant_t v = (gemm_variant_t)_i;
-    if (!gemm_variant_available(v))
+    if (!gemm_variant_available(v)) {
+        fprintf(stderr, "check_gemm: %s not available on this CPU; gradient test skipped\n",
+                gemm_variant_name(v));
         return;
+    }
     mlp_t *m = mlp_create(GIN, GHID, GL, GCLS, GB, GB, 777, v);
     ck_assert_ptr_nonnull(m);
     ck_assert_uint_le(m->nparams, 4096);

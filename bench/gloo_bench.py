@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """gloo_bench.py: tutti-bench's twin over PyTorch's Gloo backend (torch.distributed), with the same
-flags and the same rows, for bench/compare.
+flags and the same rows, for bench/compare. `--backend tutti` times the same torch.distributed
+calls over tutti's c10d backend (tutti_torch, from PYTHONPATH or else <repo>/build/python).
 
 Run one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (as torchrun
 does), under the Python that has torch (/usr/bin/python3 here):
@@ -10,8 +11,9 @@ does), under the Python that has torch (/usr/bin/python3 here):
 
 Calls are timed the way torch users make them: all_reduce, reduce and broadcast work in place on
 one tensor, all_gather fills a list of views of one output tensor, all_to_all_single and
-reduce_scatter write an output tensor. Where Gloo cannot do what is asked (bf16 reductions in
-torch 1.13, reduce_scatter, avg) it prints Gloo's own error on a '#' line and exits 2.
+reduce_scatter write an output tensor. Where the backend cannot do what is asked (Gloo: bf16
+reductions in torch 1.13, reduce_scatter, avg) it prints the backend's own error on a '#' line and
+exits 2.
 """
 import argparse
 import datetime
@@ -60,22 +62,38 @@ def parse_args():
     p.add_argument("-x", type=int, default=10, help="untimed iterations per size (default 10)")
     p.add_argument("-d", choices=DTYPES, default="fp32", help="dtype (default fp32)")
     p.add_argument("-o", choices=OPS, default="sum", help="reduction op (default sum)")
-    p.add_argument("-a", help="not supported: Gloo picks its own algorithms")
+    p.add_argument("-a", help="not supported: the backend picks its own algorithms")
     p.add_argument("-c", action="store_true", help="check every result bit for bit")
+    p.add_argument("--backend", choices=["gloo", "tutti"], default="gloo",
+                   help="torch.distributed backend to time (default gloo; tutti: tutti_torch)")
     a = p.parse_args()
     if a.a is not None:
-        p.error("-a: Gloo picks its own algorithms")
+        p.error("-a: the backend picks its own algorithms")
     if a.f < 2 or a.i < 1 or a.x < 0 or a.b > a.e:
         p.error("need -f >= 2, -i >= 1, -x >= 0 and -b <= -e")
     return a
 
 
-def cannot(rank, what, err):
-    """Reports a collective Gloo refuses, in Gloo's words, and leaves with status 2."""
+LABELS = {"gloo": "Gloo", "tutti": "tutti (torch.distributed)"}
+
+
+def cannot(rank, what, err, backend="gloo"):
+    """Reports a collective the backend refuses, in its words, and leaves with status 2."""
     if rank == 0:
         msg = " ".join(str(err).split())
-        print("# Gloo cannot run %s: %s" % (what, msg[:300]), flush=True)
+        print("# %s cannot run %s: %s" % (LABELS[backend], what, msg[:300]), flush=True)
     sys.exit(2)
+
+
+def import_tutti_torch():
+    """tutti_torch from the Python path, else from the meson build in <repo>/build/python."""
+    try:
+        import tutti_torch
+    except ImportError:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        sys.path.insert(0, os.path.join(root, "build", "python"))
+        import tutti_torch
+    return tutti_torch
 
 
 def main():
@@ -92,7 +110,14 @@ def main():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
     torch.set_num_threads(1)  # one core per rank, as the C benches use
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size,
+    if a.backend == "tutti":
+        try:
+            import_tutti_torch()
+        except ImportError as e:
+            print("# tutti (torch.distributed): n/a (no tutti_torch: %s; build it with meson, "
+                  "or set PYTHONPATH to <build>/python)" % e, flush=True)
+            return 2
+    dist.init_process_group(a.backend, init_method="env://", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=60))
 
     tdt = {"int8": torch.int8, "uint8": torch.uint8, "int32": torch.int32, "int64": torch.int64,
@@ -109,7 +134,7 @@ def main():
     n = size
     reduces = coll in ("allreduce", "reduce_scatter", "reduce")
     if reduces and rop is None:
-        cannot(rank, "%s op %s" % (coll, op_name), "this torch has no ReduceOp.AVG")
+        cannot(rank, "%s op %s" % (coll, op_name), "this torch has no ReduceOp.AVG", a.backend)
 
     # ---- inputs and expected results: small integers, exact in every dtype ----
     limit = {"int8": 127, "uint8": 255, "int32": 1 << 24, "int64": 1 << 40, "fp16": 2048,
@@ -293,9 +318,18 @@ def main():
         }.get(coll, "size = bytes of each rank's buffer; algbw = size/time")
         factor = {"allreduce": "2(n-1)/n", "bcast": "1", "reduce": "1", "barrier": "0"}.get(
             coll, "(n-1)/n")
-        print("# PyTorch %s Gloo  gloo_bench %s (%s)  dtype %s  op %s  ranks %d  nodes %d  "
-              "transport gloo tcp  algorithm Gloo's choice" %
-              (torch.__version__, coll, CALLS[coll], a.d, op_name, n, len(set(hosts))))
+        if a.backend == "tutti":
+            pg = dist.distributed_c10d._get_default_group()
+            peers = sorted(set(pg.transport) - {"self"}) or ["self"]
+            lib = "tutti %s" % sys.modules["tutti_torch"].__version__
+            transport = "tutti %s" % "+".join(peers)
+            algo = "tutti's choice"
+        else:
+            lib, transport, algo = "Gloo", "gloo tcp", "Gloo's choice"
+        print("# PyTorch %s %s  gloo_bench --backend %s %s (%s)  dtype %s  op %s  ranks %d  "
+              "nodes %d  transport %s  algorithm %s" %
+              (torch.__version__, lib, a.backend, coll, CALLS[coll], a.d, op_name, n,
+               len(set(hosts)), transport, algo))
         print("# %s; busbw = algbw * %s (nccl-tests)" % (conv, factor))
         print("# us per call: each rank's mean over iters, then avg/min/max over ranks; "
               "GBps = 1e9 bytes/s%s" % ("; -c: every result checked" if a.c else ""))
@@ -303,12 +337,13 @@ def main():
               ("size", "avg_us", "min_us", "max_us", "iters", "algbw_GBps", "busbw_GBps"),
               flush=True)
 
-    # Gloo refuses unsupported dtypes and ops on the call itself, before any data moves: try one
-    # small call first, so that the refusal is reported in Gloo's words instead of a traceback.
+    # Gloo (and tutti) refuse unsupported dtypes and ops on the call itself, before any data
+    # moves: try one small call first, so that the refusal is reported in the backend's words
+    # instead of a traceback.
     try:
         setup(1, want=False)["run"]()
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
-        cannot(rank, "%s (%s) dtype %s op %s" % (coll, CALLS[coll], a.d, op_name), e)
+        cannot(rank, "%s (%s) dtype %s op %s" % (coll, CALLS[coll], a.d, op_name), e, a.backend)
     dist.barrier()
 
     if coll == "barrier":

@@ -4,8 +4,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# python3-torch, libtorch-dev, pybind11-dev, python3-dev: the PyTorch backend (python/tutti_torch:
+# torch 1.13 for /usr/bin/python3, its C++ headers and libraries, pybind11, Python.h)
 packages=(build-essential meson ninja-build pkg-config libfabric-dev libfabric-bin libhwloc-dev
-          check mpich libmpich-dev openmpi-bin libopenmpi-dev iproute2 procps)
+          check mpich libmpich-dev openmpi-bin libopenmpi-dev iproute2 procps
+          python3-torch libtorch-dev pybind11-dev python3-dev)
 
 installed() {
     [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]

@@ -1,0 +1,155 @@
+"""test_failure.py: a rank killed with SIGKILL becomes a Python exception on the others, carrying
+tutti's text, well before the group's timeout: in plain collectives (2 ranks) and inside DDP's
+backward pass, where the error arrives through Work.getFuture() (3 ranks). The group's timeout
+is 300 s and the test's deadline 90 s, so only tutti's detection of the dead peer can pass.
+"""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+GROUP_TIMEOUT_S = 300
+
+
+def die():
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def survivors_leave(dist, rank, n):
+    """The survivors meet in the Store before they exit (os._exit: no collective teardown of a
+    group that lost a rank), so that none sees another survivor leave and names it instead."""
+    store = dist.distributed_c10d._get_default_store()
+    store.set("caught/%d" % rank, "1")
+    store.wait(["caught/%d" % r for r in range(n - 1)])
+    if rank == 0:  # it serves the store: it leaves last
+        store.wait(["left/%d" % r for r in range(1, n - 1)])
+    else:
+        store.set("left/%d" % rank, "1")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def w_collectives():
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init(timeout_s=GROUP_TIMEOUT_S)
+    victim = n - 1
+    small, big = torch.ones(8), torch.ones(1 << 18)
+    for _ in range(3):
+        dist.all_reduce(small)
+        dist.all_reduce(big)
+    if rank == victim:
+        die()
+    t0 = time.monotonic()
+    try:
+        for _ in range(100000):  # the victim never joins: the first one must fail
+            dist.all_reduce(big)
+            dist.all_reduce(small)
+        raise AssertionError("collectives went on after rank %d died" % victim)
+    except RuntimeError as e:
+        text = str(e)
+    took = time.monotonic() - t0
+    assert text.startswith("tutti allreduce: "), text
+    assert "rank %d (pid" % victim in text and "a peer rank died or left" in text, text
+    assert took < GROUP_TIMEOUT_S / 2, "took %.1f s: the timeout, not the peer's death" % took
+    # the group has failed: later calls fail at once instead of waiting again
+    t1 = time.monotonic()
+    try:
+        dist.all_reduce(small)
+        raise AssertionError("a collective succeeded on a failed group")
+    except RuntimeError as e2:
+        assert "tutti" in str(e2), str(e2)
+    print("rank %d: error after %.2f s: %s" % (rank, took, text))
+    print("rank %d: next call failed after %.2f s" % (rank, time.monotonic() - t1))
+    survivors_leave(dist, rank, n)
+
+
+def w_ddp():
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, n = harness.init(timeout_s=GROUP_TIMEOUT_S)
+    victim = n - 1
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    ddp = DDP(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    t0 = None
+    try:
+        for step in range(100000):
+            if step == 3:
+                if rank == victim:
+                    die()
+                t0 = time.monotonic()
+            opt.zero_grad()
+            loss = ddp(torch.randn(8, 64)).square().mean()
+            loss.backward()
+            opt.step()
+        raise AssertionError("DDP went on after rank %d died" % victim)
+    except RuntimeError as e:
+        text = str(e)
+    assert t0 is not None, "failed before the victim died: " + text
+    took = time.monotonic() - t0
+    assert "tutti" in text and "rank %d (pid" % victim in text, text
+    assert took < GROUP_TIMEOUT_S / 2, "took %.1f s: the timeout, not the peer's death" % took
+    print("rank %d: DDP error after %.2f s: %s" % (rank, took, text.splitlines()[0]))
+    survivors_leave(dist, rank, n)
+
+
+def w_teardown():
+    """destroy_process_group with operations still queued whose Works and tensors Python has
+    dropped already: tutti's worker must not need the GIL (which the destroying thread holds)
+    to free them, or the destroy waits for the worker forever."""
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init(timeout_s=GROUP_TIMEOUT_S)
+    for rnd in range(3):
+        g = dist.new_group()
+        for _ in range(30):
+            dist.all_reduce(torch.ones(1 << 17), group=g, async_op=True)  # dropped at once
+            dist.broadcast(torch.ones(100), 0, group=g, async_op=True)
+        t0 = time.monotonic()
+        dist.destroy_process_group(g)
+        print("rank %d: round %d: destroy took %.2f s" % (rank, rnd, time.monotonic() - t0))
+    t = torch.ones(4)
+    dist.all_reduce(t)  # the world group is unharmed
+    assert t.tolist() == [float(n)] * 4, t
+    dist.destroy_process_group()
+    print("rank %d: teardown ok" % rank)
+
+
+class TestFailure(harness.RankTest):
+    script = os.path.abspath(__file__)
+
+    def check(self, worker, n):
+        results, timed_out = harness.run_ranks(self.script, worker, n, timeout=90)
+        self.assertFalse(timed_out, "hung: " + harness.report(results, timed_out))
+        self.assertEqual(results[-1].rc, -signal.SIGKILL, harness.report(results))
+        for r in range(n - 1):
+            self.assertEqual(results[r].rc, 0, harness.report(results))
+            self.assertIn("error after", results[r].out, harness.report(results))
+
+    def test_killed_rank_fails_collectives(self):
+        self.check("collectives", 2)
+
+    def test_killed_rank_fails_ddp(self):
+        self.check("ddp", 3)
+
+    def test_destroy_with_operations_in_flight(self):
+        res = self.ranks("teardown", 2, timeout=90)
+        self.assertIn("teardown ok", res[0].out)
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        sys.exit(harness.worker_main({"collectives": w_collectives, "ddp": w_ddp,
+                                         "teardown": w_teardown}))
+    import unittest
+
+    unittest.main()

@@ -1,0 +1,121 @@
+"""test_launchers.py: dist.init_process_group("tutti") under real launchers: torchrun
+(`python -m torch.distributed.run --nproc_per_node 2`), MPICH's mpirun (examples/torch_ddp.py,
+ranks from PMI_RANK / PMI_SIZE) and Open MPI's mpirun (OMPI_COMM_WORLD_*), plus the mapping of
+launcher variables itself (setup_env_from_launcher).
+"""
+import os
+import shutil
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+def clean_env(**extra):
+    """The test's environment without any rank variables (a launcher sets its own)."""
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
+    env.update(extra)
+    return env
+
+
+def w_launched(expect_launcher):
+    """One rank under a launcher: rank variables mapped, init through env://, one allreduce."""
+    import torch
+    import torch.distributed as dist
+
+    import tutti_torch
+
+    if expect_launcher == "mpich":
+        assert "PMI_RANK" in os.environ, sorted(os.environ)
+    elif expect_launcher == "openmpi":
+        assert "OMPI_COMM_WORLD_RANK" in os.environ, sorted(os.environ)
+    rank = int(os.environ["RANK"])
+    size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("tutti")
+    assert (dist.get_rank(), dist.get_world_size()) == (rank, size)
+    t = torch.tensor([rank + 1.0], dtype=torch.bfloat16)
+    dist.all_reduce(t)
+    assert t.item() == size * (size + 1) / 2, t
+    dist.barrier()
+    dist.destroy_process_group()
+    print("rank %d of %d under %s (%s): ok" % (rank, size, expect_launcher,
+                                               tutti_torch.ProcessGroupTutti.__name__))
+
+
+class TestLaunchers(unittest.TestCase):
+    script = os.path.abspath(__file__)
+
+    def launch(self, cmd, env, timeout=120):
+        res, timed_out = harness.run_cmd(cmd, timeout=timeout, env=env)
+        self.assertFalse(timed_out, "hung: " + harness.report([res], True))
+        self.assertEqual(res.rc, 0, harness.report([res]))
+        return res
+
+    def test_torchrun(self):
+        port = harness.free_port()
+        # --redirects 2 --tee 2 (stderr to a log file and to the console, as without them):
+        # Debian's torch 1.13 under Python 3.11 fails on the default "0" (to_map gets None,
+        # since IntFlag iteration no longer yields Std.NONE)
+        cmd = [harness.PY, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_addr", "127.0.0.1", "--master_port", str(port),
+               "--redirects", "2", "--tee", "2",
+               self.script, "--worker", "launched", "torchrun"]
+        res = self.launch(cmd, clean_env())
+        self.assertEqual(res.out.count("under torchrun"), 2, harness.report([res]))
+
+    @unittest.skipUnless(shutil.which("mpirun.mpich"), "no mpirun.mpich")
+    def test_mpirun_mpich_example(self):
+        port = harness.free_port()
+        example = os.path.join(harness.ROOT, "examples", "torch_ddp.py")
+        cmd = ["mpirun.mpich", "-n", "2", harness.PY, example, "--steps", "20",
+               "--dtype", "bf16"]
+        res = self.launch(cmd, clean_env(MASTER_PORT=str(port)))
+        self.assertIn("replicas identical: yes", res.out, harness.report([res]))
+        cmd = ["mpirun.mpich", "-n", "2", harness.PY, self.script, "--worker", "launched",
+               "mpich"]
+        res = self.launch(cmd, clean_env(MASTER_PORT=str(harness.free_port())))
+        self.assertEqual(res.out.count("under mpich"), 2, harness.report([res]))
+
+    @unittest.skipUnless(shutil.which("mpirun.openmpi"), "no mpirun.openmpi")
+    def test_mpirun_openmpi(self):
+        port = harness.free_port()
+        env = clean_env(MASTER_PORT=str(port))
+        if not shutil.which("ssh") and not shutil.which("rsh"):
+            env["OMPI_MCA_plm"] = "isolated"  # no ssh/rsh: Open MPI's local launcher
+        cmd = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+               "-x", "MASTER_PORT", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+               harness.PY, self.script, "--worker", "launched", "openmpi"]
+        res = self.launch(cmd, env)
+        self.assertEqual(res.out.count("under openmpi"), 2, harness.report([res]))
+
+    def test_setup_env_from_launcher(self):
+        import tutti_torch
+
+        env = {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1"}
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (3, 4, 1))
+        self.assertEqual((env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]), ("3", "4", "1"))
+        self.assertEqual(env["MASTER_ADDR"], "127.0.0.1")
+        env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+               "OMPI_COMM_WORLD_LOCAL_RANK": "0", "MASTER_PORT": "1234"}
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 2, 0))
+        self.assertEqual(env["MASTER_PORT"], "1234")  # kept
+        # torchrun's own variables win over an outer launcher's
+        env = {"RANK": "0", "WORLD_SIZE": "2", "PMI_RANK": "5", "PMI_SIZE": "8"}
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (0, 2, 0))
+        self.assertEqual(tutti_torch.setup_env_from_launcher({}), (0, 1, 0))
+        with self.assertRaises(ValueError):
+            tutti_torch.setup_env_from_launcher({"PMI_RANK": "4", "PMI_SIZE": "4"})
+        with self.assertRaises(ValueError):
+            tutti_torch.setup_env_from_launcher({"RANK": "x"})
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        i = sys.argv.index("--worker")
+        w_launched(sys.argv[i + 2])
+        sys.exit(0)
+    unittest.main()

@@ -404,6 +404,91 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* Posting never waits for the peers where the caller asked for a handle: an asynchronous
+ * receive whose sender only sends once the post has returned (run in the caller's thread, the
+ * post would wait for that send for ever), and, with tutti_comm_config_t.inline_max = 0, a
+ * small asynchronous allreduce that the other rank only joins once this one's post has
+ * returned. (Operations of one communicator still run one after the other, in posting order:
+ * a receive queued before a send to the same peer on both ranks would wait for each other.) */
+static int nonblocking_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    th_shared_t *sh = th_shared();
+    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT; /* inline_max: the default, 64 KiB */
+    cfg.timeout_s = 20;
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(&cfg, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    int32_t v = 7;
+    if (rank == 0) {
+        tutti_work_t *r = NULL;
+        int done = 1;
+        v = -1;
+        if (tutti_recv(&v, 1, TUTTI_INT32, 1, 5, comm, &r) != TUTTI_OK)
+            rc = th_fail("recv post: %s", tutti_last_error());
+        else if (tutti_work_test(r, &done), done)
+            rc = th_fail("the receive ended before its send was posted");
+        __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE);
+        if (rc == 0 && tutti_work_wait(r, 20) != TUTTI_OK)
+            rc = th_fail("recv: %s", tutti_last_error());
+        if (rc == 0 && v != 7)
+            rc = th_fail("received %d, want 7", v);
+        tutti_work_free(r);
+    } else {
+        while (__atomic_load_n(&sh->slots[0], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
+        if (tutti_send(&v, 1, TUTTI_INT32, 0, 5, comm, NULL) != TUTTI_OK)
+            rc = th_fail("send: %s", tutti_last_error());
+    }
+
+    if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)
+        rc = th_fail("destroy: %s", tutti_last_error());
+    cfg.inline_max = 0;
+    if (rc == 0 && tutti_comm_init_env(&cfg, &comm) != TUTTI_OK)
+        return th_fail("init with inline_max 0: %s", tutti_last_error());
+
+    float x = (float)rank + 1;
+    tutti_work_t *a = NULL;
+    if (rc == 0 && rank == 1) /* joins only after rank 0's post returned */
+        while (__atomic_load_n(&sh->counter, __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
+    if (rc == 0 && tutti_allreduce(TUTTI_IN_PLACE, &x, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, &a) !=
+                       TUTTI_OK)
+        rc = th_fail("allreduce post: %s", tutti_last_error());
+    if (rc == 0 && rank == 0) {
+        int done = 1;
+        tutti_work_test(a, &done);
+        if (done)
+            rc = th_fail("the allreduce ended before rank 1 joined it");
+        __atomic_store_n(&sh->counter, 1, __ATOMIC_RELEASE);
+    }
+    if (rc == 0 && tutti_work_wait(a, 20) != TUTTI_OK)
+        rc = th_fail("allreduce: %s", tutti_last_error());
+    if (rc == 0 && x != 3.0f)
+        rc = th_fail("allreduce gave %g, want 3", (double)x);
+    tutti_work_free(a);
+
+    cfg.inline_max = -2;
+    tutti_comm_t *bad = NULL;
+    if (rc == 0 && size == 2 && rank == 0) {
+        /* checked before any rendezvous: a bad config fails alone, at once */
+        if (tutti_comm_init_env(&cfg, &bad) != TUTTI_ERR_INVALID_ARG ||
+            strstr(tutti_last_error(), "inline_max") == NULL)
+            rc = th_fail("inline_max -2 was not refused: %s", tutti_last_error());
+    }
+    if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)
+        rc = th_fail("destroy: %s", tutti_last_error());
+    return rc;
+}
+
+START_TEST(test_nonblocking)
+{
+    ck_assert(th_run(2, "shm", 60, nonblocking_rank, NULL) == 0);
+    ck_assert(th_run(2, "ofi", 60, nonblocking_rank, NULL) == 0);
+}
+END_TEST
+
 static Suite *workers_suite(void)
 {
     Suite *s = suite_create("workers");
@@ -413,6 +498,7 @@ static Suite *workers_suite(void)
     tcase_add_test(tc, test_async);
     tcase_add_test(tc, test_abort);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_nonblocking);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -508,31 +508,18 @@ static int oob_get(void *ctx, const char *key, void *buf, size_t cap, size_t *le
 
 // make_comm creates one tutti communicator of the group through the Store, its keys under
 // prefix. inline_max0: every asynchronous post goes to the communicator's worker and never runs
-// in the caller's thread, so that a post returns at once and Work.wait's timeout applies (tutti
-// reads TUTTI_INLINE_MAX only at creation, hence the brief setenv under a lock).
+// in the caller's thread, so that a post returns at once and Work.wait's timeout applies.
 static tutti_comm_t *make_comm(c10d::Store *store, const std::string &prefix, int rank, int size,
                                std::chrono::milliseconds timeout, bool inline_max0)
 {
-    static std::mutex env_mu;
     StoreOob o{store, prefix, ""};
     tutti_oob_t oob{&o, oob_put, oob_get};
     tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT;
     cfg.timeout_s = timeout.count() > 0 ? static_cast<double>(timeout.count()) / 1000.0 : 0;
+    if (inline_max0)
+        cfg.inline_max = 0;
     tutti_comm_t *comm = nullptr;
-    tutti_status_t st;
-    if (inline_max0) {
-        std::lock_guard<std::mutex> g(env_mu);
-        const char *old = getenv("TUTTI_INLINE_MAX");
-        std::string saved = old != nullptr ? old : "";
-        setenv("TUTTI_INLINE_MAX", "0", 1);
-        st = tutti_comm_init(rank, size, &oob, &cfg, &comm);
-        if (old != nullptr)
-            setenv("TUTTI_INLINE_MAX", saved.c_str(), 1);
-        else
-            unsetenv("TUTTI_INLINE_MAX");
-    } else {
-        st = tutti_comm_init(rank, size, &oob, &cfg, &comm);
-    }
+    tutti_status_t st = tutti_comm_init(rank, size, &oob, &cfg, &comm);
     if (st != TUTTI_OK) {
         std::string msg = post_error(st, nullptr);
         if (!o.error.empty())

@@ -257,8 +257,9 @@ static void pick_local_ip(tutti_comm_t *c, tutti__store_t *store, char ip[64])
 static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_t *out)
 {
     double t = 300.0;
-    long workers = 1, worker_wait = 1;
+    long workers = 1, worker_wait = 1, inline_max = 65536;
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_COUNT", 1, 16, &workers));
+    TUTTI__CHECK(tutti__env_long("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));
     TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");
@@ -282,6 +283,15 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_
                                         cfg->worker_count);
             workers = cfg->worker_count;
         }
+        if (cfg->struct_size >= offsetof(tutti_comm_config_t, inline_max) + sizeof(long) &&
+            cfg->inline_max != -1) {
+            if (cfg->inline_max < 0)
+                return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                        "tutti_comm_config_t.inline_max is %ld: use a byte count "
+                                        ">= 0, or -1 for TUTTI_INLINE_MAX",
+                                        cfg->inline_max);
+            inline_max = cfg->inline_max;
+        }
     }
     if (strcmp(transport, "auto") != 0 && strcmp(transport, "shm") != 0 &&
         strcmp(transport, "ofi") != 0)
@@ -291,7 +301,7 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_
                                 transport);
     /* Keep a static copy: sub-communicators inherit it after the caller's string is gone. */
     const char *mode = strcmp(transport, "shm") == 0 ? "shm" : strcmp(transport, "ofi") == 0 ? "ofi" : "auto";
-    *out = (tutti__config_t){t, mode, workers, worker_wait != 0};
+    *out = (tutti__config_t){t, mode, workers, worker_wait != 0, inline_max};
     return TUTTI_OK;
 }
 
@@ -365,11 +375,9 @@ static tutti_status_t connect_transports(tutti_comm_t *c, tutti__bootstrap_t *bs
 
 static tutti_status_t start_workers(tutti_comm_t *c)
 {
-    long inline_max = 65536;
-    TUTTI__CHECK(tutti__env_long("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
     int cpus[16];
     TUTTI__CHECK(tutti__worker_cpus(c->local_rank, c->local_size, c->nslices, cpus));
-    return tutti__exec_create(c, cpus, c->cfg.worker_sleep, (size_t)inline_max);
+    return tutti__exec_create(c, cpus, c->cfg.worker_sleep, (size_t)c->cfg.inline_max);
 }
 
 tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,

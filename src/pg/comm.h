@@ -42,6 +42,7 @@ typedef struct tutti__config {
     const char *transport; /* "auto", "shm" or "ofi" (a static string) */
     long workers;
     bool worker_sleep;     /* CCL_WORKER_WAIT=1: idle workers sleep */
+    long inline_max;       /* TUTTI_INLINE_MAX or the config's */
 } tutti__config_t;
 
 struct tutti_comm {

@@ -252,7 +252,8 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
      * kept, and two thread hand-offs are saved. A blocking caller would only sleep meanwhile,
      * so it always may (unless TUTTI_INLINE_MAX=0 sends everything to the workers); an
      * asynchronous post does only for small operations, which end before it could overlap. */
-    bool may_inline = trivial || bytes <= e->inline_max || (blocking && e->inline_max > 0);
+    bool may_inline = trivial || (blocking && e->inline_max > 0) ||
+                      (bytes <= e->inline_max && c->kind != TUTTI_COLL_COUNT);
     if (e->head == NULL && may_inline && w->nsplit == 1 && claim_inline(e)) {
         pthread_mutex_unlock(&e->lock);
         run_slice(e, w, 0);

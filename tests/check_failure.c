@@ -177,6 +177,50 @@ START_TEST(test_timeout)
 }
 END_TEST
 
+/* A rank that destroys its communicator while a peer still waits for it in a collective (the
+ * job posted different collectives on different ranks) makes the peer's call fail soon, naming
+ * it, instead of at the deadline (60 s here, past the harness's 30 s: waiting for it fails). */
+static int leaver_body(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %s", tutti_last_error());
+    st = tutti_barrier(comm, NULL);
+    if (st != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_comm_last_error(comm));
+    if (rank == 1) { /* leaves without joining the allreduce */
+        tutti_comm_destroy(comm);
+        return 0;
+    }
+    double x[1] = {1.0}, y[1] = {0};
+    st = tutti_allreduce(x, y, 1, TUTTI_FLOAT64, TUTTI_SUM, comm, NULL);
+    const char *msg = tutti_comm_last_error(comm);
+    int bad = 0;
+    if (st != TUTTI_ERR_PEER_FAILED)
+        bad = th_fail("rank 1 destroyed its communicator: expected TUTTI_ERR_PEER_FAILED, got %d "
+                      "(%s): %s", st, tutti_strerror(st), msg);
+    else if (!th_mentions_rank(msg, 1) || strstr(msg, "destroyed") == NULL)
+        bad = th_fail("the error does not say that rank 1 destroyed its communicator: \"%s\"", msg);
+    fprintf(stderr, "[left] rank 0: %s\n", msg);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_left)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 30;
+    o.rank_timeout_s = 60;
+    ck_assert_msg(th_run_opts(2, &o, leaver_body, NULL) == 0, "left peer on %s: see stderr",
+                  tps[_i]);
+}
+END_TEST
+
 static Suite *failure_suite(void)
 {
     Suite *s = suite_create("failure");
@@ -187,6 +231,7 @@ static Suite *failure_suite(void)
     tc = tcase_create("timeout");
     tcase_set_timeout(tc, 40);
     tcase_add_loop_test(tc, test_timeout, 0, 2);
+    tcase_add_loop_test(tc, test_left, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -9,6 +9,8 @@
 /* How often a waiting rank asks the liveness mesh whether a peer died: often enough that a
  * death becomes an error well within a second, rarely enough to cost nothing. */
 #define LIVE_CHECK_PERIOD 0.05
+/* How long a wait still gives data from a peer that destroyed its communicator to arrive. */
+#define LEFT_GRACE_S 1.0
 
 /* describe writes "allreduce #12 (ring, 4096 bytes of fp32)" for error texts. */
 static int describe(const tutti__coll_t *c, char *buf, size_t cap)
@@ -108,6 +110,21 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                         "rank %d (pid %d) died or lost its connection; the communicator is now "
                         "failed: destroy it and create a new one",
                         dead, tutti__live_pid(comm->live, dead));
+    }
+    /* A peer that destroyed its communicator will never come. Data it sent before it left gets
+     * a moment to arrive; then this fails now, not at the deadline. */
+    for (int i = 0; i < nmissing; i++) {
+        if (!tutti__live_left(comm->live, missing[i]))
+            continue;
+        if (c->left_seen == 0.0)
+            c->left_seen = now;
+        else if (now - c->left_seen > LEFT_GRACE_S)
+            return fail(c, TUTTI_ERR_PEER_FAILED,
+                        "rank %d destroyed its communicator while this rank still waited for it "
+                        "here: every rank must post the same collectives, in the same order, "
+                        "before it destroys the communicator",
+                        missing[i]);
+        break;
     }
     if (c->deadline == 0.0)
         c->deadline = now + comm->timeout_s;

@@ -281,6 +281,9 @@ static int async_rank(int rank, int size, void *arg)
     tutti_work_on_complete(w, on_done, &late);
     if (late.calls != 1 || late.on_worker)
         rc = th_fail("late callback: %d call(s), on a worker: %d", late.calls, late.on_worker);
+    if (tutti_work_on_complete(w, on_done, &late) != TUTTI_ERR_INVALID_ARG || late.calls != 1)
+        rc = th_fail("a second callback on a completed handle was accepted (%d calls)",
+                     late.calls);
     tutti_work_free(w);
     free(bufs);
     free(big);

@@ -179,6 +179,7 @@ static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivi
     w->coll = *c;
     w->refs = 1; /* the caller's */
     w->cb_state = 0;
+    w->cb_taken = 0;
     w->cb = NULL;
     w->owned = owned;
     w->post_fn = post_fn;

@@ -90,6 +90,7 @@ struct tutti_work {
     int state;               /* TUTTI__WORK_PENDING, then TUTTI__WORK_DONE (atomic; futex) */
     int refs;                /* the caller's and the executor's (atomic); freed at 0 */
     int cb_state;            /* 0 none, 1 set, 2 completion has passed (atomic) */
+    int cb_taken;            /* a callback was ever given (atomic): a second one is refused */
     void (*cb)(tutti_work_t *, void *);
     void *cb_arg;
     tutti_status_t status;

@@ -74,7 +74,8 @@ TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *w,
 {
     if (w == NULL || fn == NULL)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_work_on_complete: work or fn is NULL");
-    if (__atomic_load_n(&w->cb_state, __ATOMIC_ACQUIRE) == 1)
+    /* cb_state alone cannot tell "completed with its callback" from "completed without one". */
+    if (__atomic_exchange_n(&w->cb_taken, 1, __ATOMIC_ACQ_REL) != 0)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "tutti_work_on_complete: the handle has a callback already");
     w->cb = fn;
@@ -82,12 +83,8 @@ TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *w,
     int expected = 0;
     /* Whoever moves cb_state last runs the callback: completion (2) or this call (1). */
     if (!__atomic_compare_exchange_n(&w->cb_state, &expected, 1, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE)) {
-        if (expected == 1)
-            return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                    "tutti_work_on_complete: the handle has a callback already");
+                                     __ATOMIC_ACQUIRE))
         fn(w, arg); /* completed already */
-    }
     return TUTTI_OK;
 }
 

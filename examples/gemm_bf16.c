@@ -212,20 +212,18 @@ const char *gemm_variant_name(gemm_variant_t v)
  * once. Two threads asking first at once both compute the same answer. */
 int gemm_variant_available(gemm_variant_t v)
 {
-    static int bf16 = -1, amx = -1;
+    static int bf16 = -1, amx = -1; /* atomics: threads may ask first at once */
+    int *cache = v == GEMM_AVX512BF16 ? &bf16 : v == GEMM_AMX ? &amx : NULL;
     if (v == GEMM_SCALAR)
         return 1;
-    if (v == GEMM_AVX512BF16) {
-        if (bf16 < 0)
-            bf16 = cpu_has_avx512bf16();
-        return bf16;
+    if (cache == NULL)
+        return 0;
+    int known = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (known < 0) {
+        known = v == GEMM_AMX ? cpu_has_amx() : cpu_has_avx512bf16();
+        __atomic_store_n(cache, known, __ATOMIC_RELAXED);
     }
-    if (v == GEMM_AMX) {
-        if (amx < 0)
-            amx = cpu_has_amx();
-        return amx;
-    }
-    return 0;
+    return known;
 }
 
 gemm_variant_t gemm_best_variant(void)

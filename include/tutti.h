@@ -117,13 +117,13 @@ typedef struct tutti_comm_config {
     double timeout_s;      /**< deadline of every wait; <= 0: TUTTI_TIMEOUT or 300 s */
     const char *transport; /**< "auto", "shm" or "ofi"; NULL: TUTTI_TRANSPORT or "auto" */
     int worker_count;      /**< worker threads, 1..16; 0: CCL_WORKER_COUNT or 1 */
-    long inline_max;       /**< bytes up to which an asynchronous post on an idle communicator
-                                runs in the caller's thread (blocking there until the peers
-                                join); 0: never (every post returns at once); -1:
-                                TUTTI_INLINE_MAX or 65536. Point-to-point posts never do. */
+    long inline_max;       /**< bytes up to which an asynchronous collective posted on an idle
+                                communicator runs in the caller's thread (blocking there until
+                                the peers join); 0: TUTTI_INLINE_MAX or 65536; -1: never (every
+                                post returns at once). Point-to-point posts never do. */
 } tutti_comm_config_t;
 
-#define TUTTI_COMM_CONFIG_INIT {sizeof(tutti_comm_config_t), 0.0, NULL, 0, -1}
+#define TUTTI_COMM_CONFIG_INIT {sizeof(tutti_comm_config_t), 0.0, NULL, 0, 0}
 
 /** @return the library's version, "MAJOR.MINOR.PATCH". */
 TUTTI_API const char *tutti_version(void);

@@ -45,8 +45,11 @@ static int run_rank(int rank, int size, void *arg)
         return th_fail("init: %s", tutti_last_error());
     int32_t *in = malloc((size_t)MAXC * (size_t)size * sizeof *in);
     int32_t *out = malloc((size_t)MAXC * (size_t)size * sizeof *out);
-    if (in == NULL || out == NULL)
+    if (in == NULL || out == NULL) {
+        tutti_comm_abort(comm); /* the others fail at once instead of at their deadline */
+        tutti_comm_destroy(comm);
         return th_fail("out of memory");
+    }
     int rc = 0;
     for (int it = 0; it < ITERS && rc == 0; it++) {
         size_t n = counts[((unsigned)it * 7u + (unsigned)it / 13u) % NCOUNTS];

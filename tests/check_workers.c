@@ -409,15 +409,15 @@ END_TEST
 
 /* Posting never waits for the peers where the caller asked for a handle: an asynchronous
  * receive whose sender only sends once the post has returned (run in the caller's thread, the
- * post would wait for that send for ever), and, with tutti_comm_config_t.inline_max = 0, a
- * small asynchronous allreduce that the other rank only joins once this one's post has
+ * post would wait for that send for ever), and, with tutti_comm_config_t.inline_max = -1
+ * (never), a small asynchronous allreduce that the other rank only joins once this one's post has
  * returned. (Operations of one communicator still run one after the other, in posting order:
  * a receive queued before a send to the same peer on both ranks would wait for each other.) */
 static int nonblocking_rank(int rank, int size, void *arg)
 {
     (void)arg;
     th_shared_t *sh = th_shared();
-    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT; /* inline_max: the default, 64 KiB */
+    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT; /* inline_max 0: the default, 64 KiB */
     cfg.timeout_s = 20;
     tutti_comm_t *comm = NULL;
     if (tutti_comm_init_env(&cfg, &comm) != TUTTI_OK)
@@ -447,9 +447,9 @@ static int nonblocking_rank(int rank, int size, void *arg)
 
     if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)
         rc = th_fail("destroy: %s", tutti_last_error());
-    cfg.inline_max = 0;
+    cfg.inline_max = -1; /* never */
     if (rc == 0 && tutti_comm_init_env(&cfg, &comm) != TUTTI_OK)
-        return th_fail("init with inline_max 0: %s", tutti_last_error());
+        return th_fail("init with inline_max -1: %s", tutti_last_error());
 
     float x = (float)rank + 1;
     tutti_work_t *a = NULL;

@@ -73,7 +73,10 @@ def _create(store, rank, size, timeout):
 if getattr(dist.Backend, BACKEND.upper(), None) is None:
     dist.Backend.register_backend(BACKEND, _create)
 
-try:
-    setup_env_from_launcher()
-except ValueError:
-    pass  # inconsistent launcher variables: init_process_group reports them in its own words
+# Only under a launcher: a process nobody launched keeps its environment as it is, so that an
+# "env://" init without RANK fails as it would without this import.
+if any(os.environ.get(v) for v in _RANK_VARS + _SIZE_VARS):
+    try:
+        setup_env_from_launcher()
+    except ValueError:
+        pass  # inconsistent launcher variables: init_process_group reports them in its own words

@@ -517,7 +517,7 @@ static tutti_comm_t *make_comm(c10d::Store *store, const std::string &prefix, in
     tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT;
     cfg.timeout_s = timeout.count() > 0 ? static_cast<double>(timeout.count()) / 1000.0 : 0;
     if (inline_max0)
-        cfg.inline_max = 0;
+        cfg.inline_max = -1; /* never */
     tutti_comm_t *comm = nullptr;
     tutti_status_t st = tutti_comm_init(rank, size, &oob, &cfg, &comm);
     if (st != TUTTI_OK) {

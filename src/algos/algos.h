@@ -25,7 +25,8 @@ typedef struct tutti__coll {
     int slice;            /* which slice of execution runs it: its channel, window and scratch */
     double deadline;      /* absolute, tutti__now() clock; 0: not yet set (the first slow
                              check of a wait sets it: most calls end before one) */
-    double left_seen;     /* when a wait first saw a peer it needs gone (destroyed); 0: not */
+    double left_seen;     /* when a wait first saw peer left_rank, which it needs, gone */
+    int left_rank;        /* (destroyed its communicator); left_seen 0: none seen */
     char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */
 
     const void *sendbuf;

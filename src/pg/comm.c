@@ -284,13 +284,13 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_
             workers = cfg->worker_count;
         }
         if (cfg->struct_size >= offsetof(tutti_comm_config_t, inline_max) + sizeof(long) &&
-            cfg->inline_max != -1) {
-            if (cfg->inline_max < 0)
+            cfg->inline_max != 0) {
+            if (cfg->inline_max < -1)
                 return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                        "tutti_comm_config_t.inline_max is %ld: use a byte count "
-                                        ">= 0, or -1 for TUTTI_INLINE_MAX",
+                                        "tutti_comm_config_t.inline_max is %ld: use a byte count, "
+                                        "0 for TUTTI_INLINE_MAX, or -1 for never",
                                         cfg->inline_max);
-            inline_max = cfg->inline_max;
+            inline_max = cfg->inline_max < 0 ? 0 : cfg->inline_max; /* internally 0: never */
         }
     }
     if (strcmp(transport, "auto") != 0 && strcmp(transport, "shm") != 0 &&

@@ -103,13 +103,6 @@ struct tutti_work {
 
 /* tutti__exec_create starts comm->nslices worker threads, pinned to cpus[i] (-1: not pinned),
  * sleeping when idle if sleep is true, else spinning. */
-/* tutti__exec_run_blocking runs c in the calling thread, as a blocking call, when the
- * communicator is idle (nothing queued or running) and c would not be sliced, without a work
- * handle: *status is its outcome (errors recorded as comm's and the thread's last error) and
- * it returns true. It returns false, having done nothing, when c must go through the queue. */
-bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, bool trivial,
-                              tutti_status_t *status);
-
 tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool sleep,
                                   size_t inline_max);
 
@@ -119,6 +112,13 @@ tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool slee
  * number. w->refs must count the caller's reference; submit adds the executor's. */
 void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool trivial,
                         bool blocking);
+
+/* tutti__exec_run_blocking runs c in the calling thread, as a blocking call, when the
+ * communicator is idle (nothing queued or running) and c would not be sliced, without a work
+ * handle: *status is its outcome (errors recorded as comm's and the thread's last error) and
+ * it returns true. It returns false, having done nothing, when c must go through the queue. */
+bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, bool trivial,
+                              tutti_status_t *status);
 
 /* tutti__exec_stop fails every queued operation with status and msg, waits for the running
  * one to end (it fails fast once comm is marked failed or aborted), and joins the workers. */

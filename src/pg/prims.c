@@ -116,9 +116,10 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
     for (int i = 0; i < nmissing; i++) {
         if (!tutti__live_left(comm->live, missing[i]))
             continue;
-        if (c->left_seen == 0.0)
+        if (c->left_seen == 0.0 || c->left_rank != missing[i]) {
             c->left_seen = now;
-        else if (now - c->left_seen > LEFT_GRACE_S)
+            c->left_rank = missing[i];
+        } else if (now - c->left_seen > LEFT_GRACE_S)
             return fail(c, TUTTI_ERR_PEER_FAILED,
                         "rank %d destroyed its communicator while this rank still waited for it "
                         "here: every rank must post the same collectives, in the same order, "

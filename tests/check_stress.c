@@ -36,6 +36,16 @@ static void jitter(int rank, int size, int iter)
     }
 }
 
+/* finish waits for a call posted with a handle (wk set) and frees it; st is the post's. Call it
+ * after the post, not around it: an argument's order of evaluation is unspecified. */
+static tutti_status_t finish(tutti_status_t st, tutti_work_t *wk)
+{
+    if (st == TUTTI_OK && wk != NULL)
+        st = tutti_work_wait(wk, 60.0);
+    tutti_work_free(wk);
+    return st;
+}
+
 static int run_rank(int rank, int size, void *arg)
 {
     (void)arg;
@@ -56,6 +66,8 @@ static int run_rank(int rank, int size, void *arg)
         if (n == MAXC && it % 5 != 0)
             n = 3; /* the large one only now and then: it is slow */
         int kind = it % 5;
+        tutti_work_t *wk = NULL;
+        tutti_work_t **wp = it % 3 == 1 ? &wk : NULL; /* every third call with a handle */
         jitter(rank, size, it);
         switch (kind) {
         case 0: /* allreduce, out of place */
@@ -63,7 +75,8 @@ static int run_rank(int rank, int size, void *arg)
             for (size_t i = 0; i < n; i++)
                 (kind ? out : in)[i] = val(rank, i, it);
             st = tutti_allreduce(kind ? TUTTI_IN_PLACE : in, out, n, TUTTI_INT32, TUTTI_SUM, comm,
-                                 NULL);
+                                 wp);
+            st = finish(st, wk);
             for (size_t i = 0; st == TUTTI_OK && i < n && rc == 0; i++) {
                 int64_t want = 0;
                 for (int r = 0; r < size; r++)
@@ -76,7 +89,8 @@ static int run_rank(int rank, int size, void *arg)
         case 2: /* allgather */
             for (size_t i = 0; i < n; i++)
                 in[i] = val(rank, i, it);
-            st = tutti_allgather(in, out, n, TUTTI_INT32, comm, NULL);
+            st = tutti_allgather(in, out, n, TUTTI_INT32, comm, wp);
+            st = finish(st, wk);
             for (int r = 0; st == TUTTI_OK && r < size && rc == 0; r++)
                 for (size_t i = 0; i < n && rc == 0; i++)
                     if (out[(size_t)r * n + i] != val(r, i, it))
@@ -87,7 +101,8 @@ static int run_rank(int rank, int size, void *arg)
             for (int j = 0; j < size; j++)
                 for (size_t i = 0; i < n; i++)
                     in[(size_t)j * n + i] = val(rank * size + j, i, it);
-            st = tutti_alltoall(in, out, n, TUTTI_INT32, comm, NULL);
+            st = tutti_alltoall(in, out, n, TUTTI_INT32, comm, wp);
+            st = finish(st, wk);
             for (int r = 0; st == TUTTI_OK && r < size && rc == 0; r++)
                 for (size_t i = 0; i < n && rc == 0; i++)
                     if (out[(size_t)r * n + i] != val(r * size + rank, i, it))
@@ -101,7 +116,8 @@ static int run_rank(int rank, int size, void *arg)
             }
             for (size_t i = 0; i < n; i++)
                 out[i] = rank == it % size ? val(rank, i, it) : -1;
-            st = tutti_broadcast(out, n, TUTTI_INT32, it % size, comm, NULL);
+            st = tutti_broadcast(out, n, TUTTI_INT32, it % size, comm, wp);
+            st = finish(st, wk);
             for (size_t i = 0; st == TUTTI_OK && i < n && rc == 0; i++)
                 if (out[i] != val(it % size, i, it))
                     rc = th_fail("iter %d broadcast of %zu from %d: [%zu] = %d, want %d", it, n,
@@ -120,13 +136,15 @@ static int run_rank(int rank, int size, void *arg)
 
 START_TEST(test_stress)
 {
-    static const char *const workers[] = {"CCL_WORKER_COUNT=2", NULL};
     for (int n = 2; n <= 4; n++) {
         th_opts_t o = TH_OPTS_INIT;
         o.transport = "shm";
         o.timeout_s = 200;
-        o.env[0] = workers[0];
+        o.env[0] = "CCL_WORKER_COUNT=2";
         ck_assert_msg(th_run_opts(n, &o, run_rank, NULL) == 0, "%d ranks", n);
+        /* everything on the worker threads, none in the caller */
+        o.env[1] = "TUTTI_INLINE_MAX=0";
+        ck_assert_msg(th_run_opts(n, &o, run_rank, NULL) == 0, "%d ranks, TUTTI_INLINE_MAX=0", n);
     }
 }
 END_TEST

@@ -158,6 +158,12 @@ static void *worker_main(void *p)
             idle_since = tutti__now();
             continue;
         }
+        if (e->head != NULL && e->gen != seen) {
+            /* Queued work, but the caller runs an operation itself: release_inline wakes the
+             * workers when it ends (spinning here would take the core it may need). */
+            pthread_cond_wait(&e->cv, &e->lock);
+            continue;
+        }
         if (e->stop && e->head == NULL)
             break;
         if (e->sleep && tutti__now() - idle_since > LINGER_S) {

@@ -189,11 +189,8 @@ static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivi
         return TUTTI_OK;
     }
     st = tutti_work_wait(w, -1.0);
-    if (st < 0) {
-        pthread_mutex_lock(&comm->err_lock);
-        snprintf(comm->last_error, sizeof comm->last_error, "%s", w->error);
-        pthread_mutex_unlock(&comm->err_lock);
-    }
+    if (st < 0)
+        tutti__comm_error(comm, st, "%s", w->error);
     tutti__work_release(w);
     return st;
 }

@@ -75,31 +75,37 @@ static void slice_of(const tutti_work_t *w, int s, tutti__coll_t *c)
     c->count = len;
 }
 
+/* run_coll runs one numbered call c (or one slice of it) in the calling thread, its error
+ * text into c->err (TUTTI__ERRLEN bytes); a trivial one is only a local copy, if that. */
+static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivial)
+{
+    c->err[0] = '\0';
+    tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
+    if (failed != TUTTI_OK) {
+        pthread_mutex_lock(&comm->err_lock);
+        snprintf(c->err, TUTTI__ERRLEN, "%s #%llu was not run: the communicator %s earlier: %s",
+                 c->name, (unsigned long long)c->seq,
+                 failed == TUTTI_ERR_ABORTED ? "was aborted" : "failed", comm->failed_msg);
+        pthread_mutex_unlock(&comm->err_lock);
+        return failed == TUTTI_ERR_ABORTED ? TUTTI_ERR_ABORTED : TUTTI_ERR_COMM_FAILED;
+    }
+    if (trivial) {
+        if (comm->size == 1)
+            tutti__coll_local(c);
+        return TUTTI_OK;
+    }
+    c->deadline = 0.0; /* from the start (its first wait), not from the post */
+    return c->algo->run(c);
+}
+
 /* run_slice runs slice s of w in the calling thread; the first failing slice's text is w's. */
 static tutti_status_t run_slice(tutti__exec_t *e, tutti_work_t *w, int s)
 {
-    tutti_comm_t *comm = w->comm;
     tutti__coll_t c;
-    char err[TUTTI__ERRLEN];
-    err[0] = '\0'; /* an initializer would clear all 1 KiB on every call */
+    char err[TUTTI__ERRLEN]; /* no initializer: that would clear all 1 KiB on every call */
     slice_of(w, s, &c);
     c.err = err;
-    tutti_status_t st = TUTTI_OK;
-    tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
-    if (failed != TUTTI_OK) {
-        st = failed == TUTTI_ERR_ABORTED ? TUTTI_ERR_ABORTED : TUTTI_ERR_COMM_FAILED;
-        pthread_mutex_lock(&comm->err_lock);
-        snprintf(err, sizeof err, "%s #%llu was not run: the communicator %s earlier: %s", c.name,
-                 (unsigned long long)c.seq, failed == TUTTI_ERR_ABORTED ? "was aborted" : "failed",
-                 comm->failed_msg);
-        pthread_mutex_unlock(&comm->err_lock);
-    } else if (w->trivial) {
-        if (comm->size == 1)
-            tutti__coll_local(&c);
-    } else {
-        c.deadline = 0.0; /* from the start (its first wait), not from the post */
-        st = c.algo->run(&c);
-    }
+    tutti_status_t st = run_coll(w->comm, &c, w->trivial);
     if (st < 0) {
         pthread_mutex_lock(&e->lock);
         if (w->status == TUTTI_OK) {
@@ -187,11 +193,17 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-/* Sequence numbers are taken under the exec lock by posts and without it by the blocking
- * fast path, so the counters are atomic. */
-static uint64_t next_seq(uint64_t *counter)
+/* number gives c its sequence number and, for a collective, its algorithm. Posts take numbers
+ * under the exec lock and the blocking fast path without it, so the counters are atomic. */
+static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes)
 {
-    return __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+    if (c->kind == TUTTI_COLL_COUNT) {
+        c->seq = __atomic_fetch_add(&comm->p2p_seq, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
+    if (c->algo == NULL)
+        c->algo = tutti__select(comm, c->kind, bytes);
 }
 
 /* The inline path is claimed with a CAS, so that a blocking call can take it without the exec
@@ -247,13 +259,7 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
     w->trivial = trivial;
     w->nsplit = trivial ? 1 : split_count(comm, c, bytes);
     pthread_mutex_lock(&e->lock);
-    if (c->kind == TUTTI_COLL_COUNT) {
-        c->seq = next_seq(&comm->p2p_seq);
-    } else {
-        c->seq = next_seq(&comm->seq);
-        if (c->algo == NULL)
-            c->algo = tutti__select(comm, c->kind, tutti__coll_bytes(c));
-    }
+    number(comm, c, bytes);
     /* The caller may run the operation itself when nothing is queued or running: the order is
      * kept, and two thread hand-offs are saved. A blocking caller would only sleep meanwhile,
      * so it always may (unless TUTTI_INLINE_MAX=0 sends everything to the workers); an
@@ -292,31 +298,13 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
         release_inline(e);
         return false;
     }
-    c->seq = next_seq(c->kind == TUTTI_COLL_COUNT ? &comm->p2p_seq : &comm->seq);
-    if (c->kind != TUTTI_COLL_COUNT && c->algo == NULL)
-        c->algo = tutti__select(comm, c->kind, bytes);
-
+    number(comm, c, bytes);
     char err[TUTTI__ERRLEN];
-    err[0] = '\0'; /* an initializer would clear all 1 KiB on every call */
-    tutti_status_t st = TUTTI_OK;
     c->slice = 0;
     c->err = err;
-    if (trivial) {
-        if (comm->size == 1)
-            tutti__coll_local(c);
-    } else {
-        c->deadline = 0.0;
-        st = c->algo->run(c);
-    }
-
+    tutti_status_t st = run_coll(comm, c, trivial);
     release_inline(e);
-    if (st < 0) {
-        pthread_mutex_lock(&comm->err_lock);
-        snprintf(comm->last_error, sizeof comm->last_error, "%s", err);
-        pthread_mutex_unlock(&comm->err_lock);
-        snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", err);
-    }
-    *status = st;
+    *status = st < 0 ? tutti__comm_error(comm, st, "%s", err) : st;
     return true;
 }
 

@@ -196,7 +196,10 @@ WorkPtr BackendTutti::launch(Call &&call, bool async)
 {
     check_usable(call.name);
     tracker_->drain(); // a caller's thread: free what completions parked
-    if (coalescing_.load(std::memory_order_acquire)) {
+    // Inside a coalescing block only asynchronous calls are collected: a synchronous one is
+    // waited for at once by its caller (torch does, before the block ends), so it runs now,
+    // as outside the block; every rank makes the same calls, so the order still agrees.
+    if (async && coalescing_.load(std::memory_order_acquire)) {
         std::lock_guard<std::mutex> g(coalesce_mu_);
         if (coalesced_work_) {
             coalesced_.push_back(std::move(call));

@@ -5,8 +5,9 @@
 // ReduceOp tutti can honour) and becomes one tutti operation, rarely a few. A synchronous call
 // (asyncOp false: torch waits on the Work at once) runs blocking in the caller's thread, with no
 // hand-off to a worker; an asynchronous one is posted and returns at once, its Work completed
-// from tutti's completion callback. Between startCoalescing and endCoalescing calls are
-// collected and posted together, allreduces of one dtype and op as one coalesced allreduce.
+// from tutti's completion callback. Between startCoalescing and endCoalescing asynchronous
+// calls are collected and posted together, allreduces of one dtype and op as one coalesced
+// allreduce.
 #pragma once
 
 #include <atomic>
@@ -158,7 +159,7 @@ class BackendTutti : public c10d::Backend {
     std::chrono::milliseconds timeout() const { return options_->timeout; }
 
   private:
-    // launch runs call: collected while coalescing; else blocking here when !async, else
+    // launch runs call: blocking here when !async; else collected while coalescing, or
     // posted. Refusals (tutti's argument checks included) throw here, in the caller.
     WorkPtr launch(Call &&call, bool async);
     // check_usable refuses calls on a group that was shut down or aborted.

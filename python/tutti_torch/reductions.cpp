@@ -49,9 +49,9 @@ WorkPtr BackendTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
     for (const auto &t : tensors) {
         check_tensor(op, t);
         if (t.scalar_type() != tensors[0].scalar_type())
-            refuse(op, std::string("every tensor must have one dtype; got ") +
-                           c10::toString(tensors[0].scalar_type()) + " and " +
-                           c10::toString(t.scalar_type()));
+            refuse(op, "every tensor must have one dtype; got " +
+                           dtype_name(tensors[0].scalar_type()) + " and " +
+                           dtype_name(t.scalar_type()));
     }
     Reduction r = reduction_of(op, opts.reduceOp, tensors[0].scalar_type());
     Call c;
@@ -217,9 +217,9 @@ WorkPtr BackendTutti::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &o
     for (size_t i = 0; i < inputs.size(); i++) {
         check_scatter_pair(op, outputs[i], inputs[i], size_);
         if (inputs[i].scalar_type() != inputs[0].scalar_type())
-            refuse(op, std::string("every tensor must have one dtype; got ") +
-                           c10::toString(inputs[0].scalar_type()) + " and " +
-                           c10::toString(inputs[i].scalar_type()));
+            refuse(op, "every tensor must have one dtype; got " +
+                           dtype_name(inputs[0].scalar_type()) + " and " +
+                           dtype_name(inputs[i].scalar_type()));
         total += static_cast<size_t>(outputs[i].numel());
         bytes += nbytes(inputs[i]);
     }

@@ -1,11 +1,42 @@
 // tensors.cpp: tensor checks, dtype and ReduceOp mapping, and buffers (see tensors.h).
 #include "tensors.h"
 
+#include <cctype>
 #include <cstring>
+
+#include <ATen/ScalarOps.h>
 
 #include "errors.h"
 
 namespace tutti_torch {
+
+std::string dtype_name(at::ScalarType t)
+{
+    switch (t) {
+    case at::kBool: return "torch.bool";
+    case at::kByte: return "torch.uint8";
+    case at::kChar: return "torch.int8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kComplexHalf: return "torch.complex32";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    case at::kUInt16: return "torch.uint16";
+    case at::kUInt32: return "torch.uint32";
+    case at::kUInt64: return "torch.uint64";
+    default: { // torch's Python names are ATen's, lower-cased (torch.float8_e4m3fn)
+        std::string s = c10::toString(t);
+        for (auto &ch : s)
+            ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        return "torch." + s;
+    }
+    }
+}
 
 size_t nbytes(const at::Tensor &t)
 {
@@ -37,8 +68,8 @@ const at::Tensor &check_one(const std::string &op, const std::vector<at::Tensor>
 void check_same_dtype(const std::string &op, const at::Tensor &a, const at::Tensor &b)
 {
     if (a.scalar_type() != b.scalar_type())
-        refuse(op, std::string("input and output dtypes differ: ") +
-                       c10::toString(a.scalar_type()) + " and " + c10::toString(b.scalar_type()));
+        refuse(op, "input and output dtypes differ: " + dtype_name(a.scalar_type()) + " and " +
+                       dtype_name(b.scalar_type()));
 }
 
 void check_list(const std::string &op, const char *what, const std::vector<at::Tensor> &ts,
@@ -79,6 +110,7 @@ bool dtype_of(at::ScalarType t, tutti_dtype_t *out)
     }
 }
 
+
 static const char *op_name(c10d::ReduceOp::RedOpType op)
 {
     switch (op) {
@@ -98,7 +130,7 @@ static const char *op_name(c10d::ReduceOp::RedOpType op)
 Reduction reduction_of(const std::string &op, const c10d::ReduceOp &rop, at::ScalarType t)
 {
     Reduction r;
-    const std::string dt = c10::toString(t);
+    const std::string dt = dtype_name(t);
     if (t == at::kBool) {
         r.dtype = TUTTI_UINT8;
         switch (rop.op_) {
@@ -171,21 +203,23 @@ Reduction reduction_of(const std::string &op, const c10d::ReduceOp &rop, at::Sca
     return r;
 }
 
+// The factor as the operand Python's `x * factor` multiplies by: a number becomes a wrapped
+// scalar tensor, which torch applies in the tensor's compute type (float for bf16 and fp16).
+// (ATen's mul(Scalar) would round the factor to bf16 first: a different result.)
+static at::Tensor factor_operand(const Reduction &r)
+{
+    return r.tensor_factor.defined() ? r.tensor_factor : at::native::wrapped_scalar_tensor(r.factor);
+}
+
 at::Tensor Reduction::scaled(const at::Tensor &t) const
 {
-    if (!premul)
-        return t;
-    return tensor_factor.defined() ? t.mul(tensor_factor) : t.mul(factor);
+    return premul ? t.mul(factor_operand(*this)) : t;
 }
 
 void Reduction::scale_(const at::Tensor &t) const
 {
-    if (!premul)
-        return;
-    if (tensor_factor.defined())
-        t.mul_(tensor_factor);
-    else
-        t.mul_(factor);
+    if (premul)
+        t.mul_(factor_operand(*this));
 }
 
 Buf::Buf(const at::Tensor &t, bool read) : user(t)

@@ -15,6 +15,9 @@
 
 namespace tutti_torch {
 
+// dtype_name is the dtype as Python spells it ("torch.int32"), for error texts.
+std::string dtype_name(at::ScalarType t);
+
 // nbytes is the size of t's elements, packed.
 size_t nbytes(const at::Tensor &t);
 

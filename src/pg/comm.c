@@ -305,15 +305,6 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_
     return TUTTI_OK;
 }
 
-static void set_log_level(void)
-{
-    static const char *const names[] = {"error", "warn", "info", "debug", "trace"};
-    const char *v = tutti__env_get("CCL_LOG_LEVEL");
-    for (int i = 0; v != NULL && i < 5; i++)
-        if (strcmp(v, names[i]) == 0)
-            tutti__log_level = i;
-}
-
 static void comm_free(tutti_comm_t *c)
 {
     if (c == NULL)
@@ -439,7 +430,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     if (comm == NULL)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_init_env: comm is NULL");
     *comm = NULL;
-    set_log_level();
+    tutti__log_init();
     TUTTI__CHECK(tutti__kernels_init()); /* a forced kernel this CPU lacks fails here */
     tutti__config_t cfg;
     const char *how;
@@ -484,7 +475,7 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "tutti_comm_init: the out-of-band store (oob, oob->put, oob->get) "
                                 "must not be NULL");
-    set_log_level();
+    tutti__log_init();
     TUTTI__CHECK(tutti__kernels_init());
     tutti__config_t cfg;
     TUTTI__CHECK(read_config(config, &cfg));

@@ -9,7 +9,7 @@
 #include "../algos/algos.h"
 #include "../common/common.h"
 #include "../transport/transport.h"
-#include "bootstrap.h"
+#include "../bootstrap/bootstrap.h"
 
 #define TUTTI__COMM_MAGIC 0x74757474u /* "tutt" */
 

@@ -15,7 +15,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#include "../pg/bootstrap.h"
+#include "../bootstrap/oob.h"
 #include "../pg/comm.h"
 #include "transport.h"
 

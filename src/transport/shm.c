@@ -13,7 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "../pg/bootstrap.h"
+#include "../bootstrap/oob.h"
 #include "../pg/comm.h"
 #include "transport.h"
 

@@ -15,8 +15,6 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#include "../bootstrap/oob.h"
-#include "../pg/comm.h"
 #include "transport.h"
 
 #define OFI_API_VERSION FI_VERSION(1, 9)
@@ -90,7 +88,7 @@ struct ofi {
     struct fid_av *av;
     struct fid_cq *cq;
     fi_addr_t *addrs;  /* by global rank; FI_ADDR_NOTAVAIL for ranks not in peers[] */
-    int nchan;         /* channels, from comm->nchan at creation */
+    int nchan;         /* channels, fixed at creation */
     uint32_t *ctr;     /* [rank][chan][kind]: next counter value of each stream */
     unsigned cbits;    /* counter bits in the tag */
     uint32_t cmask;
@@ -698,7 +696,7 @@ _Static_assert(sizeof(struct rec) == REC_SIZE, "record size");
         }                                                                                      \
     } while (0)
 
-tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
+tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap_t *bs,
                                  const int *peers, int npeers, bool single_node,
                                  tutti__transport_t **out)
 {
@@ -707,26 +705,25 @@ tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
     struct rec *all = NULL;
     *out = NULL;
 
-    if (comm->size > (1 << RANK_BITS))
+    if (size > (1 << RANK_BITS))
         return tutti__set_error(TUTTI_ERR_NOT_SUPPORTED,
                                 "ofi: %d ranks, but the libfabric transport tells at most %d ranks "
                                 "apart (%d bits of the message tag); split the job into "
                                 "communicators of at most %d ranks",
-                                comm->size, 1 << RANK_BITS, RANK_BITS, 1 << RANK_BITS);
-    if (comm->nchan < 2 || comm->nchan > (1 << CHAN_BITS) || comm->nchan > TUTTI__CHAN_MAX)
+                                size, 1 << RANK_BITS, RANK_BITS, 1 << RANK_BITS);
+    if (nchan < 2 || nchan > (1 << CHAN_BITS) || nchan > TUTTI__CHAN_MAX)
         return tutti__set_error(TUTTI_ERR_INTERNAL,
                                 "ofi: %d channels asked for; the transport takes 2 to %d",
-                                comm->nchan, TUTTI__CHAN_MAX < (1 << CHAN_BITS)
+                                nchan, TUTTI__CHAN_MAX < (1 << CHAN_BITS)
                                                  ? TUTTI__CHAN_MAX : 1 << CHAN_BITS);
     struct ofi *t = calloc(1, sizeof *t);
     if (t == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "ofi: out of memory creating the transport");
     pthread_mutex_init(&t->lock, NULL);
     t->base.ops = &ofi_ops;
-    t->base.comm = comm;
-    t->rank = comm->rank;
-    t->size = comm->size;
-    t->nchan = comm->nchan;
+    t->rank = rank;
+    t->size = size;
+    t->nchan = nchan;
     t->addrs = malloc((size_t)t->size * sizeof *t->addrs);
     t->ctr = calloc((size_t)t->size * (size_t)t->nchan * 2, sizeof *t->ctr);
     all = calloc((size_t)t->size, sizeof *all);

@@ -13,8 +13,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "../bootstrap/oob.h"
-#include "../pg/comm.h"
 #include "transport.h"
 
 /*
@@ -728,24 +726,24 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
     return TUTTI_OK;
 }
 
-tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
-                                 const int *local_ranks, int nlocal, int my_local,
-                                 tutti__transport_t **out, tutti__window_t **wins)
+tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *local_ranks,
+                                 int nlocal, int my_local, tutti__transport_t **out,
+                                 tutti__window_t **wins)
 {
-    if (out == NULL || comm == NULL || local_ranks == NULL || nlocal < 1 || nlocal > MAX_LOCAL ||
-        my_local < 0 || my_local >= nlocal || (nlocal > 1 && bs == NULL) || comm->nchan < 2 ||
-        comm->nchan > TUTTI__CHAN_MAX)
+    if (out == NULL || local_ranks == NULL || nlocal < 1 || nlocal > MAX_LOCAL || my_local < 0 ||
+        my_local >= nlocal || (nlocal > 1 && bs == NULL) || nchan_ < 2 ||
+        nchan_ > TUTTI__CHAN_MAX)
         return tutti__set_error(TUTTI_ERR_INTERNAL,
                                 "shm: tutti__shm_create called with bad arguments (%d local "
                                 "ranks, index %d, at most %d; %d channels, 2 to %d)",
-                                nlocal, my_local, MAX_LOCAL, comm ? comm->nchan : -1,
+                                nlocal, my_local, MAX_LOCAL, nchan_,
                                 TUTTI__CHAN_MAX);
     for (int i = 1; i < nlocal; i++)
         if (local_ranks[i] <= local_ranks[i - 1])
             return tutti__set_error(TUTTI_ERR_INTERNAL,
                                     "shm: local ranks are not increasing (%d after %d)",
                                     local_ranks[i], local_ranks[i - 1]);
-    uint32_t nchan = (uint32_t)comm->nchan, nwin = wins != NULL ? nchan - 1 : 0;
+    uint32_t nchan = (uint32_t)nchan_, nwin = wins != NULL ? nchan - 1 : 0;
     *out = NULL;
     for (uint32_t s = 0; s < nwin; s++)
         wins[s] = NULL;
@@ -755,7 +753,6 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
     if (t == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory");
     t->base.ops = &shm_ops;
-    t->base.comm = comm;
     t->nchan = (int)nchan;
     t->nlocal = nlocal;
     t->my_local = my_local;
@@ -793,10 +790,10 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
             if (st != TUTTI_OK) {
                 /* Tell the others why, so they fail now rather than at the deadline. */
                 snprintf(pub.msg, sizeof pub.msg, "%s", tutti__tls_error());
-                char saved[TUTTI__ERRLEN];
-                snprintf(saved, sizeof saved, "%s", tutti__tls_error());
+                tutti__saved_error_t saved;
+                tutti__save_error(&saved);
                 tutti__bs_put(bs, key, &pub, sizeof pub);
-                tutti__set_error(st, "%s", saved);
+                tutti__restore_error(&saved, st);
                 goto fail;
             }
             t->map_size = L.size;
@@ -808,12 +805,9 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
         } else {
             st = tutti__bs_get(bs, key, &pub, sizeof pub);
             if (st != TUTTI_OK) {
-                char saved[TUTTI__ERRLEN];
-                snprintf(saved, sizeof saved, "%s", tutti__tls_error());
-                st = tutti__set_error(st,
-                                      "shm: waiting for the shared segment's name from rank %d "
-                                      "(this node's lowest rank): %s",
-                                      leader, saved);
+                tutti__prefix_error(st, "shm: waiting for the shared segment's name from rank %d "
+                                        "(this node's lowest rank)",
+                                    leader);
                 goto fail;
             }
             pub.name[NAME_LEN - 1] = '\0';
@@ -835,10 +829,10 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
             st = map_segment(pub.name, (uint32_t)nlocal, nchan, nwin, leader, &L, &t->base_addr);
             if (st != TUTTI_OK) {
                 /* Still meet the others, so that the leader unlinks now; then fail. */
-                char saved[TUTTI__ERRLEN];
-                snprintf(saved, sizeof saved, "%s", tutti__tls_error());
+                tutti__saved_error_t saved;
+                tutti__save_error(&saved);
                 tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
-                tutti__set_error(st, "%s", saved);
+                tutti__restore_error(&saved, st);
                 goto fail;
             }
             t->map_size = L.size;
@@ -853,12 +847,9 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
         if (my_local == 0)
             shm_unlink(pub.name); /* every local rank has it mapped (or gave up): nothing stays */
         if (st != TUTTI_OK) {
-            char saved[TUTTI__ERRLEN];
-            snprintf(saved, sizeof saved, "%s", tutti__tls_error());
-            st = tutti__set_error(st,
-                                  "shm: waiting for the %d ranks of this node to map the shared "
-                                  "segment: %s",
-                                  nlocal, saved);
+            tutti__prefix_error(st, "shm: waiting for the %d ranks of this node to map the shared "
+                                    "segment",
+                                nlocal);
             goto fail;
         }
     }

@@ -89,6 +89,22 @@ static void reg_remove(tutti__liveness_t *l)
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
+static bool unconnected(const peer_t *p) { return p->fd < 0; }
+static bool still_alive(const peer_t *p) { return p->state == PEER_ALIVE; }
+
+/* list_peers writes the ranks from `from` up, this one excepted, whose peer want() picks, into
+ * buf (for messages); returns how many there are. */
+static int list_peers(const tutti__liveness_t *l, int from, bool (*want)(const peer_t *),
+                      char *buf, size_t cap)
+{
+    int listed[LIST_MAX] = {0}, n = 0;
+    for (int r = from; r < l->size; r++)
+        if (r != l->rank && want(&l->peers[r]) && n++ < LIST_MAX)
+            listed[n - 1] = r;
+    tutti__format_ranks(buf, cap, listed, n < LIST_MAX ? n : LIST_MAX, n);
+    return n;
+}
+
 static void set_keepalive(int fd)
 {
     /* A peer whose host vanishes sends no FIN; keepalive turns that into an error in ~25 s. */
@@ -231,12 +247,8 @@ static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint32_t nonc
     while (have < expect) {
         int ms = tutti__sock_ms_until(deadline, 1000);
         if (ms == 0) {
-            int listed[LIST_MAX] = {0}, n = 0;
-            for (int r = l->rank + 1; r < l->size; r++)
-                if (l->peers[r].fd < 0 && n++ < LIST_MAX)
-                    listed[n - 1] = r;
             char list[256];
-            tutti__format_ranks(list, sizeof list, listed, n < LIST_MAX ? n : LIST_MAX, n);
+            list_peers(l, l->rank + 1, unconnected, list, sizeof list);
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "bootstrap: rank %d waited %.3g s for rank(s) %s (of %d) to open "
                                   "their liveness connections; they never did: a rank died or is "
@@ -473,12 +485,8 @@ tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadl
             break;
         int ms = tutti__sock_ms_until(deadline, 100);
         if (ms == 0) {
-            int listed[LIST_MAX] = {0}, n = 0;
-            for (int r = 0; r < l->size; r++)
-                if (r != l->rank && l->peers[r].state == PEER_ALIVE && n++ < LIST_MAX)
-                    listed[n - 1] = r;
             char list[256];
-            tutti__format_ranks(list, sizeof list, listed, n < LIST_MAX ? n : LIST_MAX, n);
+            int n = list_peers(l, 0, still_alive, list, sizeof list);
             st = tutti__set_error(TUTTI_ERR_TIMEOUT,
                                   "rank %d waited %.3g s for rank(s) %s (of %d) to destroy the "
                                   "communicator too; they neither did nor died: every rank must "

@@ -3,6 +3,7 @@
 #ifndef TUTTI_BOOTSTRAP_H
 #define TUTTI_BOOTSTRAP_H
 
+#include "discover.h"
 #include "liveness.h"
 #include "oob.h"
 #include "store.h"

@@ -8,7 +8,6 @@
 
 #include "../algos/algos.h"
 #include "../bootstrap/bootstrap.h"
-#include "../bootstrap/discover.h"
 #include "../common/common.h"
 #include "../transport/transport.h"
 

@@ -82,7 +82,7 @@ typedef struct tutti__window {
     volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
     uint64_t epoch;                /* this rank's last posted epoch */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
-                           two halves it alternates between (set by tutti__win_reserve_small) */
+                           two halves it alternates between (reserved by the process group at creation) */
     uint64_t small_seq; /* small-path operations so far: their parity picks the half */
 } tutti__window_t;
 

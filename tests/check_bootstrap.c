@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../src/pg/bootstrap.h"
+#include "../src/bootstrap/bootstrap.h"
 
 #define MAXR 8
 #define CHILD_ALARM_S 20 /* no rank process outlives this, whatever goes wrong */

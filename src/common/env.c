@@ -33,7 +33,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"CCL_FP16", NULL,
      "fp16 reduction kernel: scalar, f16c (AVX2+F16C), avx512f or avx512fp16 (AVX512_FP16); "
      "unset: the fastest this CPU runs; one the CPU lacks fails communicator creation"},
-    {"CCL_LOG_LEVEL", "warn", "error, warn, info, debug or trace; messages go to stderr"},
+    {"CCL_LOG_LEVEL", "warn",
+     "error, warn, info, debug or trace; messages go to stderr (read once per process, when the "
+     "first communicator is created)"},
     {"CCL_WORKER_COUNT", "1", "worker threads per rank that run the collectives (at least 1)"},
     {"CCL_WORKER_AFFINITY", "auto",
      "cores for the workers: auto (distinct allowed cores, from the last one down), none, or a "

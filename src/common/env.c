@@ -100,28 +100,3 @@ tutti_status_t tutti__env_double(const char *name, double *out)
     *out = x;
     return TUTTI_OK;
 }
-
-bool tutti__parse_size(const char *s, size_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return false;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (errno != 0)
-        return false;
-    unsigned shift = 0;
-    switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: return false;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || (shift && x > (SIZE_MAX >> shift)))
-        return false;
-    *out = (size_t)(x << shift);
-    return true;
-}

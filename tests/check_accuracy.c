@@ -108,14 +108,4 @@ START_TEST(test_accuracy)
 }
 END_TEST
 
-static Suite *accuracy_suite(void)
-{
-    Suite *s = suite_create("accuracy");
-    TCase *tc = tcase_create("bf16");
-    tcase_set_timeout(tc, 400);
-    tcase_add_test(tc, test_accuracy);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-TH_CHECK_MAIN(accuracy_suite)
+TH_CHECK_MAIN_ONE("accuracy", "bf16", 400, test_accuracy)

@@ -19,11 +19,30 @@ static inline int th_check_run(Suite *s)
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+/* th_suite_of_one makes a Suite of one test in one TCase with a timeout (in seconds). */
+static inline Suite *th_suite_of_one(const char *suite, const char *tcase, double timeout_s,
+                                     const TTest *test)
+{
+    Suite *s = suite_create(suite);
+    TCase *tc = tcase_create(tcase);
+    tcase_set_timeout(tc, timeout_s);
+    tcase_add_test(tc, test);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
 /* TH_CHECK_MAIN(make_suite) defines main() to run the Suite that make_suite() returns. */
 #define TH_CHECK_MAIN(make_suite)                                                              \
     int main(void)                                                                             \
     {                                                                                          \
         return th_check_run(make_suite());                                                     \
+    }
+
+/* TH_CHECK_MAIN_ONE(suite, tcase, timeout_s, test) defines main() to run that one test. */
+#define TH_CHECK_MAIN_ONE(suite, tcase, timeout_s, test)                                       \
+    int main(void)                                                                             \
+    {                                                                                          \
+        return th_check_run(th_suite_of_one(suite, tcase, timeout_s, test));                   \
     }
 
 #endif /* TUTTI_TEST_CHECK_MAIN_H */

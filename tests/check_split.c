@@ -105,14 +105,4 @@ START_TEST(test_split)
 }
 END_TEST
 
-static Suite *split_suite(void)
-{
-    Suite *s = suite_create("split");
-    TCase *tc = tcase_create("split");
-    tcase_set_timeout(tc, 400);
-    tcase_add_test(tc, test_split);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-TH_CHECK_MAIN(split_suite)
+TH_CHECK_MAIN_ONE("split", "split", 400, test_split)

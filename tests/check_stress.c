@@ -150,14 +150,4 @@ START_TEST(test_stress)
 }
 END_TEST
 
-static Suite *stress_suite(void)
-{
-    Suite *s = suite_create("stress");
-    TCase *tc = tcase_create("mixed");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_stress);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
-TH_CHECK_MAIN(stress_suite)
+TH_CHECK_MAIN_ONE("stress", "mixed", 600, test_stress)

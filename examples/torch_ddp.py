@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """torch_ddp.py: PyTorch DistributedDataParallel training over tutti (backend "tutti"), on CPUs.
 
-    mpirun -n 2 /usr/bin/python3 examples/torch_ddp.py                 # MPICH or Open MPI
-    /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 examples/torch_ddp.py
-    mpirun -n 2 /usr/bin/python3 examples/torch_ddp.py --dtype bf16    # bf16 parameters
-    mpirun -n 2 /usr/bin/python3 examples/torch_ddp.py --dtype autocast  # fp32 + CPU autocast
+    mpirun -n 2 python examples/torch_ddp.py                 # MPICH or Open MPI
+    torchrun --nproc_per_node 2 examples/torch_ddp.py
+    mpirun -n 2 python examples/torch_ddp.py --dtype bf16    # bf16 parameters
+    mpirun -n 2 python examples/torch_ddp.py --dtype autocast  # fp32 + CPU autocast
 
+(python: one with torch 2.13 and tutti_torch, e.g. .venv/bin/python after scripts/build.sh.)
 It trains a small MLP to fit a fixed random linear map (each rank its own batches) and prints
 the loss, which falls. The only tutti-specific lines are `import tutti_torch` and the backend
-name; `--backend gloo` runs the same script over Gloo for comparison (Gloo in torch 1.13 cannot
-reduce bf16). tutti_torch is taken from the Python path, else from <repo>/build/python (a meson
-build in build/); under mpirun, importing it maps the launcher's rank variables to RANK /
-WORLD_SIZE / LOCAL_RANK. Open MPI passes only the variables named with -x:
-    mpirun.openmpi -n 2 -x MASTER_PORT=29600 -x PYTHONPATH /usr/bin/python3 examples/torch_ddp.py
+name; `--backend gloo` runs the same script over Gloo for comparison. tutti_torch is taken from
+the Python path (pip install .), else from <repo>/build/python (scripts/build.sh's build); under
+mpirun, importing it maps the launcher's rank variables to RANK / WORLD_SIZE / LOCAL_RANK.
+Open MPI passes only the variables named with -x:
+    mpirun.openmpi -n 2 -x MASTER_PORT=29600 -x PYTHONPATH python examples/torch_ddp.py
 """
 import argparse
 import datetime
@@ -29,9 +30,8 @@ def import_tutti_torch():
                              "build", "python")
         if not os.path.isdir(os.path.join(build, "tutti_torch")):
             sys.exit("torch_ddp.py: tutti_torch is not importable and %s has no build of it: "
-                     "build with `meson setup build && meson compile -C build` (it needs "
-                     "python3-torch, libtorch-dev, pybind11-dev, python3-dev) or set PYTHONPATH"
-                     % build)
+                     "pip install . (in an environment with torch 2.13), or bash "
+                     "scripts/build.sh and run with .venv/bin/python" % build)
         sys.path.insert(0, build)
         import tutti_torch
     return tutti_torch

@@ -120,7 +120,8 @@ typedef struct tutti_comm_config {
     long inline_max;       /**< bytes up to which an asynchronous collective posted on an idle
                                 communicator runs in the caller's thread (blocking there until
                                 the peers join); 0: TUTTI_INLINE_MAX or 65536; -1: never (every
-                                post returns at once). Point-to-point posts never do. */
+                                post returns at once; a blocking call still runs in the caller's
+                                thread when nothing is queued). Point-to-point posts never do. */
 } tutti_comm_config_t;
 
 #define TUTTI_COMM_CONFIG_INIT {sizeof(tutti_comm_config_t), 0.0, NULL, 0, 0}
@@ -181,6 +182,16 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm);
  * completion callback. The handle must still be destroyed.
  */
 TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm);
+
+/**
+ * Change comm's timeout (tutti_comm_config_t.timeout_s): an operation that starts waiting from
+ * now on gives up timeout_s seconds after its first wait began; operations already waiting keep
+ * their deadline. Communicators split from comm later keep the timeout comm was created with.
+ * Safe from any thread. (torch's Backend.setTimeout.)
+ * @return TUTTI_OK, TUTTI_ERR_INVALID_ARG if timeout_s is not positive, or
+ *         TUTTI_ERR_INVALID_COMM.
+ */
+TUTTI_API tutti_status_t tutti_comm_set_timeout(tutti_comm_t *comm, double timeout_s);
 
 /** The color of a rank that joins no new communicator in tutti_comm_split. */
 #define TUTTI_UNDEFINED (-1)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# build.sh: installs the Debian 12 packages tutti needs (only those missing) and builds it in
-# build/; scripts/test.sh and scripts/demo.sh start with it.
+# build.sh: installs the Debian 12 packages tutti needs (only those missing), makes the Python
+# environment .venv/ (scripts/venv.sh: torch 2.13.0 and the rest, pinned), and builds tutti and
+# its PyTorch backend in build/ with the venv's meson, so that the backend is built against the
+# venv's torch. scripts/test.sh and scripts/demo.sh start with it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# python3-torch, libtorch-dev, pybind11-dev, python3-dev: the PyTorch backend (python/tutti_torch:
-# torch 1.13 for /usr/bin/python3, its C++ headers and libraries, pybind11, Python.h)
+# python3-dev, python3-venv: the venv and Python.h for the PyTorch backend (torch itself, with
+# its C++ headers, and meson-python come from PyPI into .venv)
 packages=(build-essential meson ninja-build pkg-config libfabric-dev libfabric-bin libhwloc-dev
           check mpich libmpich-dev openmpi-bin libopenmpi-dev iproute2 procps
-          python3-torch libtorch-dev pybind11-dev python3-dev)
+          python3-dev python3-venv)
 
 installed() {
     [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]
@@ -37,9 +39,14 @@ else
     echo "build.sh: no dpkg here; assuming the packages are installed: ${packages[*]}" >&2
 fi
 
+bash scripts/venv.sh
+meson=.venv/bin/meson
+# -Dtorch=enabled: the venv has torch, so a backend that does not build is an error here, not a
+# quietly skipped test suite
+opts=(-Dtorch=enabled)
 if [ -f build/meson-private/coredata.dat ]; then
-    meson setup --reconfigure build || meson setup --wipe build
+    "$meson" setup --reconfigure build "${opts[@]}" || "$meson" setup --wipe build "${opts[@]}"
 else
-    meson setup build
+    "$meson" setup build "${opts[@]}"
 fi
-meson compile -C build
+"$meson" compile -C build

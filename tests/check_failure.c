@@ -122,10 +122,11 @@ START_TEST(test_peer_killed)
 }
 END_TEST
 
+/* arg non-NULL: TUTTI_TIMEOUT is 60 s, and rank 0 lowers its timeout to 2 s with
+ * tutti_comm_set_timeout after the barrier. */
 static int sleeper_body(int rank, int size, void *arg)
 {
     (void)size;
-    (void)arg;
     tutti_comm_t *comm = NULL;
     tutti_status_t st = tutti_comm_init_env(NULL, &comm);
     if (st != TUTTI_OK)
@@ -133,6 +134,13 @@ static int sleeper_body(int rank, int size, void *arg)
     st = tutti_barrier(comm, NULL);
     if (st != TUTTI_OK)
         return th_fail("barrier: %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(comm));
+    if (arg != NULL && rank == 0) {
+        if (tutti_comm_set_timeout(comm, 0) != TUTTI_ERR_INVALID_ARG ||
+            tutti_comm_set_timeout(NULL, 2) != TUTTI_ERR_INVALID_COMM)
+            return th_fail("tutti_comm_set_timeout took a zero timeout or a NULL communicator");
+        if (tutti_comm_set_timeout(comm, 2) != TUTTI_OK)
+            return th_fail("tutti_comm_set_timeout(2): %s", tutti_last_error());
+    }
     if (rank == 1) {
         sleep(6); /* never joins the allreduce */
         tutti_comm_destroy(comm);
@@ -163,16 +171,20 @@ static int sleeper_body(int rank, int size, void *arg)
     return bad;
 }
 
+/* Loop 0 and 1: TUTTI_TIMEOUT=2 on shm and ofi; 2: TUTTI_TIMEOUT=60 lowered to 2 s by
+ * tutti_comm_set_timeout (on shm). */
 START_TEST(test_timeout)
 {
-    static const char *const tps[] = {"shm", "ofi"};
+    static const char *const tps[] = {"shm", "ofi", "shm"};
     char before[256][256];
     int nbefore = th_shm_snapshot(before, 256);
     th_opts_t o = TH_OPTS_INIT;
     o.transport = tps[_i];
     o.timeout_s = 30;
-    o.rank_timeout_s = 2;
-    ck_assert_msg(th_run_opts(2, &o, sleeper_body, NULL) == 0, "timeout on %s: see stderr", tps[_i]);
+    o.rank_timeout_s = _i == 2 ? 60 : 2;
+    static int set_timeout = 1;
+    ck_assert_msg(th_run_opts(2, &o, sleeper_body, _i == 2 ? &set_timeout : NULL) == 0,
+                  "timeout on %s%s: see stderr", tps[_i], _i == 2 ? " (set_timeout)" : "");
     int left = th_shm_new(before, nbefore);
     ck_assert_msg(left == 0, "%d tutti-* files left in /dev/shm", left);
 }
@@ -231,7 +243,7 @@ static Suite *failure_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("timeout");
     tcase_set_timeout(tc, 40);
-    tcase_add_loop_test(tc, test_timeout, 0, 2);
+    tcase_add_loop_test(tc, test_timeout, 0, 3);
     tcase_add_loop_test(tc, test_left, 0, 2);
     suite_add_tcase(s, tc);
     return s;

@@ -472,6 +472,12 @@ static int nonblocking_rank(int rank, int size, void *arg)
     if (rc == 0 && x != 3.0f)
         rc = th_fail("allreduce gave %g, want 3", (double)x);
     tutti_work_free(a);
+    /* -1 keeps blocking calls in the caller's thread (the torch backend's synchronous ops) */
+    if (rc == 0 && tutti_allreduce(TUTTI_IN_PLACE, &x, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) !=
+                       TUTTI_OK)
+        rc = th_fail("blocking allreduce with inline_max -1: %s", tutti_last_error());
+    if (rc == 0 && x != 6.0f)
+        rc = th_fail("blocking allreduce gave %g, want 6", (double)x);
 
     cfg.inline_max = -2;
     tutti_comm_t *bad = NULL;

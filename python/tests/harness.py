@@ -112,8 +112,9 @@ class RankTest(unittest.TestCase):
         return results
 
 
-def init(backend="tutti", timeout_s=60):
-    """Worker side: imports tutti_torch (registers "tutti") and joins the default group."""
+def init(backend="tutti", timeout_s=60, **kwargs):
+    """Worker side: imports tutti_torch (registers "tutti") and joins the default group
+    (kwargs go to init_process_group, e.g. pg_options)."""
     import datetime
 
     import torch
@@ -124,7 +125,7 @@ def init(backend="tutti", timeout_s=60):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method="env://",
-                            timeout=datetime.timedelta(seconds=timeout_s))
+                            timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
     return dist.get_rank(), dist.get_world_size()
 
 

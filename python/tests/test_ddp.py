@@ -5,9 +5,10 @@
   as a + b (one IEEE addition, commutative), and DDP divides by the world size the same way for
   both, so every step must match bit for bit; several small buckets, BatchNorm buffers (fp32
   and int64, broadcast every step) and momentum make the path DDP takes the full one.
-- bf16: a model with bf16 parameters (gradients reduced in bf16, which Gloo in torch 1.13
-  cannot do), and an fp32 model under CPU autocast to bf16, both train with tutti: the loss
-  falls, and the parameters stay identical on every rank.
+- bf16 parameters (gradients reduced in bf16): tutti against Gloo, which reduces bf16 since
+  torch 2.x: at 2 ranks both add a + b with one rounding, so the parameters after the same
+  steps are identical. bf16 parameters and an fp32 model under CPU autocast to bf16 both
+  train with tutti: the loss falls, and the parameters stay identical on every rank.
 - comm hooks, which live on Work.getFuture(): a Python hook that reduces gradients in bf16
   (Future.then; torch's own bf16_compress_hook is refused on CPU builds), torch's
   fp16_compress_hook, and PowerSGD, whose callbacks wait for further allreduces of the group
@@ -30,16 +31,20 @@ def make_model(torch):
         torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
 
 
-def train_fp32(torch, dist, group, rank):
+def train_fp32(torch, dist, group, rank, dtype=None):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = make_model(torch)
+    if dtype is not None:
+        model = model.to(dtype)
     ddp = DDP(model, process_group=group, bucket_cap_mb=0.004)  # 4 KB: several buckets
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     for step in range(STEPS_FP32):
         g = torch.Generator().manual_seed(1000 * rank + step)
         x = torch.randn(16, 32, generator=g)
         y = torch.randn(16, 8, generator=g)
+        if dtype is not None:
+            x, y = x.to(dtype), y.to(dtype)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         loss.backward()
@@ -64,6 +69,13 @@ def w_fp32():
                                  (i, (a.double() - b.double()).abs().max().item()))
     for a, b in zip(got_tutti, initial):
         assert not torch.equal(a, b), "a parameter did not change: no training happened"
+    # bf16 parameters: bf16 gradient buckets, reduced by both backends
+    got_tutti16 = train_fp32(torch, dist, None, rank, torch.bfloat16)
+    got_gloo16 = train_fp32(torch, dist, gloo, rank, torch.bfloat16)
+    for i, (a, b) in enumerate(zip(got_tutti16, got_gloo16)):
+        if not torch.equal(a, b):
+            raise AssertionError("bf16 tensor %d differs between tutti and gloo: max |diff| %g" %
+                                 (i, (a.double() - b.double()).abs().max().item()))
     # every rank holds the same parameters (not buffers: BatchNorm's running statistics come
     # from rank 0 at each forward, then each rank's own batch updates them)
     nparams = len(initial)
@@ -72,7 +84,8 @@ def w_fp32():
     dist.broadcast(ref, 0)
     assert torch.equal(flat, ref), "ranks disagree after DDP training"
     dist.destroy_process_group()
-    print("rank %d: DDP fp32 tutti == gloo bit for bit over %d tensors" % (rank, len(got_tutti)))
+    print("rank %d: DDP fp32 and bf16 tutti == gloo bit for bit over %d tensors" %
+          (rank, len(got_tutti)))
 
 
 def bf16_hook(state, bucket):

@@ -1,25 +1,30 @@
-"""tutti_torch: tutti as a torch.distributed backend. Importing it registers the backend "tutti",
-so that one line switches a torch 1.13 program from Gloo to tutti:
+"""tutti_torch: tutti as a torch.distributed backend for CPU tensors. Importing it registers the
+backend "tutti", so that one word switches a torch program from Gloo to tutti:
 
     import tutti_torch  # noqa: F401  (registers "tutti")
     import torch.distributed as dist
     dist.init_process_group("tutti")  # rank, world size and store from torchrun or mpirun
 
-The process group is a thin C++ layer (tutti_torch._C.ProcessGroupTutti) over tutti's C API. It
-bootstraps through the c10d Store torch hands it (no port of its own), so it runs wherever
-init_process_group works: torchrun, or by hand with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT.
-Under mpirun (MPICH, Intel MPI, Open MPI), setup_env_from_launcher(), which this import calls,
-fills in RANK, WORLD_SIZE and LOCAL_RANK from the launcher's variables, as Hugging Face's Trainer
-does.
+The backend is a thin C++ c10d::Backend (tutti_torch._C.BackendTutti) over tutti's C API,
+registered for the "cpu" device with torch's extended API. It bootstraps through the c10d Store
+torch hands it (no port of its own), so it runs wherever init_process_group works: torchrun, or
+by hand with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT. Under mpirun (MPICH, Intel MPI,
+Open MPI), setup_env_from_launcher(), which this import calls, fills in RANK, WORLD_SIZE and
+LOCAL_RANK from the launcher's variables, as Hugging Face's Trainer does. "cpu:tutti,cuda:nccl"
+puts CPU tensors on tutti and CUDA tensors on NCCL in one group.
+
+Written for torch 2.13 (tested with 2.13.0), the torch it was built against; see
+docs/pytorch.md.
 """
 import os
 
 import torch  # noqa: F401  (loads libtorch and its pybind11 types before the extension)
 import torch.distributed as dist
 
-from ._C import ProcessGroupTutti, version as _version
+from ._C import BackendTutti, Options, version as _version
 
-__all__ = ["ProcessGroupTutti", "setup_env_from_launcher", "BACKEND", "__version__"]
+__all__ = ["BackendTutti", "Options", "setup_env_from_launcher", "monitored_barrier",
+           "register", "BACKEND", "__version__"]
 
 BACKEND = "tutti"
 __version__ = _version()
@@ -64,14 +69,47 @@ def setup_env_from_launcher(environ=None):
     return rank, size, local
 
 
-def _create(store, rank, size, timeout):
-    """The creator torch calls for backend "tutti" (init_process_group and new_group): store is
-    already prefixed per group, so each group gets its own tutti communicator."""
-    return ProcessGroupTutti(store, rank, size, timeout)
+def _create(dist_opts, pg_options):
+    """The creator torch calls for backend "tutti" (init_process_group, new_group), with the
+    extended API: dist_opts carries the group's store (already prefixed per group and device),
+    rank, size, timeout, name and global ranks; pg_options is the caller's pg_options."""
+    if pg_options is None:
+        options = Options(dist_opts.timeout)
+    elif isinstance(pg_options, Options):
+        options = pg_options
+        options._timeout = dist_opts.timeout  # init_process_group's timeout wins, as for NCCL
+    else:
+        raise TypeError("tutti_torch: pg_options must be a tutti_torch.Options, not %s"
+                        % type(pg_options).__name__)
+    options.group_name = dist_opts.group_id
+    options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
+    return BackendTutti(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)
 
 
-if getattr(dist.Backend, BACKEND.upper(), None) is None:
-    dist.Backend.register_backend(BACKEND, _create)
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier for a tutti group (torch's own refuses every backend
+    but Gloo before it reaches the backend): every rank but 0 reports to rank 0, which waits up
+    to timeout (default: the group's) and raises naming the rank that did not arrive (with
+    wait_all_ranks, every such rank); the others then raise too, with rank 0's verdict."""
+    import datetime
+
+    group = group if group is not None else dist.distributed_c10d._get_default_group()
+    if timeout is None:
+        timeout = group._get_backend(torch.device("cpu")).timeout
+    if not isinstance(timeout, datetime.timedelta):
+        raise TypeError("tutti_torch.monitored_barrier: timeout must be a datetime.timedelta")
+    group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+
+def register():
+    """Registers the backend "tutti" with torch.distributed for the "cpu" device (importing
+    tutti_torch does it; torch >= 2.14 also calls this through the torch.distributed.backends
+    entry point). Registering twice is harmless."""
+    if "tutti" not in dist.Backend.backend_list:
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
+
+
+register()
 
 # Only under a launcher: a process nobody launched keeps its environment as it is, so that an
 # "env://" init without RANK fails as it would without this import.

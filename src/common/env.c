@@ -53,9 +53,10 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"CCL_WORKER_WAIT", "1", "`1`: idle workers sleep until work arrives; `0`: they spin"},
     {"TUTTI_INLINE_MAX", "65536",
      "bytes up to which an asynchronous collective posted on an idle communicator runs in the "
-     "caller's thread (blocking calls always may; asynchronous send/recv never do); `0`: "
-     "everything runs on the workers; `tutti_comm_config_t.inline_max` overrides it (there `-1` "
-     "means never; `0` keeps this variable)"},
+     "caller's thread (a blocking call on an idle communicator always does; asynchronous "
+     "send/recv never do); `0`: everything runs on the workers, blocking calls too; "
+     "`tutti_comm_config_t.inline_max` overrides it (there `0` keeps this variable, and `-1` "
+     "runs no asynchronous post inline while blocking calls still may)"},
     {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit)"},
     {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
     {"TUTTI_SHM_WINDOW", "4194304",

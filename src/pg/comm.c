@@ -290,7 +290,7 @@ static tutti_status_t read_config(const tutti_comm_config_t *cfg, tutti__config_
                                         "tutti_comm_config_t.inline_max is %ld: use a byte count, "
                                         "0 for TUTTI_INLINE_MAX, or -1 for never",
                                         cfg->inline_max);
-            inline_max = cfg->inline_max < 0 ? 0 : cfg->inline_max; /* internally 0: never */
+            inline_max = cfg->inline_max; /* -1: no asynchronous post inline, blocking calls may */
         }
     }
     if (strcmp(transport, "auto") != 0 && strcmp(transport, "shm") != 0 &&
@@ -377,7 +377,7 @@ static tutti_status_t start_workers(tutti_comm_t *c)
 {
     int cpus[16];
     TUTTI__CHECK(tutti__worker_cpus(c->local_rank, c->local_size, c->nslices, cpus));
-    return tutti__exec_create(c, cpus, c->cfg.worker_sleep, (size_t)c->cfg.inline_max);
+    return tutti__exec_create(c, cpus, c->cfg.worker_sleep, c->cfg.inline_max);
 }
 
 tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
@@ -508,7 +508,7 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
     /* A healthy communicator waits for its peers: a peer may still be reading this rank's shared
      * memory or receiving its last message. A failed one has nothing left to protect. */
     bool wait = comm->failed == TUTTI_OK;
-    tutti_status_t st = tutti__live_goodbye(comm->live, wait, tutti__now() + comm->timeout_s);
+    tutti_status_t st = tutti__live_goodbye(comm->live, wait, tutti__now() + tutti__comm_timeout(comm));
     comm_free(comm);
     return st;
 }
@@ -521,6 +521,21 @@ TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm)
     char msg[128];
     snprintf(msg, sizeof msg, "rank %d: tutti_comm_abort was called", comm->rank);
     tutti__comm_fail(comm, TUTTI_ERR_ABORTED, msg);
+    return TUTTI_OK;
+}
+
+TUTTI_API tutti_status_t tutti_comm_set_timeout(tutti_comm_t *comm, double timeout_s)
+{
+    if (!tutti__comm_valid(comm))
+        return tutti__set_error(TUTTI_ERR_INVALID_COMM,
+                                "tutti_comm_set_timeout: %p is not a live communicator",
+                                (void *)comm);
+    if (!(timeout_s > 0))
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_comm_set_timeout: the timeout is %g s: give a positive "
+                                "number of seconds",
+                                timeout_s);
+    __atomic_store(&comm->timeout_s, &timeout_s, __ATOMIC_RELAXED);
     return TUTTI_OK;
 }
 

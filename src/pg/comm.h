@@ -42,7 +42,7 @@ typedef struct tutti__config {
     const char *transport; /* "auto", "shm" or "ofi" (a static string) */
     long workers;
     bool worker_sleep;     /* CCL_WORKER_WAIT=1: idle workers sleep */
-    long inline_max;       /* TUTTI_INLINE_MAX or the config's */
+    long inline_max;       /* TUTTI_INLINE_MAX or the config's (-1: blocking calls only) */
 } tutti__config_t;
 
 struct tutti_comm {
@@ -54,7 +54,7 @@ struct tutti_comm {
     int *node_of;       /* node index of each rank, nodes numbered by their lowest rank */
     int *local_ranks;   /* global ranks on this node, increasing; local_ranks[local_rank] == rank */
     bool oversubscribed; /* more local ranks than allowed cores: waits yield at once */
-    double timeout_s;
+    double timeout_s;   /* read and written atomically: tutti_comm_set_timeout */
 
     tutti__transport_t *shm; /* NULL when unused */
     tutti__transport_t *ofi; /* NULL when unused */
@@ -75,6 +75,14 @@ struct tutti_comm {
     tutti__slice_t *slices;
     tutti__exec_t *exec;       /* the queue and the workers (exec.c) */
 };
+
+/* tutti__comm_timeout is comm's current timeout (tutti_comm_set_timeout may change it). */
+static inline double tutti__comm_timeout(const tutti_comm_t *comm)
+{
+    double t;
+    __atomic_load(&comm->timeout_s, &t, __ATOMIC_RELAXED);
+    return t;
+}
 
 /* The state a work handle passes through (a futex word): SLEEPERS is PENDING with a waiter
  * asleep on it, so that completion makes the wake-up system call only when someone sleeps. */
@@ -104,11 +112,11 @@ struct tutti_work {
 /* tutti__exec_create starts comm->nslices worker threads, pinned to cpus[i] (-1: not pinned),
  * sleeping when idle if sleep is true, else spinning. */
 tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool sleep,
-                                  size_t inline_max);
+                                  long inline_max);
 
 /* tutti__exec_submit runs w: at once in the calling thread when nothing else is queued or
  * running and w is small (bytes <= inline_max) or the caller blocks on it anyway (blocking,
- * unless inline_max is 0), else through the queue to the workers. It assigns the sequence
+ * unless inline_max is 0; -1 lets only blocking calls), else through the queue to the workers. It assigns the sequence
  * number. w->refs must count the caller's reference; submit adds the executor's. */
 void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool trivial,
                         bool blocking);

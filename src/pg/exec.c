@@ -23,7 +23,7 @@ struct tutti__exec {
     bool busy_inline;        /* the caller is running an operation itself */
     bool stop;
     bool sleep;              /* CCL_WORKER_WAIT=1: idle workers sleep */
-    size_t inline_max;
+    long inline_max; /* 0: nothing inline; -1: only blocking calls */
     int nworkers;
     pthread_t *threads;
     int *cpus;
@@ -264,8 +264,9 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
      * kept, and two thread hand-offs are saved. A blocking caller would only sleep meanwhile,
      * so it always may (unless TUTTI_INLINE_MAX=0 sends everything to the workers); an
      * asynchronous post does only for small operations, which end before it could overlap. */
-    bool may_inline = trivial || (blocking && e->inline_max > 0) ||
-                      (bytes <= e->inline_max && c->kind != TUTTI_COLL_COUNT);
+    bool may_inline = trivial || (blocking && e->inline_max != 0) ||
+                      (e->inline_max > 0 && bytes <= (size_t)e->inline_max &&
+                       c->kind != TUTTI_COLL_COUNT);
     if (e->head == NULL && may_inline && w->nsplit == 1 && claim_inline(e)) {
         pthread_mutex_unlock(&e->lock);
         run_slice(e, w, 0);
@@ -309,7 +310,7 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
 }
 
 tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool sleep,
-                                  size_t inline_max)
+                                  long inline_max)
 {
     tutti__exec_t *e = calloc(1, sizeof *e);
     if (e == NULL)

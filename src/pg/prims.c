@@ -128,7 +128,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         break;
     }
     if (c->deadline == 0.0)
-        c->deadline = now + comm->timeout_s;
+        c->deadline = now + tutti__comm_timeout(comm);
     if (now < c->deadline)
         return TUTTI_OK;
     char list[512] = "";
@@ -140,7 +140,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 "timed out after %.0f s waiting for rank(s) %s%s; a peer may be stuck, slower "
                 "than the timeout, or in a different collective: raise TUTTI_TIMEOUT if the job "
                 "is only slow",
-                comm->timeout_s, list,
+                tutti__comm_timeout(comm), list,
                 left ? " (some had already destroyed the communicator)" : "");
 }
 

@@ -62,7 +62,7 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
     }
     /* The child's rank 0 serves its store on a port the kernel picks; all ranks then learn the
      * leaders' addresses in one more parent allgather. */
-    double deadline = tutti__now() + parent->timeout_s;
+    double deadline = tutti__now() + tutti__comm_timeout(parent);
     if (color != TUTTI_UNDEFINED && crank == 0) {
         TUTTI__CHECK_GOTO(tutti__store_open(0, csize, "127.0.0.1", 0, deadline, &store), st, fail);
         snprintf(rv.ip, sizeof rv.ip, "%s", parent->ip);

@@ -1,0 +1,488 @@
+"""test_backend.py: what backend "tutti" does beyond plain operations:
+
+- PREMUL_SUM (FSDP2's reduce-scatter with a divide factor), with the factor as a number and as
+  a one-element tensor, in allreduce, reduce, reduce_scatter_tensor and the coalesced forms, at
+  2 and 3 ranks, bf16, fp16 and fp32, against the local reference sum over ranks of torch's own
+  `x * factor`, summed exactly and rounded once (what tutti's kernels do), bit for bit;
+- coalescing: torch's _coalescing_manager (all_reduce, all_gather_into_tensor,
+  reduce_scatter_tensor; small calls packed into one tutti operation, large ones one per
+  tensor), startCoalescing/endCoalescing with other calls inside, both synchronous and not;
+- ProcessGroup.split_group (tutti_comm_split) into two groups, and new_group;
+- abort (an operation in flight fails at once, later calls are refused) and shutdown;
+- Work.wait(timeout), getFuture on synchronous and failed Works, Backend.setTimeout;
+- monitored_barrier, passing, and naming the rank (or with wait_all_ranks every rank) that did
+  not arrive;
+- refusals: dtypes tutti cannot reduce, ReduceOps a dtype has no result for, bad roots, sizes,
+  splits, tags, receiving from any source, pg_options of another type; each a RuntimeError in
+  tutti's words, and the group still usable after.
+"""
+import datetime
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_ops import same  # noqa: E402
+
+
+def raises(fn, *needles, exc=RuntimeError):
+    """fn() must raise exc whose text holds every needle; returns the text."""
+    try:
+        fn()
+    except exc as e:
+        text = str(e)
+        for s in needles:
+            assert s in text, "error %r lacks %r" % (text, s)
+        return text
+    raise AssertionError("no error raised; expected one with %s" % (needles,))
+
+
+def premul_reference(torch, xs, factor):
+    """Sum over ranks of x * factor (torch's own multiply, in x's dtype), summed exactly and
+    rounded once to x's dtype."""
+    return torch.stack([(x * factor).double() for x in xs]).sum(0).to(xs[0].dtype)
+
+
+def same_premul(torch, got, want, n, what, xs=None, factor=None):
+    """Bit for bit where tutti's sum is exact before its one rounding: bf16 and fp16 (summed in
+    fp32), and any dtype at 2 ranks (a + b is one rounding in any order). fp32 at 3 ranks adds
+    in fp32, twice, in the algorithm's order: each addition rounds by at most half a unit in the
+    last place of the sum of the magnitudes, so the result is within 2**-23 of that sum."""
+    if got.dtype != torch.float32 or n == 2:
+        return same(torch, got, want, what)
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    bound = torch.stack([(x * factor).double().abs() for x in xs]).sum(0) * 2.0 ** -23
+    err = (got.double() - want.double()).abs()
+    if not bool((err <= bound).all()):
+        bad = (err - bound).argmax().item()
+        raise AssertionError("%s: element %d is %r, expected %r" % (what, bad, got[bad].item(),
+                                                                   want[bad].item()))
+
+
+# ---------------------------------------------------------------- worker side
+
+def w_premul():
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init()
+    for d in (torch.bfloat16, torch.float16, torch.float32):
+        for count in (1001, 600000):  # the direct algorithm and the sliced/ring one
+            xs = [torch.randn(count, generator=torch.Generator().manual_seed(7 * r + count))
+                  .to(d) for r in range(n)]
+            for factor in (1.0 / 3, torch.tensor(0.1, dtype=torch.float64),
+                           torch.tensor(1.0 / 7, dtype=d)):
+                what = "%s %d factor %s" % (d, count, factor)
+                op = dist._make_nccl_premul_sum(factor)
+                want = premul_reference(torch, xs, factor)
+                t = xs[rank].clone()
+                dist.all_reduce(t, op=op)
+                same_premul(torch, t, want, n, "allreduce PREMUL_SUM " + what, xs, factor)
+                # the scaled sum differs from the plain one: the factor was applied
+                assert not torch.equal(want, premul_reference(torch, xs, 1.0)), what
+                t = xs[rank].clone()
+                work = dist.all_reduce(t, op=op, async_op=True)
+                work.wait()
+                same_premul(torch, t, want, n, "allreduce PREMUL_SUM async " + what, xs, factor)
+                # reduce_scatter_tensor: rank r gets block r; the input stays as it was
+                m = count // n * n
+                full = xs[rank][:m].clone()
+                out = torch.empty(m // n, dtype=d)
+                dist.reduce_scatter_tensor(out, full, op=op)
+                blk = premul_reference(torch, [x[:m] for x in xs], factor).chunk(n)[rank]
+                same_premul(torch, out, blk, n, "reduce_scatter_tensor PREMUL_SUM " + what,
+                            [x[:m].chunk(n)[rank] for x in xs], factor)
+                same(torch, full, xs[rank][:m], "reduce_scatter_tensor PREMUL_SUM input")
+            # reduce: the root gets it, the others keep their input
+            t = xs[rank].clone()
+            dist.reduce(t, dst=n - 1, op=dist._make_nccl_premul_sum(0.25))
+            if rank == n - 1:
+                same_premul(torch, t, premul_reference(torch, xs, 0.25), n,
+                            "reduce PREMUL_SUM %s" % d, xs, 0.25)
+            else:
+                same(torch, t, xs[rank], "reduce PREMUL_SUM changed a non-root's input")
+    # coalesced forms: allreduce_coalesced, reduce_scatter_tensor_coalesced (small: packed)
+    xs = [[torch.randn(c, generator=torch.Generator().manual_seed(r * 100 + c)).bfloat16()
+           for c in (5, 300)] for r in range(n)]
+    ts = [x.clone() for x in xs[rank]]
+    dist.all_reduce_coalesced(ts, op=dist._make_nccl_premul_sum(0.3))
+    for i, t in enumerate(ts):
+        same(torch, t, premul_reference(torch, [xs[r][i] for r in range(n)], 0.3),
+             "allreduce_coalesced PREMUL_SUM %d" % i)
+    pg = dist.distributed_c10d._get_default_group()
+    ins = [torch.randn(n * c, generator=torch.Generator().manual_seed(rank * 10 + c)).half()
+           for c in (4, 1000)]
+    outs = [torch.empty(c, dtype=torch.half) for c in (4, 1000)]
+    opts = dist.ReduceScatterOptions()
+    opts.reduceOp = dist._make_nccl_premul_sum(0.5)
+    pg.reduce_scatter_tensor_coalesced(outs, ins, opts).wait()
+    for i, c in enumerate((4, 1000)):
+        allin = [torch.randn(n * c, generator=torch.Generator().manual_seed(r * 10 + c)).half()
+                 for r in range(n)]
+        same(torch, outs[i], premul_reference(torch, allin, 0.5).chunk(n)[rank],
+             "reduce_scatter_tensor_coalesced PREMUL_SUM %d" % i)
+    dist.destroy_process_group()
+    print("rank %d: PREMUL_SUM ok" % rank)
+
+
+def w_coalescing():
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    rank, n = harness.init()
+    pg = dist.distributed_c10d._get_default_group()
+    cpu = torch.device("cpu")
+    for asynchronous in (False, True):
+        for big in (False, True):  # packed into one operation, or one per tensor
+            c = 300000 if big else 50
+            # all_reduce: one allreduce_coalesced
+            ts = [torch.full((c + i,), float(rank + i)) for i in range(3)]
+            with _coalescing_manager(async_ops=asynchronous) as cm:
+                for t in ts:
+                    dist.all_reduce(t)
+            if asynchronous:
+                cm.wait()
+            for i, t in enumerate(ts):
+                same(torch, t, torch.full((c + i,), float(sum(range(n)) + n * i)),
+                     "coalesced all_reduce")
+            # all_gather_into_tensor: one allgather_into_tensor_coalesced
+            ins = [torch.arange(c + i, dtype=torch.int32) + rank for i in range(2)]
+            outs = [torch.empty(n * (c + i), dtype=torch.int32) for i in range(2)]
+            outs[1] = torch.empty(c + 1, n, dtype=torch.int32).t()  # non-contiguous output
+            with _coalescing_manager(async_ops=asynchronous) as cm:
+                for o, i in zip(outs, ins):
+                    dist.all_gather_into_tensor(o, i)
+            if asynchronous:
+                cm.wait()
+            for i in range(2):
+                want = torch.cat([torch.arange(c + i, dtype=torch.int32) + r for r in range(n)])
+                same(torch, outs[i].reshape(-1), want, "coalesced all_gather_into_tensor %d" % i)
+            # reduce_scatter_tensor: one reduce_scatter_tensor_coalesced, AVG in bf16
+            ins = [torch.arange(n * (c + i)).bfloat16() * 0 + float(2 * rank)
+                   for i in range(2)]
+            outs = [torch.empty(c + i, dtype=torch.bfloat16) for i in range(2)]
+            with _coalescing_manager(async_ops=asynchronous) as cm:
+                for o, i in zip(outs, ins):
+                    dist.reduce_scatter_tensor(o, i, op=dist.ReduceOp.AVG)
+            if asynchronous:
+                cm.wait()
+            for i in range(2):
+                same(torch, outs[i], torch.full((c + i,), float(n - 1), dtype=torch.bfloat16),
+                     "coalesced reduce_scatter_tensor AVG %d" % i)
+        # with the device: startCoalescing / endCoalescing around other calls as well (torch
+        # collects the all_reduces itself, one dtype and op, and runs the broadcast as it comes)
+        a, b = torch.ones(10) * rank, torch.ones(20) * rank
+        bc = torch.arange(5) if rank == 0 else torch.zeros(5, dtype=torch.int64)
+        with _coalescing_manager(device=cpu, async_ops=asynchronous) as cm:
+            dist.broadcast(bc, 0, async_op=asynchronous)
+            dist.all_reduce(a, op=dist.ReduceOp.MAX)
+            dist.all_reduce(b, op=dist.ReduceOp.MAX)
+        if asynchronous:
+            cm.wait()
+        same(torch, bc, torch.arange(5), "coalesced broadcast")
+        same(torch, a, torch.full((10,), float(n - 1)), "coalesced all_reduce (device)")
+        same(torch, b, torch.full((20,), float(n - 1)), "coalesced max")
+    # the Work every call in the block returns completes with the block; waiting inside the
+    # block, before anything was posted, is refused
+    pg._start_coalescing(cpu)
+    t1, t2 = torch.ones(4), torch.ones(4) * 2
+    w1 = pg.allreduce([t1])
+    w2 = pg.allreduce([t2])
+    raises(lambda: w1.wait(), "tutti coalesced", "inside a coalescing block")
+    raises(lambda: pg._start_coalescing(cpu), "already coalescing")
+    w = pg._end_coalescing(cpu)
+    w.wait()
+    assert w1.wait() and w2.wait()
+    same(torch, t1, torch.full((4,), float(n)), "coalesced Work 1")
+    same(torch, t2, torch.full((4,), 2.0 * n), "coalesced Work 2")
+    res = w.get_future().wait()
+    assert len(res) == 2 and res[0] is not None, res
+    raises(lambda: pg._end_coalescing(cpu), "without startCoalescing")
+    dist.destroy_process_group()
+    print("rank %d: coalescing ok" % rank)
+
+
+def w_groups():
+    """3 ranks: split_group into {0, 2} and {1}; abort; shutdown."""
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init()
+    assert n == 3
+    world = dist.distributed_c10d._get_default_group()
+    backend = world._get_backend(torch.device("cpu"))
+    assert backend.supports_splitting and backend.supports_coalescing
+    # split: every rank of the parent takes part; each names its own group
+    mine = [0, 2] if rank in (0, 2) else [1]
+    sub = world.split_group(mine, timeout=datetime.timedelta(seconds=30), group_name="halves")
+    assert sub is not None
+    assert (sub.rank(), sub.size()) == (mine.index(rank), len(mine)), (sub.rank(), sub.size())
+    t = torch.full((5,), float(rank + 1))
+    sub.allreduce([t]).wait()
+    same(torch, t, torch.full((5,), float(sum(r + 1 for r in mine))), "split allreduce")
+    opts = dist.BroadcastOptions()
+    opts.rootRank = len(mine) - 1
+    t = torch.tensor([rank])
+    sub.broadcast([t], opts).wait()
+    same(torch, t, torch.tensor([mine[-1]]), "split broadcast")
+    # a rank left out of the split gets no group
+    only = world.split_group([0, 1], group_name="pair")
+    assert (only is None) == (rank == 2), (rank, only)
+    if only is not None:
+        t = torch.ones(2)
+        only.allreduce([t]).wait()
+        same(torch, t, torch.full((2,), 2.0), "split pair allreduce")
+    # abort: a receive in flight fails at once with "aborted", later calls are refused; the
+    # world group is unharmed
+    g = dist.new_group([0, 1])
+    store = dist.distributed_c10d._get_default_store()
+    if rank in (0, 1):
+        t = torch.zeros(3)
+        work = dist.irecv(t, 1 - rank, group=g, tag=9)  # never sent
+        fut = work.get_future()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        dist.distributed_c10d._abort_process_group(g)
+        raises(lambda: work.wait(), "tutti recv", "aborted")
+        raises(lambda: fut.wait(), "aborted")
+        assert time.monotonic() - t0 < 10, "abort took %.1f s" % (time.monotonic() - t0)
+        raises(lambda: g.allreduce([torch.ones(1)]), "tutti allreduce", "was aborted")
+    # shutdown: destroy_process_group on a group; a later call is refused
+    h = dist.new_group([1, 2])
+    if rank in (1, 2):
+        hb = h._get_backend(torch.device("cpu"))
+        dist.all_reduce(torch.ones(1), group=h)
+        dist.destroy_process_group(h)
+        raises(lambda: hb.allreduce([torch.ones(1)]), "shut down")
+    store.set("groups/%d" % rank, "1")
+    store.wait(["groups/%d" % r for r in range(n)])
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    same(torch, t, torch.full((3,), float(n)), "world after split and abort")
+    dist.destroy_process_group()
+    print("rank %d: groups ok" % rank)
+
+
+def w_timeouts():
+    """2 ranks: Work.wait(timeout), futures, Backend.setTimeout."""
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init()
+    store = dist.distributed_c10d._get_default_store()
+    # Work.wait(timeout): a recv with no send yet times out, then completes
+    if rank == 0:
+        r = torch.zeros(3)
+        work = dist.irecv(r, 1, tag=3)
+        raises(lambda: work.wait(datetime.timedelta(milliseconds=200)), "not complete after",
+               "200 ms")
+        assert not work.is_completed()
+        store.set("recv_timed_out", "1")
+        work.wait()
+        assert work.is_completed() and work.exception() is None
+        same(torch, r, torch.tensor([4.0, 5.0, 6.0]), "recv after timeout")
+    else:
+        store.wait(["recv_timed_out"])
+        dist.send(torch.tensor([4.0, 5.0, 6.0]), 0, tag=3)
+    # the same for a small collective: the post returns at once (it does not run in the
+    # caller's thread while a peer is missing), and wait(timeout) raises until the peer joins
+    t = torch.full((4,), float(rank + 1))
+    if rank == 0:
+        work = dist.all_reduce(t, async_op=True)
+        raises(lambda: work.wait(datetime.timedelta(milliseconds=200)), "tutti allreduce",
+               "not complete after")
+        store.set("allreduce_timed_out", "1")
+        work.wait()
+    else:
+        store.wait(["allreduce_timed_out"])
+        dist.all_reduce(t)
+    same(torch, t, torch.full((4,), float(n * (n + 1) // 2)), "allreduce after wait timeout")
+    # futures: of a synchronous call's Work (made complete), of a completed async one, chained
+    pg = dist.distributed_c10d._get_default_group()
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    t = torch.ones(2)
+    work = pg.allreduce([t], opts)
+    assert work.is_completed(), "a synchronous call's Work must be complete on return"
+    same(torch, work.get_future().wait()[0], torch.full((2,), float(n)), "sync future")
+    t = torch.ones(2)
+    fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 10)
+    same(torch, fut.wait(), torch.full((2,), 10.0 * n), "chained future")
+    # setTimeout: a group whose timeout is lowered to 1 s fails a collective the peer never
+    # joins after about 1 s, not after its 60 s
+    g = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=60))
+    g.set_timeout(datetime.timedelta(seconds=1))
+    assert g._get_backend(torch.device("cpu")).timeout == datetime.timedelta(seconds=1)
+    if rank == 0:
+        t0 = time.monotonic()
+        text = raises(lambda: dist.all_reduce(torch.ones(1), group=g), "tutti allreduce",
+                      "timed out")
+        took = time.monotonic() - t0
+        assert took < 20, "timed out after %.1f s, not about 1 s" % took
+        print("rank 0: setTimeout: failed after %.2f s: %s" % (took, text.splitlines()[0]))
+    store.set("timeout_done/%d" % rank, "1")
+    store.wait(["timeout_done/0", "timeout_done/1"])
+    dist.destroy_process_group(g)
+    raises(lambda: pg.set_timeout(datetime.timedelta(seconds=0)), "positive")
+    dist.barrier()
+    dist.destroy_process_group()
+    print("rank %d: timeouts ok" % rank)
+
+
+def w_monitored():
+    """3 ranks: monitored_barrier passes; then rank 2 stays away and rank 0 names it; then ranks
+    1 and 2 stay away and wait_all_ranks names both."""
+    import torch  # noqa: F401
+    import torch.distributed as dist
+
+    import tutti_torch
+
+    rank, n = harness.init()
+    store = dist.distributed_c10d._get_default_store()
+    tutti_torch.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    tutti_torch.monitored_barrier()  # the group's timeout
+    short = datetime.timedelta(seconds=1)
+    if rank != 2:
+        text = raises(lambda: tutti_torch.monitored_barrier(timeout=short),
+                      "tutti monitoredBarrier", "Rank 2 failed to pass monitoredBarrier in 1000 ms")
+        print("rank %d: %s" % (rank, text))
+    store.set("mb1/%d" % rank, "1")
+    store.wait(["mb1/%d" % r for r in range(n)])
+    if rank == 2:  # its call of the first round: it only reads rank 0's old verdict and fails
+        raises(lambda: tutti_torch.monitored_barrier(timeout=short), "Rank 2 failed")
+    if rank == 0:
+        raises(lambda: tutti_torch.monitored_barrier(timeout=short, wait_all_ranks=True),
+               "Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms")
+    store.set("mb2/%d" % rank, "1")
+    store.wait(["mb2/%d" % r for r in range(n)])
+    if rank != 0:  # their call of the second round
+        raises(lambda: tutti_torch.monitored_barrier(timeout=short), "Ranks 1, 2 failed")
+    # torch's own monitored_barrier refuses every backend but Gloo before reaching ours
+    raises(lambda: dist.monitored_barrier(), "only implemented for GLOO", exc=ValueError)
+    tutti_torch.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    dist.destroy_process_group()
+    print("rank %d: monitored_barrier ok" % rank)
+
+
+def w_refusals():
+    import torch
+    import torch.distributed as dist
+
+    import tutti_torch
+
+    rank, n = harness.init()
+    pg = dist.distributed_c10d._get_default_group()
+    for bad in (torch.int16, torch.uint16, torch.uint32, torch.float8_e4m3fn):
+        raises(lambda: dist.all_reduce(torch.zeros(4, dtype=bad)), "tutti allreduce",
+               "dtype %s cannot be reduced" % bad, "bfloat16")
+    raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.AVG),
+           "tutti allreduce", "AVG of a torch.int32 tensor")
+    raises(lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND),
+           "BAND needs an integer or bool tensor, not torch.float32")
+    raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool), op=dist.ReduceOp.AVG),
+           "AVG on a bool tensor")
+    raises(lambda: dist.all_reduce(torch.ones(4, dtype=torch.int64),
+                                   op=dist._make_nccl_premul_sum(2.0)),
+           "PREMUL_SUM needs a floating-point tensor")
+    raises(lambda: dist.all_reduce(torch.ones(4), op=dist._make_nccl_premul_sum(torch.ones(2))),
+           "numel() == 1")  # torch's own check, when the op is made
+    raises(lambda: dist.reduce_scatter_tensor(torch.empty(2, dtype=torch.int16),
+                                              torch.empty(2 * n, dtype=torch.int16)),
+           "tutti _reduce_scatter_base", "cannot be reduced")
+    raises(lambda: pg.allreduce([torch.ones(2), torch.ones(2)]).wait(), "exactly one tensor")
+    raises(lambda: pg.allreduce_coalesced([torch.ones(2), torch.ones(2, dtype=torch.float64)]),
+           "tutti allreduce_coalesced", "one dtype")
+    opts = dist.BroadcastOptions()
+    opts.rootRank = n
+    raises(lambda: pg.broadcast([torch.ones(2)], opts), "tutti broadcast",
+           "root rank %d is out of range" % n)
+    raises(lambda: dist.all_gather_into_tensor(torch.empty(n * 6 + 1), torch.ones(6)),
+           "world size")
+    raises(lambda: dist.all_gather_into_tensor(torch.empty(n * 6, dtype=torch.float64),
+                                               torch.ones(6)), "dtypes differ")
+    raises(lambda: dist.all_to_all_single(torch.empty(3), torch.empty(3), [1] * n, [5] * n),
+           "split sizes")
+    raises(lambda: dist.all_to_all_single(torch.empty(n + 1), torch.empty(n + 1)),
+           "divisible by the world size")
+    raises(lambda: dist.send(torch.ones(1), (rank + 1) % n, tag=5000),
+           "tag 5000 is out of range 0..1023")  # tutti's own argument check, in its words
+    raises(lambda: dist.recv(torch.ones(1)), "tutti recvAnysource", "name the source")
+    raises(lambda: pg.send([torch.ones(1)], rank, 0), "is this rank")
+    raises(lambda: tutti_torch._create(None, object()), "pg_options must be a tutti_torch.Options",
+           exc=TypeError)
+    # none of that posted anything: the group still works, on every rank alike
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    same(torch, t, torch.full((3,), float(n)), "allreduce after the refusals")
+    dist.destroy_process_group()
+    raises(lambda: pg.allreduce([torch.ones(1)]), "shut down")
+    print("rank %d: refusals ok" % rank)
+
+
+def w_options():
+    """pg_options: a tutti_torch.Options reaches the backend (inline_max, worker_count)."""
+    import torch
+    import torch.distributed as dist
+
+    import tutti_torch
+
+    opts = tutti_torch.Options()
+    opts.inline_max = 1 << 16
+    opts.worker_count = 2
+    opts.transport = "shm"
+    rank, n = harness.init(pg_options=opts)
+    b = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    got = b.options
+    assert (got.inline_max, got.worker_count, got.transport) == (1 << 16, 2, "shm"), got
+    assert b.transport == ["self" if p == rank else "shm" for p in range(n)], b.transport
+    for count in (10, 1 << 20):  # inline, then sliced over the two workers
+        t = torch.full((count,), float(rank))
+        dist.all_reduce(t, async_op=True).wait()
+        same(torch, t, torch.full((count,), float(sum(range(n)))), "allreduce with Options")
+    dist.destroy_process_group()
+    print("rank %d: options ok" % rank)
+
+
+# ---------------------------------------------------------------- test side
+
+class TestBackend(harness.RankTest):
+    script = os.path.abspath(__file__)
+
+    def test_premul_sum_2_ranks(self):
+        self.assertIn("PREMUL_SUM ok", self.ranks("premul", 2, timeout=150)[0].out)
+
+    def test_premul_sum_3_ranks(self):
+        self.assertIn("PREMUL_SUM ok", self.ranks("premul", 3, timeout=200)[0].out)
+
+    def test_coalescing(self):
+        self.assertIn("coalescing ok", self.ranks("coalescing", 2, timeout=150)[0].out)
+
+    def test_split_abort_shutdown(self):
+        self.assertIn("groups ok", self.ranks("groups", 3, timeout=150)[0].out)
+
+    def test_timeouts_and_futures(self):
+        res = self.ranks("timeouts", 2, timeout=150)
+        self.assertIn("timeouts ok", res[0].out)
+
+    def test_monitored_barrier(self):
+        res = self.ranks("monitored", 3, timeout=150)
+        self.assertIn("monitored_barrier ok", res[0].out)
+
+    def test_refusals(self):
+        self.assertIn("refusals ok", self.ranks("refusals", 2, timeout=150)[0].out)
+
+    def test_options(self):
+        self.assertIn("options ok", self.ranks("options", 2, timeout=150)[0].out)
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        sys.exit(harness.worker_main({"premul": w_premul, "coalescing": w_coalescing,
+                                      "groups": w_groups, "timeouts": w_timeouts,
+                                      "monitored": w_monitored, "refusals": w_refusals,
+                                      "options": w_options}))
+    import unittest
+
+    unittest.main()

@@ -1,0 +1,385 @@
+// backend.cpp: BackendTutti's life cycle (creation through the Store, split, timeout, abort,
+// shutdown), how a call runs (launch: blocking, posted, or collected while coalescing), and the
+// barriers. The calls themselves are in reductions.cpp, movement.cpp and p2p.cpp.
+#include "backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+#include "errors.h"
+#include "store_oob.h"
+
+namespace tutti_torch {
+
+// The configuration of a group's communicators. Asynchronous calls never run in the caller's
+// thread unless asked (Options.inline_max, or TUTTI_INLINE_MAX): a post returns at once, so that
+// Work.wait's timeout applies and a rank can do other things before its peers join, as with
+// Gloo. Blocking calls (asyncOp false) run in the caller's thread whenever nothing is queued.
+static tutti_comm_config_t config_of(const BackendTutti::Options &o)
+{
+    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT;
+    cfg.timeout_s = o.timeout.count() > 0 ? static_cast<double>(o.timeout.count()) / 1000.0 : 0;
+    cfg.inline_max = o.inline_max != 0 ? o.inline_max
+                     : std::getenv("TUTTI_INLINE_MAX") != nullptr ? 0 /* the variable's */
+                                                                  : -1;
+    cfg.worker_count = o.worker_count;
+    cfg.transport = o.transport.empty() ? nullptr : o.transport.c_str();
+    return cfg;
+}
+
+BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                           c10::intrusive_ptr<Options> options)
+    : c10d::Backend(rank, size), store_(store), options_(std::move(options))
+{
+    if (!store_)
+        refuse("init", "the Store is None");
+    if (!options_)
+        options_ = c10::make_intrusive<Options>();
+    tutti_comm_config_t cfg = config_of(*options_);
+    try {
+        comm_ = make_comm(store_.get(), "tutti/coll/", rank, size, cfg);
+        up_ = make_comm(store_.get(), "tutti/p2p-up/", rank, size, cfg);
+        down_ = make_comm(store_.get(), "tutti/p2p-down/", rank, size, cfg);
+    } catch (...) {
+        destroy();
+        throw;
+    }
+    init();
+}
+
+BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                           c10::intrusive_ptr<Options> options, tutti_comm_t *comm,
+                           tutti_comm_t *up, tutti_comm_t *down)
+    : c10d::Backend(rank, size), store_(store), options_(std::move(options)), comm_(comm),
+      up_(up), down_(down)
+{
+    init();
+}
+
+// Operations still running end first, as in Gloo: a peer may be running one that this rank has
+// only queued, which tutti_comm_destroy would fail here and leave that peer waiting for it until
+// the timeout. Then the communicators go (their workers joined: every callback has run), then
+// the references the completions parked.
+BackendTutti::~BackendTutti()
+{
+    shutdown();
+}
+
+void BackendTutti::shutdown()
+{
+    if (state_.exchange(2) != 2) {
+        std::chrono::milliseconds t = options_->timeout;
+        tracker_->wait_idle(t.count() > 0 ? t : std::chrono::milliseconds(300000));
+        destroy();
+    }
+    tracker_->drain();
+}
+
+// abort fails everything queued or running at once (TUTTI_ERR_ABORTED), and every later call
+// is refused; the communicators are destroyed by shutdown or the destructor, without waiting
+// for the peers (tutti does not wait on a failed communicator).
+void BackendTutti::abort()
+{
+    int expected = 0;
+    if (!state_.compare_exchange_strong(expected, 1))
+        return;
+    for (tutti_comm_t *c : {comm_, up_, down_})
+        if (c != nullptr)
+            tutti_comm_abort(c);
+}
+
+void BackendTutti::destroy()
+{
+    for (tutti_comm_t **c : {&down_, &up_, &comm_}) {
+        if (*c != nullptr)
+            tutti_comm_destroy(*c);
+        *c = nullptr;
+    }
+}
+
+void BackendTutti::check_usable(const std::string &op) const
+{
+    int s = state_.load(std::memory_order_acquire);
+    if (s == 1)
+        refuse(op, "the process group was aborted; create a new one");
+    if (s == 2)
+        refuse(op, "the process group was shut down (destroy_process_group); create a new one");
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> BackendTutti::getBackendOptions()
+{
+    // A copy: ProcessGroup::splitGroup writes the new group's name and timeout into it.
+    return c10::make_intrusive<Options>(*options_);
+}
+
+void BackendTutti::setTimeout(std::chrono::milliseconds timeout)
+{
+    if (timeout.count() <= 0)
+        refuse("setTimeout", "the timeout must be positive, got " +
+                                 std::to_string(timeout.count()) + " ms");
+    for (tutti_comm_t *c : {comm_, up_, down_}) {
+        if (c == nullptr)
+            continue;
+        tutti_status_t st = tutti_comm_set_timeout(c, static_cast<double>(timeout.count()) / 1e3);
+        if (st != TUTTI_OK)
+            refuse("setTimeout", status_text(st, c));
+    }
+    options_->timeout = timeout;
+}
+
+// split makes the group of `ranks` (sorted ranks of this group; the caller's own list, or the
+// first list for a rank in none) from this group's communicators, with tutti_comm_split: every
+// rank of this group takes part, as torch's split_group requires, and the new communicators
+// need no store round of their own. A rank not in ranks gets no group (nullptr).
+c10::intrusive_ptr<c10d::Backend>
+BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vector<int> &ranks,
+                    const c10::intrusive_ptr<c10d::Backend::Options> &opts)
+{
+    const std::string op = "split";
+    check_usable(op);
+    if (ranks.empty())
+        refuse(op, "got no ranks");
+    for (size_t i = 0; i < ranks.size(); i++) {
+        if (ranks[i] < 0 || ranks[i] >= size_)
+            refuse(op, "rank " + std::to_string(ranks[i]) + " is not in this group of " +
+                           std::to_string(size_));
+        if (i > 0 && ranks[i] <= ranks[i - 1])
+            refuse(op, "the ranks must be sorted and distinct");
+    }
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    bool member = it != ranks.end();
+    // Groups do not overlap, so a group's lowest rank tells it from the others.
+    int color = member ? ranks[0] : TUTTI_UNDEFINED;
+    int key = member ? static_cast<int>(it - ranks.begin()) : 0;
+    tutti_comm_t *made[3] = {nullptr, nullptr, nullptr};
+    tutti_comm_t *from[3] = {comm_, up_, down_};
+    for (int i = 0; i < 3; i++) {
+        tutti_status_t st = tutti_comm_split(from[i], color, key, &made[i]);
+        if (st != TUTTI_OK) {
+            std::string text = status_text(st, from[i]);
+            for (tutti_comm_t *c : made)
+                if (c != nullptr)
+                    tutti_comm_destroy(c);
+            refuse(op, text);
+        }
+    }
+    if (!member)
+        return nullptr;
+    auto options = c10::make_intrusive<Options>(*options_);
+    if (opts) {
+        options->timeout = opts->timeout;
+        options->group_name = opts->group_name;
+        options->global_ranks_in_group = opts->global_ranks_in_group;
+    }
+    for (tutti_comm_t *c : made)
+        if (options->timeout != options_->timeout && options->timeout.count() > 0)
+            tutti_comm_set_timeout(c, static_cast<double>(options->timeout.count()) / 1e3);
+    return c10::make_intrusive<BackendTutti>(store, key, static_cast<int>(ranks.size()),
+                                             std::move(options), made[0], made[1], made[2]);
+}
+
+tutti_comm_t *BackendTutti::p2p_comm(const std::string &op, int from, int to) const
+{
+    int peer = from == rank_ ? to : from;
+    if (peer < 0 || peer >= size_)
+        refuse(op, "peer rank " + std::to_string(peer) + " is out of range 0.." +
+                       std::to_string(size_ - 1));
+    if (peer == rank_)
+        refuse(op, "peer " + std::to_string(peer) + " is this rank; tutti does not send to itself "
+                   "(copy the tensor instead)");
+    return from < to ? up_ : down_;
+}
+
+WorkPtr BackendTutti::launch(Call &&call, bool async)
+{
+    check_usable(call.name);
+    tracker_->drain(); // a caller's thread: free what completions parked
+    // Inside a coalescing block only asynchronous calls are collected: a synchronous one is
+    // waited for at once by its caller (torch does, before the block ends), so it runs now,
+    // as outside the block; every rank makes the same calls, so the order still agrees.
+    if (async && coalescing_.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> g(coalesce_mu_);
+        if (coalesced_work_) {
+            coalesced_.push_back(std::move(call));
+            return coalesced_work_;
+        }
+    }
+    auto w = c10::make_intrusive<Work>(rank_, call.type, std::move(call.name),
+                                       std::move(call.outputs), tracker_);
+    if (call.finalize)
+        w->finalize_.push_back(std::move(call.finalize));
+    if (!async) {
+        // The caller waits on the Work at once: run here, no worker, no handle.
+        for (const auto &post : call.posts) {
+            tutti_status_t st = post(call.comm, nullptr);
+            if (st < 0)
+                throw std::runtime_error(prefixed(w->name(), status_text(st, call.comm)));
+        }
+        w->complete_now();
+        return w;
+    }
+    w->keep_ = std::move(call.keep);
+    try {
+        for (const auto &post : call.posts)
+            w->post(call.comm, post);
+    } catch (...) {
+        // Posts made before the refusal run on (the peers take part in them).
+        w->fail(std::current_exception());
+        w->arm();
+        throw;
+    }
+    w->arm();
+    return w;
+}
+
+void BackendTutti::startCoalescing()
+{
+    check_usable("startCoalescing");
+    std::lock_guard<std::mutex> g(coalesce_mu_);
+    if (coalesced_work_)
+        refuse("startCoalescing", "already coalescing: call endCoalescing first");
+    coalesced_work_ = c10::make_intrusive<Work>(rank_, c10d::OpType::COALESCED, "coalesced",
+                                                std::vector<at::Tensor>(), tracker_);
+    coalescing_.store(true, std::memory_order_release);
+}
+
+// endCoalescing posts the collected calls in order, each run of in-place allreduces of one
+// dtype and op as one tutti_allreduce_coalesced, and returns the Work that completes with all
+// of them (the one every call inside the block returned).
+WorkPtr BackendTutti::endCoalescing()
+{
+    std::vector<Call> calls;
+    c10::intrusive_ptr<Work> w;
+    {
+        std::lock_guard<std::mutex> g(coalesce_mu_);
+        if (!coalesced_work_)
+            refuse("endCoalescing", "called without startCoalescing");
+        calls.swap(coalesced_);
+        w = std::move(coalesced_work_);
+        coalescing_.store(false, std::memory_order_release);
+    }
+    check_usable("endCoalescing");
+    for (auto &c : calls) {
+        w->outputs_.insert(w->outputs_.end(), c.outputs.begin(), c.outputs.end());
+        w->keep_.insert(w->keep_.end(), c.keep.begin(), c.keep.end());
+        if (c.finalize)
+            w->finalize_.push_back(c.finalize);
+    }
+    try {
+        for (size_t i = 0; i < calls.size();) {
+            size_t j = i + 1;
+            const auto &m = calls[i].merge;
+            if (m)
+                while (j < calls.size() && calls[j].merge && calls[j].comm == calls[i].comm &&
+                       calls[j].merge->dtype == m->dtype && calls[j].merge->op == m->op)
+                    j++;
+            if (j - i == 1) {
+                for (const auto &post : calls[i].posts)
+                    w->post(calls[i].comm, post);
+            } else {
+                auto bufs = std::make_shared<std::vector<void *>>();
+                auto counts = std::make_shared<std::vector<size_t>>();
+                for (size_t k = i; k < j; k++) {
+                    bufs->push_back(calls[k].merge->buf);
+                    counts->push_back(calls[k].merge->count);
+                }
+                tutti_dtype_t dt = m->dtype;
+                tutti_op_t op = m->op;
+                w->post(calls[i].comm, [bufs, counts, dt, op](tutti_comm_t *c, tutti_work_t **h) {
+                    return tutti_allreduce_coalesced(nullptr, bufs->data(), counts->data(),
+                                                     static_cast<int>(bufs->size()), dt, op, c,
+                                                     h);
+                });
+            }
+            i = j;
+        }
+    } catch (...) {
+        // What was posted runs on (the peers take part in it); the Work fails with the refusal.
+        w->fail(std::current_exception());
+        w->arm();
+        throw;
+    }
+    w->arm();
+    return w;
+}
+
+WorkPtr BackendTutti::barrier(const c10d::BarrierOptions &opts)
+{
+    Call c;
+    c.type = c10d::OpType::BARRIER;
+    c.name = "barrier";
+    c.comm = comm_;
+    c.posts.push_back([](tutti_comm_t *comm, tutti_work_t **h) { return tutti_barrier(comm, h); });
+    return launch(std::move(c), opts.asyncOp);
+}
+
+// Store keys: rank r (> 0) sets <base>r when it arrives; rank 0 sets <base>verdict, empty when
+// every rank arrived, else the error text.
+static bool store_wait(c10d::Store &store, const std::string &key,
+                       std::chrono::steady_clock::time_point deadline)
+{
+    auto pause = std::chrono::microseconds(100);
+    std::vector<std::string> keys{key};
+    while (!store.check(keys)) {
+        auto now = std::chrono::steady_clock::now();
+        if (now >= deadline)
+            return false;
+        std::this_thread::sleep_for(
+            std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+        pause = std::min(pause * 2, std::chrono::microseconds(20000));
+    }
+    return true;
+}
+
+// monitoredBarrier: every rank but 0 reports to rank 0 through the Store, which waits up to the
+// timeout and names the ranks that did not arrive (the first one, or all with waitAllRanks),
+// then tells the others the verdict. Through the Store, not tutti: it must work when a
+// communicator is stuck, which is what it is for. The others wait twice the timeout for the
+// verdict, so that rank 0's answer reaches them after rank 0's own wait.
+void BackendTutti::monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks)
+{
+    const std::string op = "monitoredBarrier";
+    check_usable(op);
+    std::chrono::milliseconds timeout =
+        opts.timeout != c10d::kUnsetTimeout ? opts.timeout : options_->timeout;
+    std::string base = "tutti/monitored/" + std::to_string(monitored_seq_++) + "/";
+    auto start = std::chrono::steady_clock::now();
+    if (rank_ != 0) {
+        store_->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
+        if (!store_wait(*store_, base + "verdict", start + 2 * timeout))
+            refuse(op, "rank " + std::to_string(rank_) + " got no answer from rank 0 within " +
+                           std::to_string(2 * timeout.count()) +
+                           " ms: rank 0 did not reach monitoredBarrier");
+        std::vector<uint8_t> v = store_->get(base + "verdict");
+        if (!v.empty())
+            refuse(op, std::string(v.begin(), v.end()) + " (rank 0's verdict)");
+        return;
+    }
+    std::vector<int> missing;
+    for (int r = 1; r < size_; r++) {
+        if (!store_wait(*store_, base + std::to_string(r), start + timeout)) {
+            missing.push_back(r);
+            if (!waitAllRanks)
+                break; // the first rank that failed, as Gloo reports it
+        }
+    }
+    std::string verdict;
+    if (!missing.empty()) {
+        std::string list;
+        for (int r : missing)
+            list += (list.empty() ? "" : ", ") + std::to_string(r);
+        verdict = std::string(missing.size() > 1 ? "Ranks " : "Rank ") + list +
+                  " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) +
+                  " ms";
+    }
+    store_->set(base + "verdict", std::vector<uint8_t>(verdict.begin(), verdict.end()));
+    for (int r = 1; r < size_; r++)
+        if (std::find(missing.begin(), missing.end(), r) == missing.end())
+            store_->deleteKey(base + std::to_string(r));
+    if (!verdict.empty())
+        refuse(op, verdict);
+}
+
+} // namespace tutti_torch

@@ -1,0 +1,192 @@
+// backend.h: BackendTutti, tutti's c10d::Backend for torch 2.x: a thin layer over tutti's C
+// API that torch.distributed reaches for CPU tensors once the backend "tutti" is registered.
+//
+// Each call checks its tensors (CPU, dense, the counts c10d promises; reductions: a dtype and
+// ReduceOp tutti can honour) and becomes one tutti operation, rarely a few. A synchronous call
+// (asyncOp false: torch waits on the Work at once) runs blocking in the caller's thread, with no
+// hand-off to a worker; an asynchronous one is posted and returns at once, its Work completed
+// from tutti's completion callback. Between startCoalescing and endCoalescing asynchronous
+// calls are collected and posted together, allreduces of one dtype and op as one coalesced
+// allreduce.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <tutti.h>
+
+#include "work.h"
+
+namespace tutti_torch {
+
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+// One c10d call, checked and ready to run: its tutti operations (one, or one per tensor of a
+// large coalesced call), what to keep alive while they run, and what to do once they succeeded.
+struct Call {
+    c10d::OpType type = c10d::OpType::UNKNOWN;
+    std::string name;
+    std::vector<at::Tensor> outputs; // Work.result() and the Future's value
+    std::vector<at::Tensor> keep;    // buffers tutti reads or writes
+    std::function<void()> finalize;  // copies into the caller's tensors, if any
+    tutti_comm_t *comm = nullptr;
+    std::vector<PostFn> posts;       // run in order on comm
+    // A single in-place allreduce that endCoalescing may merge with its neighbours.
+    struct Merge {
+        void *buf;
+        size_t count;
+        tutti_dtype_t dtype;
+        tutti_op_t op;
+    };
+    std::optional<Merge> merge;
+};
+
+// Coalesced calls of up to kPackMax bytes of input in all are packed into one buffer and run as
+// one tutti operation (the copies cost less than a second operation's latency); larger ones run
+// as one operation per tensor, in place, without copies.
+constexpr size_t kPackMax = size_t(1) << 20;
+
+class BackendTutti : public c10d::Backend {
+  public:
+    // Options of a tutti group: pg_options of init_process_group / new_group, and what
+    // getBackendOptions returns. The fields beyond c10d's map to tutti_comm_config_t (0 or ""
+    // keeps tutti's default, which the environment variables set).
+    struct Options : c10d::Backend::Options {
+        explicit Options(std::chrono::milliseconds timeout = kBackendDefaultTimeout)
+            : c10d::Backend::Options("tutti", timeout)
+        {
+        }
+        // bytes up to which an asynchronous collective on an idle group runs in the caller's
+        // thread; 0: TUTTI_INLINE_MAX if set, else never (every asynchronous call returns at
+        // once, as Gloo's do); -1: never.
+        long inline_max = 0;
+        int worker_count = 0;  // tutti's worker threads; 0: CCL_WORKER_COUNT or 1
+        std::string transport; // "auto", "shm", "ofi"; "": TUTTI_TRANSPORT or auto
+    };
+
+    // A group of size ranks that meets through store (init_process_group, new_group).
+    BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                 c10::intrusive_ptr<Options> options);
+    // A group made of communicators split from another group's (split); it owns them.
+    BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                 c10::intrusive_ptr<Options> options, tutti_comm_t *comm, tutti_comm_t *up,
+                 tutti_comm_t *down);
+    ~BackendTutti() override;
+
+    const std::string getBackendName() const override { return "tutti"; }
+    c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+    bool supportsSplitting() const override { return true; }
+    bool supportsCoalescing() const override { return true; }
+    void setTimeout(std::chrono::milliseconds timeout) override;
+
+    void startCoalescing() override;
+    WorkPtr endCoalescing() override;
+    c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &store,
+                                            const std::vector<int> &ranks,
+                                            const c10::intrusive_ptr<c10d::Backend::Options> &opts)
+        override;
+    void abort() override;
+    void shutdown() override;
+
+    // ---- reductions (reductions.cpp) ----
+    WorkPtr allreduce(std::vector<at::Tensor> &tensors,
+                      const c10d::AllreduceOptions &opts = c10d::AllreduceOptions()) override;
+    WorkPtr allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                const c10d::AllreduceCoalescedOptions &opts =
+                                    c10d::AllreduceCoalescedOptions()) override;
+    WorkPtr reduce(std::vector<at::Tensor> &tensors,
+                   const c10d::ReduceOptions &opts = c10d::ReduceOptions()) override;
+    WorkPtr reduce_scatter(std::vector<at::Tensor> &outputs,
+                           std::vector<std::vector<at::Tensor>> &inputs,
+                           const c10d::ReduceScatterOptions &opts =
+                               c10d::ReduceScatterOptions()) override;
+    WorkPtr _reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                 const c10d::ReduceScatterOptions &opts =
+                                     c10d::ReduceScatterOptions()) override;
+    WorkPtr reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                            std::vector<at::Tensor> &inputs,
+                                            const c10d::ReduceScatterOptions &opts =
+                                                c10d::ReduceScatterOptions()) override;
+
+    // ---- data movement (movement.cpp): bytes, so every dtype ----
+    WorkPtr broadcast(std::vector<at::Tensor> &tensors,
+                      const c10d::BroadcastOptions &opts = c10d::BroadcastOptions()) override;
+    WorkPtr allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                      std::vector<at::Tensor> &inputs,
+                      const c10d::AllgatherOptions &opts = c10d::AllgatherOptions()) override;
+    WorkPtr _allgather_base(at::Tensor &output, at::Tensor &input,
+                            const c10d::AllgatherOptions &opts = c10d::AllgatherOptions()) override;
+    WorkPtr allgather_coalesced(std::vector<std::vector<at::Tensor>> &output_lists,
+                                std::vector<at::Tensor> &inputs,
+                                const c10d::AllgatherOptions &opts =
+                                    c10d::AllgatherOptions()) override;
+    WorkPtr allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                            std::vector<at::Tensor> &inputs,
+                                            const c10d::AllgatherOptions &opts =
+                                                c10d::AllgatherOptions()) override;
+    WorkPtr alltoall_base(at::Tensor &output, at::Tensor &input,
+                          std::vector<int64_t> &outputSplitSizes,
+                          std::vector<int64_t> &inputSplitSizes,
+                          const c10d::AllToAllOptions &opts = c10d::AllToAllOptions()) override;
+    WorkPtr alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                     const c10d::AllToAllOptions &opts = c10d::AllToAllOptions()) override;
+    WorkPtr gather(std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
+                   const c10d::GatherOptions &opts = c10d::GatherOptions()) override;
+    WorkPtr scatter(std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
+                    const c10d::ScatterOptions &opts = c10d::ScatterOptions()) override;
+
+    // ---- barriers (backend.cpp) ----
+    WorkPtr barrier(const c10d::BarrierOptions &opts = c10d::BarrierOptions()) override;
+    void monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks = false) override;
+
+    // ---- point to point (p2p.cpp) ----
+    WorkPtr send(std::vector<at::Tensor> &tensors, int dstRank, int tag) override;
+    WorkPtr recv(std::vector<at::Tensor> &tensors, int srcRank, int tag) override;
+    WorkPtr recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
+
+    // For the Python module: the collectives' communicator and the group's timeout.
+    tutti_comm_t *comm() const { return comm_; }
+    std::chrono::milliseconds timeout() const { return options_->timeout; }
+
+  private:
+    // launch runs call: blocking here when !async; else collected while coalescing, or
+    // posted. Refusals (tutti's argument checks included) throw here, in the caller.
+    WorkPtr launch(Call &&call, bool async);
+    // check_usable refuses calls on a group that was shut down or aborted.
+    void check_usable(const std::string &op) const;
+    // The point-to-point communicator for a message from rank `from` to rank `to`.
+    tutti_comm_t *p2p_comm(const std::string &op, int from, int to) const;
+    void destroy();
+
+    c10::intrusive_ptr<c10d::Store> store_; // monitoredBarrier's meeting place
+    c10::intrusive_ptr<Options> options_;
+    std::shared_ptr<Tracker> tracker_ = std::make_shared<Tracker>();
+    // Communicators: one for the collectives, and for point-to-point one per direction (lower
+    // to higher rank, higher to lower). tutti runs a communicator's operations one after the
+    // other, so on a single communicator an irecv posted before the isend of an exchange would
+    // wait for a send queued behind it on the peer; split by direction, each rank's sends and
+    // receives with one peer run independently.
+    tutti_comm_t *comm_ = nullptr;
+    tutti_comm_t *up_ = nullptr;
+    tutti_comm_t *down_ = nullptr;
+    std::atomic<int> state_{0}; // 0 usable, 1 aborted, 2 shut down
+
+    std::mutex coalesce_mu_; // guards what follows
+    std::atomic<bool> coalescing_{false};
+    std::vector<Call> coalesced_;
+    c10::intrusive_ptr<Work> coalesced_work_;
+
+    uint64_t monitored_seq_ = 0; // monitoredBarrier calls so far (their store keys)
+};
+
+} // namespace tutti_torch

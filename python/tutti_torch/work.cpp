@@ -1,0 +1,282 @@
+// work.cpp: the Work of one call, its completion and Future, and the Tracker (see work.h).
+#include "work.h"
+
+#include <deque>
+#include <stdexcept>
+#include <thread>
+
+#include "errors.h"
+
+namespace tutti_torch {
+
+// ---- Tracker ----
+
+void Tracker::begin()
+{
+    std::lock_guard<std::mutex> g(mu_);
+    running_++;
+}
+
+void Tracker::end(c10::intrusive_ptr<c10d::Work> w)
+{
+    std::lock_guard<std::mutex> g(mu_);
+    parked_.push_back(std::move(w));
+    if (--running_ == 0)
+        idle_.notify_all();
+}
+
+void Tracker::park(c10::intrusive_ptr<c10d::Work> w)
+{
+    std::lock_guard<std::mutex> g(mu_);
+    parked_.push_back(std::move(w));
+}
+
+void Tracker::drain()
+{
+    std::vector<c10::intrusive_ptr<c10d::Work>> gone;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        gone.swap(parked_);
+    }
+}
+
+bool Tracker::wait_idle(std::chrono::milliseconds timeout)
+{
+    std::unique_lock<std::mutex> lock(mu_);
+    return idle_.wait_for(lock, timeout, [&] { return running_ == 0; });
+}
+
+// ---- Completer ----
+
+// Completer completes the Futures that someone holds (and may have hung callbacks on) off
+// tutti's worker threads, on threads of its own, one per completion in flight: a callback may
+// wait for another operation of the group (PowerSGD's hooks do), which needs tutti's worker
+// free, and a Completer thread free to complete that operation's Future. Idle threads stay a
+// few seconds for the next completion, then leave. One per process, never destroyed.
+class Completer {
+  public:
+    static Completer &get()
+    {
+        static Completer *c = new Completer(); // leaked: its threads may outlive static teardown
+        return *c;
+    }
+
+    void run(std::function<void()> fn)
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        tasks_.push_back(std::move(fn));
+        if (tasks_.size() > idle_)
+            std::thread([this] { loop(); }).detach(); // every queued task gets a thread
+        else
+            cv_.notify_one();
+    }
+
+  private:
+    void loop()
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        for (;;) {
+            if (tasks_.empty()) {
+                idle_++;
+                bool got = cv_.wait_for(lock, std::chrono::seconds(5),
+                                        [&] { return !tasks_.empty(); });
+                idle_--;
+                if (!got)
+                    return;
+            }
+            std::function<void()> fn = std::move(tasks_.front());
+            tasks_.pop_front();
+            lock.unlock();
+            fn();
+            fn = nullptr;
+            lock.lock();
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::function<void()>> tasks_;
+    size_t idle_ = 0;
+};
+
+// ---- Work ----
+
+Work::Work(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
+           std::shared_ptr<Tracker> tracker)
+    : c10d::Work(rank, type), outputs_(std::move(outputs)), name_(std::move(name)),
+      tracker_(std::move(tracker))
+{
+}
+
+void Work::post(tutti_comm_t *comm, const PostFn &fn)
+{
+    tutti_work_t *h = nullptr;
+    tutti_status_t st = fn(comm, &h);
+    if (st < 0 || h == nullptr)
+        throw std::runtime_error(prefixed(name_, status_text(st, comm)));
+    pending_.fetch_add(1, std::memory_order_relaxed);
+    c10::raw::intrusive_ptr::incref(this); // the completion's reference
+    tracker_->begin();
+    if (tutti_work_on_complete(h, &Work::on_complete, this) != TUTTI_OK) {
+        // Only a handle that has a callback already is refused, never a fresh one; should it
+        // happen all the same, complete here rather than leak or hang.
+        tutti_work_wait(h, -1.0);
+        on_complete(h, this);
+    }
+}
+
+void Work::on_complete(tutti_work_t *h, void *arg)
+{
+    // Adopt the reference post() took; the Tracker keeps it at the end.
+    auto self = c10::intrusive_ptr<Work>::reclaim(static_cast<Work *>(arg));
+    tutti_status_t st = tutti_work_status(h);
+    if (st != TUTTI_OK) {
+        std::string text = tutti_work_error(h);
+        text = text.empty() ? tutti_strerror(st) : text + " (" + tutti_strerror(st) + ")";
+        std::lock_guard<std::mutex> g(self->err_mu_);
+        if (!self->error_)
+            self->error_ = std::make_exception_ptr(
+                std::runtime_error(prefixed(self->name_, text)));
+    }
+    tutti_work_free(h); // done already: frees at once, also from inside the callback
+    self->count_down();
+    std::shared_ptr<Tracker> t = self->tracker_;
+    t->end(std::move(self));
+}
+
+void Work::fail(std::exception_ptr ex)
+{
+    std::lock_guard<std::mutex> g(err_mu_);
+    if (!error_)
+        error_ = std::move(ex);
+}
+
+void Work::arm()
+{
+    armed_.store(true, std::memory_order_release);
+    count_down();
+}
+
+void Work::count_down()
+{
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1)
+        return;
+    std::exception_ptr ex;
+    {
+        std::lock_guard<std::mutex> g(err_mu_);
+        ex = error_;
+    }
+    if (!ex) {
+        try {
+            for (const auto &f : finalize_)
+                f();
+        } catch (...) {
+            ex = std::current_exception();
+        }
+    }
+    done(ex);
+}
+
+void Work::complete_now()
+{
+    armed_.store(true, std::memory_order_release);
+    pending_.store(0, std::memory_order_relaxed);
+    std::exception_ptr ex;
+    try {
+        for (const auto &f : finalize_)
+            f();
+    } catch (...) {
+        ex = std::current_exception();
+    }
+    done(ex);
+}
+
+// done completes the Work (waking Work.wait), then its Future if someone holds one already:
+// on a Completer thread, since its callbacks may wait for other operations. A Future asked for
+// later is made complete (getFuture).
+void Work::done(std::exception_ptr ex)
+{
+    finish(ex);
+    done_.store(true, std::memory_order_release);
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (future_ && !future_done_) {
+            future_done_ = true;
+            f = future_;
+        }
+    }
+    if (!f)
+        return;
+    auto self = c10::intrusive_ptr<Work>::reclaim_copy(this);
+    Completer::get().run([self, f, ex] {
+        self->complete_future(f, ex);
+        std::shared_ptr<Tracker> t = self->tracker_;
+        t->park(self); // the last reference goes where the GIL may be taken
+    });
+}
+
+void Work::complete_future(const c10::intrusive_ptr<c10::ivalue::Future> &f,
+                           std::exception_ptr ex)
+{
+    if (ex)
+        f->setError(ex);
+    else
+        f->markCompleted(c10::IValue(outputs_));
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture()
+{
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!future_) {
+        future_ = c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()));
+        if (completed_) { // nothing hangs on a Future made just now: complete it here
+            future_done_ = true;
+            complete_future(future_, exception_);
+        }
+    }
+    return future_;
+}
+
+bool Work::wait(std::chrono::milliseconds timeout)
+{
+    if (!armed_.load(std::memory_order_acquire))
+        refuse(name_, "waited for inside a coalescing block, before its operations were "
+                      "posted: leave the block (endCoalescing) first, then wait");
+    // As tutti_work_wait does: operations often end within microseconds, and waking from the
+    // condition variable costs several; yielding hands the core to the worker doing the work.
+    auto start = std::chrono::steady_clock::now();
+    auto spin = std::chrono::microseconds(200);
+    if (timeout != kNoTimeout && timeout < spin)
+        spin = timeout;
+    while (!done_.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() - start < spin)
+        std::this_thread::yield();
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == kNoTimeout) {
+        // tutti's own deadline (the group's timeout) ends every operation.
+        cv_.wait(lock, [&] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+        throw std::runtime_error(prefixed(
+            name_, "not complete after the " + std::to_string(timeout.count()) +
+                       " ms Work.wait was given; it goes on (wait again), and fails by itself at "
+                       "the process group's timeout"));
+    }
+    std::exception_ptr ex = exception_;
+    lock.unlock();
+    tracker_->drain(); // a thread that may take the GIL: free what completions parked
+    if (ex)
+        std::rethrow_exception(ex);
+    return true;
+}
+
+int Work::sourceRank() const
+{
+    if (source_ < 0)
+        refuse(name_, "sourceRank() is the sender of a receive from any source, and this is not "
+                      "one (or it has not completed)");
+    return source_;
+}
+
+} // namespace tutti_torch

@@ -1,0 +1,109 @@
+// work.h: the c10d Work of one tutti_torch call: what it posted to tutti, when it completes
+// (Work.wait with or without a timeout, the Future of getFuture), and the Tracker that follows a
+// backend's Works so that the backend can wait for them and free them off tutti's threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <tutti.h>
+
+namespace tutti_torch {
+
+// One tutti post: fn(comm, &handle) posts asynchronously; fn(comm, nullptr) runs blocking.
+using PostFn = std::function<tutti_status_t(tutti_comm_t *comm, tutti_work_t **work)>;
+
+// Tracker follows a backend's posts from post to completion. It counts those still running, so
+// that the backend can let them end before it destroys its communicators (as Gloo does), and
+// parks the references that completions drop until a thread that may take the GIL frees them:
+// dropping the last reference to a tensor whose Python object is gone decrefs that object,
+// which takes the GIL, and tutti's worker thread must never wait for the GIL, since the
+// interpreter may hold it while it waits for that very worker.
+class Tracker {
+  public:
+    void begin();
+    // end parks w (a completion's reference) and counts one post out.
+    void end(c10::intrusive_ptr<c10d::Work> w);
+    // park keeps one more reference for drain to drop.
+    void park(c10::intrusive_ptr<c10d::Work> w);
+    // drain frees the parked references here, in the calling thread.
+    void drain();
+    // wait_idle waits up to timeout for the running posts to end; false if some still run.
+    bool wait_idle(std::chrono::milliseconds timeout);
+
+  private:
+    std::mutex mu_;
+    std::condition_variable idle_;
+    size_t running_ = 0;
+    std::vector<c10::intrusive_ptr<c10d::Work>> parked_;
+};
+
+// Work is one c10d call. The backend fills finalize_ and keep_, then either ran the call
+// blocking and calls complete_now, or posts it (post, once per tutti operation) and calls arm;
+// the Work completes when every post has. A coalesced Work collects the calls made between
+// startCoalescing and endCoalescing and is armed by endCoalescing.
+class Work : public c10d::Work {
+  public:
+    Work(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
+         std::shared_ptr<Tracker> tracker);
+
+    const std::string &name() const { return name_; }
+
+    // Run in order on success before the Work counts as complete (copies into the caller's
+    // tensors); they run on tutti's worker thread, or in the caller's for a blocking call.
+    std::vector<std::function<void()>> finalize_;
+    // Buffers tutti reads or writes: kept until the Work is freed (never on tutti's thread).
+    std::vector<at::Tensor> keep_;
+    // The outputs, appended to by coalesced calls.
+    std::vector<at::Tensor> outputs_;
+
+    // post runs fn with a handle on comm and wires its completion here. It throws, with
+    // tutti's text, when tutti refuses the post (nothing was posted then).
+    void post(tutti_comm_t *comm, const PostFn &fn);
+    // arm says every post is made: the Work completes once they have (or now, if they have).
+    // fail, before arm, makes the Work complete with ex whatever the posts do.
+    void arm();
+    void fail(std::exception_ptr ex);
+    // complete_now completes a call that ran blocking in this thread: finalize_, then done.
+    void complete_now();
+    // set_source records the rank a receive from any source got its message from.
+    void set_source(int rank) { source_ = rank; }
+
+    bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+    std::vector<at::Tensor> result() override { return outputs_; }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+    int sourceRank() const override;
+
+  private:
+    static void on_complete(tutti_work_t *h, void *arg);
+    void count_down();
+    void done(std::exception_ptr ex);
+    void complete_future(const c10::intrusive_ptr<c10::ivalue::Future> &f,
+                         std::exception_ptr ex);
+
+    std::string name_;
+    std::shared_ptr<Tracker> tracker_;
+    std::atomic<int> pending_{1}; // posts in flight, plus one until arm()
+    std::atomic<bool> armed_{false};
+    std::atomic<bool> done_{false}; // completed_, readable without the lock (wait's spin)
+    std::mutex err_mu_;
+    std::exception_ptr error_; // the first failure of a post (under err_mu_)
+    // Under c10d::Work::mutex_: the Future, made on the first getFuture, and whether it has
+    // been (or is being) completed.
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+    bool future_done_ = false;
+    int source_ = -1;
+};
+
+} // namespace tutti_torch

@@ -122,12 +122,31 @@ typedef struct tutti_comm_config {
                                 the peers join); 0: TUTTI_INLINE_MAX or 65536; -1: never (every
                                 post returns at once; a blocking call still runs in the caller's
                                 thread when nothing is queued). Point-to-point posts never do. */
+    const char *job_token; /**< the job's secret for tutti_comm_init_env, the same string on
+                                every rank, at least 16 characters (tutti_job_token() makes one
+                                on rank 0; hand it to the others as NCCL's unique id is handed
+                                out); NULL: TUTTI_JOB_TOKEN, else the launcher's (see
+                                docs/security.md). Used during creation only. */
 } tutti_comm_config_t;
 
-#define TUTTI_COMM_CONFIG_INIT {sizeof(tutti_comm_config_t), 0.0, NULL, 0, 0}
+#define TUTTI_COMM_CONFIG_INIT {sizeof(tutti_comm_config_t), 0.0, NULL, 0, 0, NULL}
+
+/** Bytes tutti_job_token writes: 64 hex digits and a NUL. */
+#define TUTTI_JOB_TOKEN_LEN 65
 
 /** @return the library's version, "MAJOR.MINOR.PATCH". */
 TUTTI_API const char *tutti_version(void);
+
+/**
+ * Make a job token: 256 random bits as 64 hex digits. Rank 0 makes it and hands it to every rank
+ * (an MPI broadcast, a file only the job's user reads, the launcher's environment as
+ * TUTTI_JOB_TOKEN); each passes it as tutti_comm_config_t.job_token. A stranger who does not
+ * know it cannot join the job or read anything from its rendezvous.
+ * @param buf receives the token, at least TUTTI_JOB_TOKEN_LEN bytes.
+ * @return TUTTI_OK, TUTTI_ERR_INVALID_ARG (buf NULL or len too small), or TUTTI_ERR_SYSTEM
+ *         when the kernel gives no random bytes.
+ */
+TUTTI_API tutti_status_t tutti_job_token(char *buf, size_t len);
 
 /** @return a static text describing status (never NULL, also for unknown values). */
 TUTTI_API const char *tutti_strerror(tutti_status_t status);

@@ -33,6 +33,23 @@ typedef struct shared {
 
 static shared_t *sh;
 static int port;
+static tutti__auth_t auth; /* the job's authentication in this test (setup: a SECRET one) */
+
+/* use_auth sets the test's authentication: a SECRET job with a fixed key, or a HOST one (rank 0
+ * leaves its secret in a file for the ranks of this host). */
+static void use_auth(tutti__auth_mode_t mode)
+{
+    if (mode == TUTTI__AUTH_SECRET) {
+        uint8_t key[TUTTI__AUTH_KEY];
+        memset(key, 0x5a, sizeof key);
+        tutti__auth_from_key(key, &auth);
+    } else {
+        unsetenv("TUTTI_JOB_TOKEN");
+        unsetenv("OMPI_MCA_orte_precondition_transports");
+        ck_assert_int_eq(tutti__auth_from_env(NULL, &auth), TUTTI_OK);
+        ck_assert_int_eq(auth.mode, TUTTI__AUTH_HOST);
+    }
+}
 
 /* free_port finds a port nobody listens on (bind 0, read it back, release it). */
 static int free_port(void)
@@ -52,6 +69,7 @@ static void setup(void)
     ck_assert_ptr_ne(sh, MAP_FAILED);
     memset(sh, 0, sizeof *sh);
     port = free_port();
+    use_auth(TUTTI__AUTH_SECRET);
 }
 
 static void teardown(void) { munmap(sh, sizeof *sh); }
@@ -155,7 +173,7 @@ static tutti__bootstrap_t open_bs(int rank, int size, double timeout, tutti__sto
     double deadline = tutti__now() + timeout;
     /* Odd ranks name the host, so resolution is tested too. */
     tutti_status_t st = tutti__store_open(rank, size, rank % 2 ? "localhost" : "127.0.0.1",
-                                          port, deadline, s);
+                                          port, &auth, deadline, s);
     REQUIRE(st == TUTTI_OK, "store_open: %d: %s", (int)st, tutti_last_error());
     return (tutti__bootstrap_t){.rank = rank, .size = size, .deadline = deadline,
                                 .oob = tutti__store_oob(*s), .where = "the test's TCP store"};
@@ -219,12 +237,20 @@ START_TEST(test_full)
 }
 END_TEST
 
+/* The same with a HOST job: the ranks find rank 0's secret in its file. */
+START_TEST(test_full_host)
+{
+    use_auth(TUTTI__AUTH_HOST);
+    run_ranks(rank_full, full_sizes[_i]);
+}
+END_TEST
+
 /* ---- the store's own semantics, one rank in this process ------------------------------------ */
 
 START_TEST(test_store_semantics)
 {
     tutti__store_t *s;
-    ck_assert_int_eq(tutti__store_open(0, 1, "127.0.0.1", port, tutti__now() + 10.0, &s),
+    ck_assert_int_eq(tutti__store_open(0, 1, "127.0.0.1", port, &auth, tutti__now() + 10.0, &s),
                      TUTTI_OK);
     tutti_oob_t o = tutti__store_oob(s);
     char buf[64];
@@ -314,7 +340,7 @@ START_TEST(test_port_in_use)
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     ck_assert_int_eq(listen(fd, 4), 0);
     tutti__store_t *s = NULL;
-    ck_assert_int_eq(tutti__store_open(0, 2, "127.0.0.1", port, tutti__now() + 2.0, &s),
+    ck_assert_int_eq(tutti__store_open(0, 2, "127.0.0.1", port, &auth, tutti__now() + 2.0, &s),
                      TUTTI_ERR_BOOTSTRAP);
     ck_assert_ptr_null(s);
     char want[64];
@@ -330,7 +356,7 @@ START_TEST(test_no_server)
 {
     tutti__store_t *s = NULL;
     double t0 = tutti__now();
-    ck_assert_int_eq(tutti__store_open(3, 4, "127.0.0.1", port, tutti__now() + 0.3, &s),
+    ck_assert_int_eq(tutti__store_open(3, 4, "127.0.0.1", port, &auth, tutti__now() + 0.3, &s),
                      TUTTI_ERR_BOOTSTRAP);
     double dt = tutti__now() - t0;
     ck_assert_msg(dt > 0.25 && dt < 1.0, "gave up after %g s for a 0.3 s deadline", dt);
@@ -339,7 +365,7 @@ START_TEST(test_no_server)
     ck_assert_msg(strstr(tutti_last_error(), "rank 3") && strstr(tutti_last_error(), want) &&
                       strstr(tutti_last_error(), "refused"),
                   "%s", tutti_last_error());
-    ck_assert_int_eq(tutti__store_open(0, 1, "no-such-host.invalid", port, tutti__now() + 1.0, &s),
+    ck_assert_int_eq(tutti__store_open(0, 1, "no-such-host.invalid", port, &auth, tutti__now() + 1.0, &s),
                      TUTTI_ERR_BOOTSTRAP);
     ck_assert_msg(strstr(tutti_last_error(), "MASTER_ADDR"), "%s", tutti_last_error());
 }
@@ -348,15 +374,15 @@ END_TEST
 START_TEST(test_world_size_mismatch)
 {
     tutti__store_t *s0, *s1, *bad = NULL;
-    ck_assert_int_eq(tutti__store_open(0, 2, "127.0.0.1", port, tutti__now() + 5.0, &s0),
+    ck_assert_int_eq(tutti__store_open(0, 2, "127.0.0.1", port, &auth, tutti__now() + 5.0, &s0),
                      TUTTI_OK);
-    ck_assert_int_eq(tutti__store_open(1, 3, "127.0.0.1", port, tutti__now() + 5.0, &bad),
+    ck_assert_int_eq(tutti__store_open(1, 3, "127.0.0.1", port, &auth, tutti__now() + 5.0, &bad),
                      TUTTI_ERR_BOOTSTRAP);
     ck_assert_msg(strstr(tutti_last_error(), "2 ranks") && strstr(tutti_last_error(), "3"),
                   "%s", tutti_last_error());
-    ck_assert_int_eq(tutti__store_open(1, 2, "127.0.0.1", port, tutti__now() + 5.0, &s1),
+    ck_assert_int_eq(tutti__store_open(1, 2, "127.0.0.1", port, &auth, tutti__now() + 5.0, &s1),
                      TUTTI_OK);
-    ck_assert_int_eq(tutti__store_open(1, 2, "127.0.0.1", port, tutti__now() + 5.0, &bad),
+    ck_assert_int_eq(tutti__store_open(1, 2, "127.0.0.1", port, &auth, tutti__now() + 5.0, &bad),
                      TUTTI_ERR_BOOTSTRAP);
     ck_assert_msg(strstr(tutti_last_error(), "same rank"), "%s", tutti_last_error());
     tutti__store_close(s1);
@@ -583,6 +609,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 40);
     tcase_add_loop_test(tc, test_full, 0, (int)(sizeof full_sizes / sizeof full_sizes[0]));
+    tcase_add_loop_test(tc, test_full_host, 0, (int)(sizeof full_sizes / sizeof full_sizes[0]));
     suite_add_tcase(s, tc);
 
     tc = tcase_create("store");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "../common/sha256.h"
 #include "sock.h"
 #include "store.h"
 #include "wire.h"
@@ -20,6 +21,8 @@ struct tutti__store {
     double deadline;
     char addr[256];
     char local_ip[INET_ADDRSTRLEN];
+    tutti__auth_t auth;
+    uint8_t mixer[32];  /* keys travel as HMAC(mixer, key) */
     pthread_mutex_t mu; /* one request at a time on fd */
     tutti__store_server_t *srv; /* rank 0 only */
 };
@@ -54,6 +57,15 @@ static tutti_status_t recv_all(tutti__store_t *s, void *buf, size_t len, double 
     return err == 0 ? TUTTI_OK : io_fail(s, "waiting for a reply", err);
 }
 
+/* printable replaces what is not printable ASCII in a text another process sent, before it goes
+ * into a message. */
+static void printable(char *t)
+{
+    for (; *t; t++)
+        if (*t < 0x20 || *t > 0x7e)
+            *t = '?';
+}
+
 /*
  * rpc sends one request and reads its reply: *rtype gets the reply's type; a VALUE's first
  * cap bytes go to buf and its full length to *vlen. An ERROR reply becomes TUTTI_ERR_BOOTSTRAP
@@ -83,6 +95,7 @@ static tutti_status_t rpc(tutti__store_t *s, uint32_t type, uint32_t a, uint32_t
         TUTTI__CHECK(recv_all(s, text, n, deadline));
         TUTTI__CHECK(recv_all(s, NULL, w[3] - n, deadline));
         text[n] = '\0';
+        printable(text);
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d, rendezvous store at %s:%d: %s",
                                 s->rank, s->addr, s->port, text);
     }
@@ -104,15 +117,27 @@ static int check_key(tutti__store_t *s, const char *key)
     return 0;
 }
 
-static int oob_put(void *ctx, const char *key, const void *value, size_t len)
+/* wire_key is the name key travels under: HMAC(mixer, key), the first 16 bytes in hex. */
+#define WIRE_KEY_LEN 32
+static void wire_key(const tutti__store_t *s, const char *key, char out[WIRE_KEY_LEN + 1])
+{
+    uint8_t h[32];
+    tutti__hmac(s->mixer, sizeof s->mixer, key, strlen(key), h);
+    tutti__hex(h, WIRE_KEY_LEN / 2, out);
+}
+
+static int oob_put(void *ctx, const char *key_, const void *value, size_t len)
 {
     tutti__store_t *s = ctx;
-    if (check_key(s, key) < 0)
+    const char *shown = key_;
+    char key[WIRE_KEY_LEN + 1];
+    if (check_key(s, key_) < 0)
         return -1;
+    wire_key(s, key_, key);
     if (len > TUTTI__WIRE_VAL_MAX) {
         tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                          "rank %d cannot store %zu bytes under \"%s\": the rendezvous store "
-                         "takes values of up to %u bytes", s->rank, len, key, TUTTI__WIRE_VAL_MAX);
+                         "takes values of up to %u bytes", s->rank, len, shown, TUTTI__WIRE_VAL_MAX);
         return -1;
     }
     uint32_t rt = 0;
@@ -129,11 +154,13 @@ static int oob_put(void *ctx, const char *key, const void *value, size_t len)
 /* The store answers a missing key at once; the client polls, quickly at first (most keys
  * arrive within milliseconds), backing off to 20 ms so that many waiting ranks do not flood
  * rank 0. */
-static int oob_get(void *ctx, const char *key, void *buf, size_t cap, size_t *len, double timeout_s)
+static int oob_get(void *ctx, const char *key_, void *buf, size_t cap, size_t *len, double timeout_s)
 {
     tutti__store_t *s = ctx;
-    if (check_key(s, key) < 0)
+    char key[WIRE_KEY_LEN + 1];
+    if (check_key(s, key_) < 0)
         return -1;
+    wire_key(s, key_, key);
     double end = tutti__now() + (timeout_s > 0 ? timeout_s : 0);
     unsigned pause_us = 1000;
     for (;;) {
@@ -200,29 +227,239 @@ static void lowercase_first(char *s)
         s[0] = (char)(s[0] - 'A' + 'a');
 }
 
-tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port, double deadline,
-                                 tutti__store_t **out)
+/* handshake answers the store's challenge on s->fd (wire.h). *retry is set when the store hung
+ * up without a reason, as it does to a client it dropped to make room under a flood: the
+ * caller may connect again. */
+static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
 {
-    *out = NULL;
-    if (size < 1 || rank < 0 || rank >= size || port < (rank == 0 ? 0 : 1) || port > 65535 ||
-        addr == NULL || strlen(addr) >= 256)
-        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                "rendezvous store: rank %d of %d at %s:%d is not a valid setting "
-                                "(0 <= rank < size, 1 <= port <= 65535; 0 for rank 0 only)",
-                                rank, size, addr ? addr : "(null)", port);
+    *retry = false;
+    uint8_t hdr[TUTTI__WIRE_HDR], ns[TUTTI__AUTH_NONCE];
+    uint32_t w[4];
+    int err = tutti__sock_recv(s->fd, hdr, sizeof hdr, deadline);
+    if (err == 0) {
+        tutti__wire_get_hdr(hdr, w);
+        if (w[0] != TUTTI__WIRE_MAGIC || w[1] != TUTTI__REP_CHALLENGE || w[3] != sizeof ns)
+            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                    "rank %d: what answers at %s:%d is not a tutti rendezvous "
+                                    "store of this version: is MASTER_PORT another program's "
+                                    "port, or do the ranks run different tutti versions?",
+                                    s->rank, s->addr, s->port);
+        err = tutti__sock_recv(s->fd, ns, sizeof ns, deadline);
+    }
+    if (err != 0) {
+        *retry = err == ECONNRESET || err == EPIPE;
+        return io_fail(s, "waiting for the store's challenge", err);
+    }
+    uint32_t sflags = w[2];
+    tutti__auth_t *a = &s->auth;
+    if ((sflags & TUTTI__WIRE_STRICT) && a->mode != TUTTI__AUTH_SECRET)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "rank %d: the rendezvous store at %s:%d admits only ranks that "
+                                "hold the job's secret (rank 0 has TUTTI_JOB_TOKEN, a token in "
+                                "its config, or runs under Open MPI), and this rank has none: "
+                                "give every rank the same TUTTI_JOB_TOKEN",
+                                s->rank, s->addr, s->port);
+    if (!(sflags & TUTTI__WIRE_STRICT) && a->mode == TUTTI__AUTH_SECRET)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "rank %d has the job's secret (%s), but the rendezvous store at "
+                                "%s:%d was started without one: give every rank the same "
+                                "TUTTI_JOB_TOKEN (or none), or this port belongs to another job",
+                                s->rank, a->source, s->addr, s->port);
+    if (!a->have_key) {
+        /* A HOST job: a rank on the store's host proves the secret rank 0 left in its file;
+         * one on another host cannot read that file and joins without proof. */
+        struct sockaddr_in peer;
+        socklen_t pl = sizeof peer;
+        char ip[INET_ADDRSTRLEN];
+        if (getpeername(s->fd, (struct sockaddr *)&peer, &pl) != 0 ||
+            inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip) == NULL)
+            return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d: getpeername on the store's "
+                                    "connection: %s", s->rank, strerror(errno));
+        if (tutti__addr_local((struct sockaddr *)&peer, pl, true))
+            TUTTI__CHECK(tutti__secret_file_read(ip, s->port, s->rank, a));
+    }
+    uint8_t body[TUTTI__WIRE_HELLO_BODY], *nc = body + TUTTI__WIRE_HELLO_NONCE;
+    uint32_t flags = a->have_key ? TUTTI__WIRE_PROOF : 0;
+    memset(body, 0, sizeof body);
+    tutti__wire_put32(body + TUTTI__WIRE_HELLO_FLAGS, flags);
+    memcpy(body + TUTTI__WIRE_HELLO_JOB, a->job, TUTTI__AUTH_JOB);
+    if (!tutti__random(nc, TUTTI__AUTH_NONCE))
+        return tutti__set_error(TUTTI_ERR_SYSTEM, "rank %d: getrandom: %s", s->rank,
+                                strerror(errno));
+    if (a->have_key)
+        tutti__auth_client_mac(a->key, ns, nc, (uint32_t)s->rank, (uint32_t)s->size, a->job,
+                               flags, body + TUTTI__WIRE_HELLO_MAC);
+    uint8_t mac[32];
+    size_t vlen = 0;
+    uint32_t rt = 0;
+    tutti__wire_put_hdr(hdr, TUTTI__REQ_HELLO, (uint32_t)s->rank, (uint32_t)s->size);
+    struct iovec iov[2] = {{hdr, sizeof hdr}, {body, sizeof body}};
+    err = tutti__sock_sendv(s->fd, iov, 2, deadline);
+    if (err != 0) {
+        *retry = err == ECONNRESET || err == EPIPE;
+        return io_fail(s, "saying hello", err);
+    }
+    err = tutti__sock_recv(s->fd, hdr, sizeof hdr, deadline);
+    if (err != 0) {
+        *retry = err == ECONNRESET || err == EPIPE;
+        return io_fail(s, "waiting for the store's answer to hello", err);
+    }
+    tutti__wire_get_hdr(hdr, w);
+    rt = w[1];
+    if (w[0] != TUTTI__WIRE_MAGIC || (rt != TUTTI__REP_OK && rt != TUTTI__REP_ERROR) ||
+        (rt == TUTTI__REP_OK && w[3] != sizeof mac) || w[3] > TUTTI__WIRE_VAL_MAX)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "rank %d got a garbled answer to hello from the rendezvous store "
+                                "at %s:%d (reply %u of %u bytes)",
+                                s->rank, s->addr, s->port, rt, w[3]);
+    if (rt == TUTTI__REP_ERROR) {
+        char text[TUTTI__WIRE_ERRTEXT_MAX];
+        size_t n = w[3] < sizeof text - 1 ? w[3] : sizeof text - 1;
+        if (tutti__sock_recv(s->fd, text, n, deadline) != 0)
+            n = 0;
+        text[n] = '\0';
+        printable(text);
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d, rendezvous store at %s:%d: %s",
+                                s->rank, s->addr, s->port, text);
+    }
+    TUTTI__CHECK(recv_all(s, mac, sizeof mac, deadline));
+    (void)vlen;
+    if (a->have_key) {
+        uint8_t want[32];
+        tutti__auth_server_mac(a->key, ns, nc, (uint32_t)s->rank, (uint32_t)s->size, a->job,
+                               want);
+        if (!tutti__ct_equal(want, mac, sizeof mac))
+            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                    "rank %d: the rendezvous store at %s:%d did not prove that it "
+                                    "holds the job's secret (%s): another program poses as rank "
+                                    "0; refusing to use it",
+                                    s->rank, s->addr, s->port, a->source);
+    }
+    tutti__auth_key_mixer(a, s->mixer);
+    return TUTTI_OK;
+}
+
+static tutti__store_t *store_new(int rank, int size, const char *addr, int port,
+                                 const tutti__auth_t *auth, double deadline)
+{
     tutti__store_t *s = calloc(1, sizeof *s);
     if (s == NULL)
-        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank %d: out of memory", rank);
+        return NULL;
     s->rank = rank;
     s->size = size;
     s->fd = -1;
     s->port = port;
     s->deadline = deadline;
+    s->auth = *auth;
     snprintf(s->addr, sizeof s->addr, "%s", addr);
     pthread_mutex_init(&s->mu, NULL);
+    return s;
+}
+
+static void store_free(tutti__store_t *s)
+{
+    if (s->fd >= 0)
+        close(s->fd);
+    tutti__store_server_stop(s->srv, true);
+    pthread_mutex_destroy(&s->mu);
+    memset(&s->auth, 0, sizeof s->auth);
+    free(s);
+}
+
+static void note_local_ip(tutti__store_t *s)
+{
+    struct sockaddr_in me;
+    socklen_t ml = sizeof me;
+    if (getsockname(s->fd, (struct sockaddr *)&me, &ml) < 0 || me.sin_family != AF_INET ||
+        inet_ntop(AF_INET, &me.sin_addr, s->local_ip, sizeof s->local_ip) == NULL)
+        snprintf(s->local_ip, sizeof s->local_ip, "127.0.0.1");
+}
+
+static tutti_status_t check_args(int rank, int size, const char *addr, int port,
+                                 const tutti__auth_t *auth)
+{
+    if (size < 1 || rank < 0 || rank >= size || port < (rank == 0 ? 0 : 1) || port > 65535 ||
+        addr == NULL || strlen(addr) >= 256 || auth == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "rendezvous store: rank %d of %d at %s:%d is not a valid setting "
+                                "(0 <= rank < size, 1 <= port <= 65535; 0 for rank 0 only)",
+                                rank, size, addr ? addr : "(null)", port);
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__store_open_fd(int fd, int rank, int size, const char *addr, int port,
+                                    const tutti__auth_t *auth, double deadline,
+                                    tutti__store_t **out)
+{
+    *out = NULL;
+    tutti_status_t st = check_args(rank, size, addr, port, auth);
+    tutti__store_t *s = st == TUTTI_OK ? store_new(rank, size, addr, port, auth, deadline) : NULL;
+    if (s == NULL) {
+        close(fd);
+        return st < 0 ? st : tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank %d: out of memory", rank);
+    }
+    s->fd = fd;
+    bool retry;
+    st = handshake(s, deadline, &retry);
+    if (st != TUTTI_OK) {
+        store_free(s);
+        return st;
+    }
+    note_local_ip(s);
+    *out = s;
+    return TUTTI_OK;
+}
+
+/* bind_address is where rank 0 serves: the address MASTER_ADDR names, so that the store is
+ * reachable only on that interface (loopback for 127.0.0.1). One exception: a host name (not
+ * "localhost") that resolves to a loopback address, as Debian's /etc/hosts maps the machine's
+ * own name, is served on every interface, since other hosts reach that name at another address.
+ * name_ip gets the address, in dotted form, that the ranks of this host resolve addr to. */
+static tutti_status_t bind_address(const char *addr, int port, struct sockaddr_in *sa,
+                                   char name_ip[INET_ADDRSTRLEN])
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(addr, NULL, &hints, &res);
+    if (rc != 0)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "rank 0 cannot resolve MASTER_ADDR \"%s\" to serve the rendezvous "
+                                "store there: %s; set MASTER_ADDR to rank 0's host name or address",
+                                addr, gai_strerror(rc));
+    *sa = *(struct sockaddr_in *)res->ai_addr;
+    freeaddrinfo(res);
+    inet_ntop(AF_INET, &sa->sin_addr, name_ip, INET_ADDRSTRLEN);
+    struct in_addr num;
+    bool numeric = inet_pton(AF_INET, addr, &num) == 1;
+    if (!numeric && strcmp(addr, "localhost") != 0 && (ntohl(sa->sin_addr.s_addr) >> 24) == 127)
+        sa->sin_addr.s_addr = htonl(INADDR_ANY);
+    sa->sin_port = htons((uint16_t)port);
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
+                                 const tutti__auth_t *auth, double deadline,
+                                 tutti__store_t **out)
+{
+    *out = NULL;
+    TUTTI__CHECK(check_args(rank, size, addr, port, auth));
+    tutti__store_t *s = store_new(rank, size, addr, port, auth, deadline);
+    if (s == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank %d: out of memory", rank);
     tutti_status_t st = TUTTI_OK;
     if (rank == 0) {
-        TUTTI__CHECK_GOTO(tutti__store_server_start(port, size, deadline, &s->srv), st, fail);
+        if (s->auth.mode == TUTTI__AUTH_HOST) { /* rank 0 makes a job's secret that has none */
+            if (!tutti__random(s->auth.key, sizeof s->auth.key)) {
+                st = tutti__set_error(TUTTI_ERR_SYSTEM, "rank 0: getrandom: %s", strerror(errno));
+                goto fail;
+            }
+            s->auth.have_key = true;
+        }
+        struct sockaddr_in sa;
+        char name_ip[INET_ADDRSTRLEN];
+        TUTTI__CHECK_GOTO(bind_address(addr, port, &sa, name_ip), st, fail);
+        TUTTI__CHECK_GOTO(tutti__store_server_start(&sa, name_ip, size, &s->auth, deadline,
+                                                    &s->srv),
+                          st, fail);
         port = s->port = tutti__store_server_port(s->srv);
     }
 
@@ -230,10 +467,19 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
     char why[256] = "connection refused";
     unsigned pause_ms = 20;
     for (;;) {
-        bool fatal = false;
+        bool fatal = false, retry = false;
         s->fd = try_connect(addr, port, deadline, why, sizeof why, &fatal);
-        if (s->fd >= 0)
-            break;
+        if (s->fd >= 0) {
+            tutti__sock_nodelay(s->fd);
+            st = handshake(s, deadline, &retry);
+            if (st == TUTTI_OK)
+                break;
+            close(s->fd);
+            s->fd = -1;
+            if (!retry)
+                goto fail;
+            snprintf(why, sizeof why, "%s", tutti__tls_error());
+        }
         lowercase_first(why);
         if (fatal) {
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
@@ -255,32 +501,14 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         tutti__sleep_us((unsigned)((left * 1000.0 < pause_ms ? left * 1000.0 : pause_ms) * 1000.0));
         pause_ms = pause_ms < 50 ? pause_ms + 10 : 50;
     }
-    tutti__sock_nodelay(s->fd);
-    struct sockaddr_in me;
-    socklen_t ml = sizeof me;
-    if (getsockname(s->fd, (struct sockaddr *)&me, &ml) < 0 ||
-        inet_ntop(AF_INET, &me.sin_addr, s->local_ip, sizeof s->local_ip) == NULL)
-        snprintf(s->local_ip, sizeof s->local_ip, "127.0.0.1");
-
-    uint32_t rt = 0;
-    TUTTI__CHECK_GOTO(rpc(s, TUTTI__REQ_HELLO, (uint32_t)rank, (uint32_t)size, NULL, NULL, &rt, NULL, 0,
-                          NULL),
-                      st, fail);
-    if (rt != TUTTI__REP_OK) {
-        st = tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d: the rendezvous store at %s:%d "
-                              "answered hello with reply %u", rank, addr, port, rt);
-        goto fail;
-    }
-    TUTTI__LOG(TUTTI__LOG_DEBUG, "rank %d: connected to the rendezvous store at %s:%d from %s",
-               rank, addr, port, s->local_ip);
+    note_local_ip(s);
+    TUTTI__LOG(TUTTI__LOG_DEBUG, "rank %d: joined the rendezvous store at %s:%d from %s (%s)",
+               rank, addr, port, s->local_ip,
+               s->auth.have_key ? "proved the job's secret" : "without proof, from another host");
     *out = s;
     return TUTTI_OK;
 fail:
-    if (s->fd >= 0)
-        close(s->fd);
-    tutti__store_server_stop(s->srv, true);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
+    store_free(s);
     return st;
 }
 
@@ -292,6 +520,14 @@ tutti_oob_t tutti__store_oob(tutti__store_t *s)
 const char *tutti__store_local_ip(const tutti__store_t *s) { return s->local_ip; }
 
 int tutti__store_port(const tutti__store_t *s) { return s->port; }
+
+bool tutti__store_secret(const tutti__store_t *s, uint8_t key[TUTTI__AUTH_KEY])
+{
+    if (s->auth.mode != TUTTI__AUTH_SECRET)
+        return false;
+    memcpy(key, s->auth.key, TUTTI__AUTH_KEY);
+    return true;
+}
 
 void tutti__store_close(tutti__store_t *s)
 {
@@ -311,9 +547,10 @@ void tutti__store_close(tutti__store_t *s)
                    tutti__tls_error());
     pthread_mutex_unlock(&s->mu);
     close(s->fd);
+    s->fd = -1;
     /* Rank 0 serves until every rank has closed (or the deadline passes). */
     tutti__store_server_stop(s->srv, false);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
+    s->srv = NULL;
+    store_free(s);
     tutti__restore_error(&saved, TUTTI_OK);
 }

@@ -1,5 +1,6 @@
-/* store_server.c: the rendezvous store's server: rank 0 serves a small key-value store over TCP
- * from a thread of its own, answering every client from one poll() loop. */
+/* store_server.c: the rendezvous store's server: rank 0 serves the protocol of store_proto.c over
+ * TCP from a thread of its own, answering every client from one poll() loop, with a bounded
+ * number of clients still in their handshake, each with an idle deadline. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -13,330 +14,135 @@
 
 #include "sock.h"
 #include "store.h"
-#include "wire.h"
+#include "store_impl.h"
 
-typedef struct entry {
-    struct entry *next;
-    char *key; /* NUL-terminated */
-    void *val;
-    uint32_t vlen;
-} entry_t;
-
-typedef struct conn {
-    int fd;
-    int rank;         /* -1 until HELLO */
-    bool drop;        /* protocol error: close once the reply has gone */
-    uint8_t hdr[TUTTI__WIRE_HDR];
-    size_t hgot;
-    uint32_t type, a, b;
-    uint8_t *body;    /* the request body being read */
-    size_t bneed, bgot;
-    uint8_t *out;     /* the reply being written */
-    size_t olen, ooff;
-} conn_t;
+/* Clients that have not passed their hello: at most PENDING_MAX at once (the oldest makes
+ * room for a new one: a rank's handshake takes a round trip, a stranger's never ends), each
+ * dropped PENDING_S after it connected. */
+#define PENDING_MAX 64
+#define PENDING_S 10.0
+/* When accept() finds no file descriptor left and no stranger to drop, the listening socket
+ * rests this long (the connection waits in the backlog) instead of being polled in a spin. */
+#define ACCEPT_REST_S 0.1
 
 struct tutti__store_server {
     int lfd, efd;
-    int port, size;
     double deadline;
-    conn_t *conns;
-    size_t nconns, cap;
-    entry_t **tab;
-    size_t nbuckets, nentries;
-    unsigned char *done; /* per rank: sent CLOSE, or hung up after HELLO */
-    int ndone;
+    double rest_until;   /* the listening socket is not polled before this */
+    bool warned_fds;
+    tutti__store_core_t core;
+    tutti__sconn_t *conns;
+    size_t nconns, cap, npending;
+    char secret_path[640]; /* a HOST job's secret file, removed when the server stops */
     pthread_t thr;
 };
 typedef struct tutti__store_server server_t;
 
-static uint64_t hash(const char *k)
+static void conn_free(server_t *sv, tutti__sconn_t *c)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *k; k++)
-        h = (h ^ (uint8_t)*k) * 1099511628211ull;
-    return h;
-}
-
-static entry_t *lookup(server_t *sv, const char *key)
-{
-    for (entry_t *e = sv->tab[hash(key) % sv->nbuckets]; e; e = e->next)
-        if (strcmp(e->key, key) == 0)
-            return e;
-    return NULL;
-}
-
-/* Keys grow with ranks * rounds; doubling keeps lookups O(1) as a job of thousands of ranks
- * piles them up. */
-static void maybe_grow(server_t *sv)
-{
-    if (sv->nentries < sv->nbuckets * 2)
+    if (c->fd < 0)
         return;
-    size_t nb = sv->nbuckets * 4;
-    entry_t **t = calloc(nb, sizeof *t);
-    if (t == NULL)
-        return; /* longer chains, still correct */
-    for (size_t i = 0; i < sv->nbuckets; i++)
-        for (entry_t *e = sv->tab[i], *n; e; e = n) {
-            n = e->next;
-            size_t j = hash(e->key) % nb;
-            e->next = t[j];
-            t[j] = e;
-        }
-    free(sv->tab);
-    sv->tab = t;
-    sv->nbuckets = nb;
+    if (c->rank < 0)
+        sv->npending--;
+    tutti__store_conn_close(&sv->core, c);
+    close(c->fd);
+    c->fd = -1;
 }
 
-/* set takes ownership of key and val; false when out of memory. */
-static bool set(server_t *sv, char *key, void *val, uint32_t vlen)
+/* on_readable reads what c has sent and acts on each complete request; false: hung up. */
+static bool on_readable(server_t *sv, tutti__sconn_t *c)
 {
-    entry_t *e = lookup(sv, key);
-    if (e != NULL) {
-        free(key);
-        free(e->val);
-        e->val = val;
-        e->vlen = vlen;
-        return true;
-    }
-    if ((e = malloc(sizeof *e)) == NULL)
-        return false;
-    size_t i = hash(key) % sv->nbuckets;
-    *e = (entry_t){.next = sv->tab[i], .key = key, .val = val, .vlen = vlen};
-    sv->tab[i] = e;
-    sv->nentries++;
-    maybe_grow(sv);
-    return true;
-}
-
-/* reply queues one reply on c (sent as the socket allows); on no memory the client is dropped. */
-static void reply(conn_t *c, uint32_t type, const void *body, uint32_t blen)
-{
-    free(c->out);
-    c->out = malloc(TUTTI__WIRE_HDR + (size_t)blen);
-    c->olen = c->ooff = 0;
-    if (c->out == NULL) {
-        c->drop = true;
-        return;
-    }
-    tutti__wire_put_hdr(c->out, type, 0, blen);
-    if (blen)
-        memcpy(c->out + TUTTI__WIRE_HDR, body, blen);
-    c->olen = TUTTI__WIRE_HDR + (size_t)blen;
-}
-
-static void reply_error(conn_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void reply_error(conn_t *c, const char *fmt, ...)
-{
-    char text[TUTTI__WIRE_ERRTEXT_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    reply(c, TUTTI__REP_ERROR, text, (uint32_t)strlen(text));
-    c->drop = true;
-    TUTTI__LOG(TUTTI__LOG_WARN, "rendezvous store: %s", text);
-}
-
-static void mark_done(server_t *sv, conn_t *c)
-{
-    if (c->rank >= 0 && !sv->done[c->rank]) {
-        sv->done[c->rank] = 1;
-        sv->ndone++;
-    }
-}
-
-/* handle acts on one complete request of c (its body in c->body, owned by handle). */
-static void handle(server_t *sv, conn_t *c)
-{
-    uint8_t *body = c->body;
-    c->body = NULL;
-    if (c->type != TUTTI__REQ_HELLO && c->rank < 0) {
-        reply_error(c, "a client sent a request before its hello (not a tutti rank?)");
-        free(body);
-        return;
-    }
-    switch (c->type) {
-    case TUTTI__REQ_HELLO: {
-        int r = (int)c->a, n = (int)c->b;
-        if (c->rank >= 0)
-            reply_error(c, "rank %d said hello twice", c->rank);
-        else if (n != sv->size)
-            reply_error(c,
-                        "the rendezvous store on port %d serves a job of %d ranks, but rank %d "
-                        "was started with a world size of %d: two jobs share this port, or "
-                        "WORLD_SIZE differs between ranks",
-                        sv->port, sv->size, r, n);
-        else if (r < 0 || r >= sv->size)
-            reply_error(c, "rank %d is out of range for a job of %d ranks", r, sv->size);
-        else if (sv->done[r])
-            reply_error(c, "rank %d already connected to the rendezvous store on port %d: two "
-                           "processes were given the same rank", r, sv->port);
-        else {
-            bool dup = false;
-            for (size_t i = 0; i < sv->nconns; i++)
-                dup |= sv->conns[i].rank == r;
-            if (dup)
-                reply_error(c, "rank %d already connected to the rendezvous store on port %d: "
-                               "two processes were given the same rank", r, sv->port);
-            else {
-                c->rank = r;
-                reply(c, TUTTI__REP_OK, NULL, 0);
-            }
-        }
-        break;
-    }
-    case TUTTI__REQ_SET: {
-        char *key = malloc(c->a + 1);
-        void *val = malloc(c->b ? c->b : 1);
-        if (key == NULL || val == NULL) {
-            free(key);
-            free(val);
-            reply_error(c, "rank 0 ran out of memory storing a value of %u bytes", c->b);
-            break;
-        }
-        memcpy(key, body, c->a);
-        key[c->a] = '\0';
-        memcpy(val, body + c->a, c->b);
-        if (!set(sv, key, val, c->b)) {
-            free(key);
-            free(val);
-            reply_error(c, "rank 0 ran out of memory storing a value of %u bytes", c->b);
-        } else
-            reply(c, TUTTI__REP_OK, NULL, 0);
-        break;
-    }
-    case TUTTI__REQ_GET: {
-        char key[TUTTI__WIRE_KEY_MAX + 1];
-        memcpy(key, body, c->a);
-        key[c->a] = '\0';
-        entry_t *e = lookup(sv, key);
-        if (e)
-            reply(c, TUTTI__REP_VALUE, e->val, e->vlen);
-        else
-            reply(c, TUTTI__REP_NOTFOUND, NULL, 0);
-        break;
-    }
-    case TUTTI__REQ_CLOSE:
-        mark_done(sv, c);
-        break;
-    }
-    free(body);
-}
-
-/* on_header checks a complete header and prepares to read the body; false drops the client. */
-static bool on_header(conn_t *c)
-{
-    uint32_t w[4];
-    tutti__wire_get_hdr(c->hdr, w);
-    c->type = w[1];
-    c->a = w[2];
-    c->b = w[3];
-    if (w[0] != TUTTI__WIRE_MAGIC) {
-        reply_error(c, "a client spoke another protocol (not a tutti rank, or another version)");
-        return false;
-    }
-    switch (c->type) {
-    case TUTTI__REQ_HELLO:
-    case TUTTI__REQ_CLOSE:
-        c->bneed = 0;
-        break;
-    case TUTTI__REQ_SET:
-    case TUTTI__REQ_GET:
-        if (c->a == 0 || c->a > TUTTI__WIRE_KEY_MAX) {
-            reply_error(c, "a key of %u bytes is outside 1..%d", c->a, TUTTI__WIRE_KEY_MAX);
-            return false;
-        }
-        if (c->type == TUTTI__REQ_SET && c->b > TUTTI__WIRE_VAL_MAX) {
-            reply_error(c, "a value of %u bytes is over the store's limit of %u", c->b, TUTTI__WIRE_VAL_MAX);
-            return false;
-        }
-        c->bneed = c->a + (c->type == TUTTI__REQ_SET ? (size_t)c->b : 0);
-        break;
-    default:
-        reply_error(c, "unknown request %u", c->type);
-        return false;
-    }
-    c->bgot = 0;
-    if (c->bneed && (c->body = malloc(c->bneed)) == NULL) {
-        reply_error(c, "rank 0 ran out of memory reading a request of %zu bytes", c->bneed);
-        return false;
-    }
-    return true;
-}
-
-/* on_readable reads what c has sent and handles each complete request; false: hung up. */
-static bool on_readable(server_t *sv, conn_t *c)
-{
-    while (c->olen == 0 && !c->drop) {
-        ssize_t n;
-        if (c->hgot < TUTTI__WIRE_HDR)
-            n = recv(c->fd, c->hdr + c->hgot, TUTTI__WIRE_HDR - c->hgot, 0);
-        else
-            n = recv(c->fd, c->body + c->bgot, c->bneed - c->bgot, 0);
+    for (;;) {
+        uint8_t *p;
+        size_t want;
+        tutti__store_conn_want(c, &p, &want);
+        if (want == 0)
+            return true;
+        bool was_pending = c->rank < 0;
+        ssize_t n = recv(c->fd, p, want, 0);
         if (n == 0)
             return false;
         if (n < 0)
             return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-        if (c->hgot < TUTTI__WIRE_HDR) {
-            c->hgot += (size_t)n;
-            if (c->hgot < TUTTI__WIRE_HDR)
-                continue;
-            if (!on_header(c))
-                return true; /* the error reply goes out, then the client is dropped */
-        } else
-            c->bgot += (size_t)n;
-        if (c->bgot == c->bneed) {
-            c->hgot = 0;
-            handle(sv, c);
-        }
+        tutti__store_conn_got(&sv->core, c, (size_t)n);
+        if (was_pending && c->rank >= 0)
+            sv->npending--;
     }
-    return true;
 }
 
 /* on_writable sends what it can of c's reply; false: the client is gone or to be dropped. */
-static bool on_writable(conn_t *c)
+static bool on_writable(tutti__sconn_t *c)
 {
-    while (c->ooff < c->olen) {
+    while (c->olen > 0) {
         ssize_t n = send(c->fd, c->out + c->ooff, c->olen - c->ooff, MSG_NOSIGNAL);
         if (n < 0)
             return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-        c->ooff += (size_t)n;
+        tutti__store_conn_sent(c, (size_t)n);
     }
-    free(c->out);
-    c->out = NULL;
-    c->olen = c->ooff = 0;
     return !c->drop;
 }
 
-static void conn_free(conn_t *c)
+/* drop_oldest_pending closes the unauthenticated client that connected first; false if none. */
+static bool drop_oldest_pending(server_t *sv)
 {
-    if (c->fd >= 0)
-        close(c->fd);
-    free(c->body);
-    free(c->out);
-    c->fd = -1;
-    c->body = NULL;
-    c->out = NULL;
+    tutti__sconn_t *old = NULL;
+    for (size_t i = 0; i < sv->nconns; i++)
+        if (sv->conns[i].fd >= 0 && sv->conns[i].rank < 0 &&
+            (old == NULL || sv->conns[i].since < old->since))
+            old = &sv->conns[i];
+    if (old == NULL)
+        return false;
+    conn_free(sv, old);
+    return true;
 }
 
-static void accept_all(server_t *sv)
+static void accept_all(server_t *sv, double now)
 {
     for (;;) {
-        int fd = accept4(sv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return; /* EAGAIN, or a connection that died in the backlog */
+        if (sv->npending >= PENDING_MAX)
+            drop_oldest_pending(sv);
         if (sv->nconns == sv->cap) {
             size_t cap = sv->cap ? sv->cap * 2 : 16;
-            conn_t *cs = realloc(sv->conns, cap * sizeof *cs);
-            if (cs == NULL) {
-                close(fd);
+            tutti__sconn_t *cs = realloc(sv->conns, cap * sizeof *cs);
+            if (cs == NULL)
                 return;
-            }
             sv->conns = cs;
             sv->cap = cap;
         }
+        struct sockaddr_in peer;
+        socklen_t plen = sizeof peer;
+        int fd = accept4(sv->lfd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            if (e == EINTR || e == ECONNABORTED || e == EPROTO)
+                continue;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+                /* No descriptor for the next client: make room by dropping a stranger, or rest
+                 * (the listening socket stays readable, and polling it now would spin). */
+                if (drop_oldest_pending(sv))
+                    continue;
+                sv->rest_until = now + ACCEPT_REST_S;
+                if (!sv->warned_fds) {
+                    sv->warned_fds = true;
+                    TUTTI__LOG(TUTTI__LOG_WARN,
+                               "rendezvous store on port %d cannot accept a client: %s; retrying "
+                               "every %g s (raise the open-file limit, ulimit -n)",
+                               sv->core.port, strerror(e), ACCEPT_REST_S);
+                }
+            }
+            return; /* EAGAIN: the backlog is empty */
+        }
+        /* A client from this host must prove the secret whatever the job; so must one whose
+         * place cannot be told. */
+        bool local = tutti__addr_local((struct sockaddr *)&peer, plen, true);
+        tutti__sconn_t *c = &sv->conns[sv->nconns];
+        if (!tutti__store_conn_open(&sv->core, c, fd, local, now)) {
+            close(fd);
+            continue;
+        }
         tutti__sock_nodelay(fd);
-        sv->conns[sv->nconns++] = (conn_t){.fd = fd, .rank = -1};
+        sv->nconns++;
+        sv->npending++;
     }
 }
 
@@ -344,9 +150,35 @@ static void accept_all(server_t *sv)
 static bool in_use(const server_t *sv)
 {
     for (size_t i = 0; i < sv->nconns; i++)
-        if (sv->conns[i].rank >= 0 && !sv->done[sv->conns[i].rank])
+        if (sv->conns[i].rank >= 0 && !sv->core.done[sv->conns[i].rank])
             return true;
     return false;
+}
+
+/* expire drops the clients whose handshake has outlived PENDING_S; returns the time left to
+ * the next such deadline (a large number when none is pending). */
+static double expire(server_t *sv, double now)
+{
+    double next = 1e9;
+    for (size_t i = 0; i < sv->nconns; i++) {
+        tutti__sconn_t *c = &sv->conns[i];
+        if (c->fd < 0 || c->rank >= 0)
+            continue;
+        if (now - c->since >= PENDING_S)
+            conn_free(sv, c);
+        else if (c->since + PENDING_S - now < next)
+            next = c->since + PENDING_S - now;
+    }
+    return next;
+}
+
+static void compact(server_t *sv)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < sv->nconns; i++)
+        if (sv->conns[i].fd >= 0)
+            sv->conns[k++] = sv->conns[i];
+    sv->nconns = k;
 }
 
 /*
@@ -362,15 +194,22 @@ static void *serve(void *arg)
     server_t *sv = arg;
     struct pollfd *pfd = NULL;
     size_t pcap = 0;
-    while (sv->ndone < sv->size) {
+    while (sv->core.ndone < sv->core.size) {
         double now = tutti__now();
         if (now >= sv->deadline && (now >= sv->deadline + GRACE_S || !in_use(sv))) {
             TUTTI__LOG(TUTTI__LOG_INFO,
                        "rendezvous store on port %d: deadline passed with %d of %d ranks done; "
-                       "stopping", sv->port, sv->ndone, sv->size);
+                       "stopping", sv->core.port, sv->core.ndone, sv->core.size);
             break;
         }
         double left = (now < sv->deadline ? sv->deadline : sv->deadline + GRACE_S) - now;
+        double next = expire(sv, now);
+        compact(sv);
+        if (next < left)
+            left = next;
+        bool resting = now < sv->rest_until;
+        if (resting && sv->rest_until - now < left)
+            left = sv->rest_until - now;
         if (pcap < sv->nconns + 2) {
             pcap = sv->nconns + 16;
             struct pollfd *p = realloc(pfd, pcap * sizeof *p);
@@ -380,7 +219,8 @@ static void *serve(void *arg)
             }
             pfd = p;
         }
-        pfd[0] = (struct pollfd){.fd = sv->lfd, .events = POLLIN};
+        /* A negative fd is skipped by poll: the listening socket while it rests. */
+        pfd[0] = (struct pollfd){.fd = resting ? -1 : sv->lfd, .events = POLLIN};
         pfd[1] = (struct pollfd){.fd = sv->efd, .events = POLLIN};
         for (size_t i = 0; i < sv->nconns; i++)
             pfd[i + 2] = (struct pollfd){.fd = sv->conns[i].fd,
@@ -397,9 +237,9 @@ static void *serve(void *arg)
             break;
         size_t nc = sv->nconns;
         for (size_t i = 0; i < nc; i++) {
-            conn_t *c = &sv->conns[i];
+            tutti__sconn_t *c = &sv->conns[i];
             short re = pfd[i + 2].revents;
-            if (!re)
+            if (!re || c->fd < 0)
                 continue;
             bool ok = true;
             if (c->olen)
@@ -411,23 +251,19 @@ static void *serve(void *arg)
                 ok = on_writable(c);
             if (ok && c->drop && c->olen == 0)
                 ok = false;
-            if (!ok) {
-                mark_done(sv, c); /* a rank that hung up needs the store no more */
-                conn_free(c);
-            }
+            if (!ok)
+                conn_free(sv, c);
         }
-        size_t k = 0;
-        for (size_t i = 0; i < sv->nconns; i++)
-            if (sv->conns[i].fd >= 0)
-                sv->conns[k++] = sv->conns[i];
-        sv->nconns = k;
+        compact(sv);
         if (pfd[0].revents)
-            accept_all(sv);
+            accept_all(sv, tutti__now());
     }
     free(pfd);
     for (size_t i = 0; i < sv->nconns; i++)
-        conn_free(&sv->conns[i]);
+        conn_free(sv, &sv->conns[i]);
     sv->nconns = 0;
+    tutti__secret_file_remove(sv->secret_path); /* before the port is free for another store */
+    sv->secret_path[0] = '\0';
     close(sv->lfd);
     sv->lfd = -1;
     return NULL;
@@ -438,18 +274,10 @@ static void server_free(server_t *sv)
     if (sv == NULL)
         return;
     for (size_t i = 0; i < sv->nconns; i++)
-        conn_free(&sv->conns[i]);
+        conn_free(sv, &sv->conns[i]);
     free(sv->conns);
-    if (sv->tab)
-        for (size_t i = 0; i < sv->nbuckets; i++)
-            for (entry_t *e = sv->tab[i], *n; e; e = n) {
-                n = e->next;
-                free(e->key);
-                free(e->val);
-                free(e);
-            }
-    free(sv->tab);
-    free(sv->done);
+    tutti__secret_file_remove(sv->secret_path);
+    tutti__store_core_free(&sv->core);
     if (sv->lfd >= 0)
         close(sv->lfd);
     if (sv->efd >= 0)
@@ -457,23 +285,23 @@ static void server_free(server_t *sv)
     free(sv);
 }
 
-tutti_status_t tutti__store_server_start(int port, int size, double deadline, server_t **out)
+tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, const char *name_ip,
+                                         int size, const tutti__auth_t *auth, double deadline,
+                                         server_t **out)
 {
+    int port = ntohs(bind_to->sin_port);
     server_t *sv = calloc(1, sizeof *sv);
     if (sv == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank 0: out of memory for the store");
     sv->lfd = sv->efd = -1;
-    sv->port = port;
-    sv->size = size;
     sv->deadline = deadline;
-    sv->nbuckets = 64;
-    sv->tab = calloc(sv->nbuckets, sizeof *sv->tab);
-    sv->done = calloc((size_t)size, 1);
-    if (sv->tab == NULL || sv->done == NULL) {
+    if (!tutti__store_core_init(&sv->core, size, port, auth)) {
         server_free(sv);
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank 0: out of memory for the store");
     }
     tutti_status_t st;
+    char where[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &bind_to->sin_addr, where, sizeof where);
     sv->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     sv->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (sv->lfd < 0 || sv->efd < 0) {
@@ -486,25 +314,32 @@ tutti_status_t tutti__store_server_start(int port, int size, double deadline, se
      * a live listener on the port still makes bind fail, as it should. */
     int one = 1;
     setsockopt(sv->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_ANY)};
-    if (bind(sv->lfd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    if (bind(sv->lfd, (const struct sockaddr *)bind_to, sizeof *bind_to) < 0) {
         if (errno == EADDRINUSE)
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                  "rank 0 cannot serve the rendezvous store on port %d: address "
+                                  "rank 0 cannot serve the rendezvous store on %s port %d: address "
                                   "already in use (another job or a previous run holds it); set "
-                                  "MASTER_PORT to a free port", port);
+                                  "MASTER_PORT to a free port", where, port);
+        else if (errno == EADDRNOTAVAIL)
+            st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                  "rank 0 cannot serve the rendezvous store on %s: that is not an "
+                                  "address of this host; set MASTER_ADDR to rank 0's host", where);
         else
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                  "rank 0 cannot serve the rendezvous store on port %d: %s; set "
-                                  "MASTER_PORT to a free port", port, strerror(errno));
+                                  "rank 0 cannot serve the rendezvous store on %s port %d: %s; set "
+                                  "MASTER_PORT to a free port", where, port, strerror(errno));
         goto fail;
     }
-    if (port == 0) { /* an ephemeral port (sub-communicators): report the one we got */
-        socklen_t sl = sizeof sa;
-        getsockname(sv->lfd, (struct sockaddr *)&sa, &sl);
-        sv->port = ntohs(sa.sin_port);
-    }
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof sa;
+    if (getsockname(sv->lfd, (struct sockaddr *)&sa, &sl) == 0)
+        sv->core.port = port = ntohs(sa.sin_port); /* port 0: the one the kernel picked */
+    /* A HOST job's secret is on disk before anyone can connect, so a rank that reached the
+     * store finds it. */
+    if (auth->mode == TUTTI__AUTH_HOST)
+        TUTTI__CHECK_GOTO(tutti__secret_file_write(name_ip, port, auth, sv->secret_path,
+                                                   sizeof sv->secret_path),
+                          st, fail);
     if (listen(sv->lfd, 4096) < 0) {
         st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                               "rank 0 cannot listen on port %d for the rendezvous store: %s",
@@ -525,7 +360,7 @@ fail:
     return st;
 }
 
-int tutti__store_server_port(const server_t *sv) { return sv->port; }
+int tutti__store_server_port(const server_t *sv) { return sv->core.port; }
 
 void tutti__store_server_stop(server_t *sv, bool now)
 {
@@ -539,4 +374,3 @@ void tutti__store_server_stop(server_t *sv, bool now)
     pthread_join(sv->thr, NULL);
     server_free(sv);
 }
-

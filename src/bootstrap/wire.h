@@ -1,5 +1,5 @@
-/* wire.h: the rendezvous store's wire format, which its server (store_server.c) and its client
- * (store_client.c) speak over TCP. */
+/* wire.h: the rendezvous store's wire format, which its server (store_server.c, store_proto.c)
+ * and its client (store_client.c) speak over TCP. */
 #ifndef TUTTI_BOOTSTRAP_WIRE_H
 #define TUTTI_BOOTSTRAP_WIRE_H
 
@@ -7,22 +7,53 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "auth.h"
+
 /*
  * Every message is a header of four big-endian u32 {magic, type, a, b} followed by a body.
- * Requests: HELLO (a = rank, b = size), SET (a = key length, b = value length; key then
- * value), GET (a = key length; key), CLOSE (no reply). Replies: OK, VALUE (b = length; value),
- * NOTFOUND, ERROR (b = length; text). One request is in flight per client, so the server reads
- * a client only once its previous reply has gone out. Neither side trusts a length it reads:
- * keys are 1..TUTTI__WIRE_KEY_MAX bytes, values at most TUTTI__WIRE_VAL_MAX.
+ *
+ * The handshake comes first, and the server reveals nothing before it:
+ *   server: CHALLENGE (a = flags: TUTTI__WIRE_STRICT when every rank must prove the secret,
+ *           TUTTI__WIRE_HOSTFILE when ranks of its host prove rank 0's file's; b = 32) + a nonce.
+ *   client: HELLO (a = rank, b = size) + TUTTI__WIRE_HELLO_BODY bytes: flags (u32; PROOF when
+ *           the MAC is real), the job id, the client's nonce, the MAC (auth.h).
+ *   server: OK (b = 32) + the server's MAC over the same (zeros to a client without proof), or
+ *           ERROR (b = length; text) and it hangs up. The size, the ranks present and every key
+ *           stay hidden from a client that has not passed.
+ * Then requests: SET (a = key length, b = value length; key then value), GET (a = key length;
+ * key), CLOSE (no reply); replies: OK, VALUE (b = length; value), NOTFOUND, ERROR (b = length;
+ * text). One request is in flight per client, so the server reads a client only once its
+ * previous reply has gone out. Neither side trusts a length it reads: keys are
+ * 1..TUTTI__WIRE_KEY_MAX bytes, values at most TUTTI__WIRE_VAL_MAX, and the server reads the body
+ * of a request only from a client that has passed the handshake.
  */
-#define TUTTI__WIRE_MAGIC 0x54545331u /* "TTS1" */
+#define TUTTI__WIRE_MAGIC 0x54545332u /* "TTS2" */
 #define TUTTI__WIRE_HDR 16
 #define TUTTI__WIRE_KEY_MAX 256
 #define TUTTI__WIRE_VAL_MAX (1u << 20)
 #define TUTTI__WIRE_ERRTEXT_MAX 512
 
 enum { TUTTI__REQ_HELLO = 1, TUTTI__REQ_SET, TUTTI__REQ_GET, TUTTI__REQ_CLOSE };
-enum { TUTTI__REP_OK = 100, TUTTI__REP_VALUE, TUTTI__REP_NOTFOUND, TUTTI__REP_ERROR };
+enum {
+    TUTTI__REP_OK = 100,
+    TUTTI__REP_VALUE,
+    TUTTI__REP_NOTFOUND,
+    TUTTI__REP_ERROR,
+    TUTTI__REP_CHALLENGE,
+};
+
+/* CHALLENGE flags */
+#define TUTTI__WIRE_STRICT 1u
+#define TUTTI__WIRE_HOSTFILE 2u
+/* HELLO flags */
+#define TUTTI__WIRE_PROOF 1u
+
+/* The HELLO body: flags, job id, client nonce, MAC. */
+#define TUTTI__WIRE_HELLO_FLAGS 0
+#define TUTTI__WIRE_HELLO_JOB 4
+#define TUTTI__WIRE_HELLO_NONCE (TUTTI__WIRE_HELLO_JOB + TUTTI__AUTH_JOB)
+#define TUTTI__WIRE_HELLO_MAC (TUTTI__WIRE_HELLO_NONCE + TUTTI__AUTH_NONCE)
+#define TUTTI__WIRE_HELLO_BODY (TUTTI__WIRE_HELLO_MAC + 32)
 
 /* tutti__wire_put_hdr writes a header into p (TUTTI__WIRE_HDR bytes). */
 static inline void tutti__wire_put_hdr(uint8_t *p, uint32_t type, uint32_t a, uint32_t b)
@@ -38,6 +69,19 @@ static inline void tutti__wire_get_hdr(const uint8_t *p, uint32_t w[4])
     memcpy(w, p, TUTTI__WIRE_HDR);
     for (int i = 0; i < 4; i++)
         w[i] = ntohl(w[i]);
+}
+
+static inline void tutti__wire_put32(uint8_t *p, uint32_t x)
+{
+    uint32_t be = htonl(x);
+    memcpy(p, &be, 4);
+}
+
+static inline uint32_t tutti__wire_get32(const uint8_t *p)
+{
+    uint32_t be;
+    memcpy(&be, p, 4);
+    return ntohl(be);
 }
 
 #endif /* TUTTI_BOOTSTRAP_WIRE_H */

@@ -130,8 +130,8 @@ const char *tutti__env_get(const char *name);
  * out-of-range value is TUTTI_ERR_INVALID_ARG with a message naming the variable. */
 tutti_status_t tutti__env_long(const char *name, long lo, long hi, long *out);
 
-/* tutti__env_double: the same for a non-negative real number. */
-tutti_status_t tutti__env_double(const char *name, double *out);
+/* tutti__env_double: the same for a real number in [lo, hi] (NaN and infinities refused). */
+tutti_status_t tutti__env_double(const char *name, double lo, double hi, double *out);
 
 /* tutti__parse_size (parse_size.h, shared with bench/) parses "4096", "64K", "16M", "1G". */
 #include "parse_size.h"

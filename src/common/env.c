@@ -11,14 +11,34 @@
  * communicator creation reads. */
 const tutti__env_knob_t tutti__env_knobs[] = {
     {"TUTTI_TIMEOUT", "300",
-     "seconds any wait may take before it fails with `TUTTI_ERR_TIMEOUT`; "
+     "seconds any wait may take before it fails with `TUTTI_ERR_TIMEOUT`, from 0.001 to 1e9; "
      "`tutti_comm_config_t.timeout_s` overrides it"},
     {"TUTTI_TRANSPORT", "auto",
      "`auto`: shm between ranks of a node, ofi across nodes; `ofi`: libfabric for every peer; "
      "`shm`: shared memory only (an error if the group spans nodes); "
      "`tutti_comm_config_t.transport` overrides it"},
-    {"MASTER_ADDR", "127.0.0.1", "host of rank 0's rendezvous store"},
+    {"MASTER_ADDR", "127.0.0.1",
+     "host of rank 0's rendezvous store, which listens on that address only (a host name that "
+     "resolves to a loopback address other than `localhost`'s: on every interface); a job of one "
+     "rank serves no store"},
     {"MASTER_PORT", "29500", "TCP port of rank 0's rendezvous store"},
+    {"TUTTI_JOB_TOKEN", NULL,
+     "the job's secret, the same on every rank (16 characters or more; `tutti_job_token()` makes "
+     "one): each rank proves it to the rendezvous store, and the store proves it back, without "
+     "sending it; `tutti_comm_config_t.job_token` overrides it. Unset: Open MPI's per-job key, "
+     "else a secret rank 0 leaves for the ranks of its host in a file only its user can read "
+     "(docs/security.md)"},
+    {"XDG_RUNTIME_DIR", NULL,
+     "where rank 0 leaves that file (`$XDG_RUNTIME_DIR/tutti/`); unset: `/tmp/tutti-<uid>/`"},
+    {"OMPI_MCA_orte_precondition_transports", NULL,
+     "Open MPI's per-job random key: the job's secret when `TUTTI_JOB_TOKEN` is unset"},
+    {"OMPI_MCA_ess_base_jobid", NULL,
+     "Open MPI's job id: part of the job's identity at the rendezvous (another job is refused)"},
+    {"SLURM_JOB_ID", NULL, "Slurm's job id: part of the job's identity at the rendezvous"},
+    {"SLURM_STEP_ID", NULL, "Slurm's step id: part of the job's identity at the rendezvous"},
+    {"TORCHELASTIC_RUN_ID", NULL,
+     "torchrun's run id (`--rdzv-id`; its default `none` is ignored): part of the job's identity "
+     "at the rendezvous"},
     {"RANK", NULL,
      "rank of this process (torchrun); `LOCAL_RANK` is ignored, tutti finds the nodes itself"},
     {"WORLD_SIZE", NULL, "number of ranks (torchrun)"},
@@ -102,7 +122,7 @@ tutti_status_t tutti__env_long(const char *name, long lo, long hi, long *out)
     return TUTTI_OK;
 }
 
-tutti_status_t tutti__env_double(const char *name, double *out)
+tutti_status_t tutti__env_double(const char *name, double lo, double hi, double *out)
 {
     const char *v = tutti__env_get(name);
     if (v == NULL)
@@ -110,10 +130,13 @@ tutti_status_t tutti__env_double(const char *name, double *out)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (errno != 0 || end == v || *end != '\0' || !(x > 0.0) || x > 1e9)
+    /* errno is ERANGE for a value too small to hold as a normal double (1e-320): refused too.
+     * !(x >= lo && x <= hi) also refuses NaN. */
+    if (errno != 0 || end == v || *end != '\0' || !(x >= lo && x <= hi))
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                "%s=\"%s\" is not a positive number of seconds; fix or unset it",
-                                name, v);
+                                "%s=\"%s\" is not a number of seconds from %g to %g; fix or unset "
+                                "it",
+                                name, v, lo, hi);
     *out = x;
     return TUTTI_OK;
 }

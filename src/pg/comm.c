@@ -122,11 +122,11 @@ TUTTI_API tutti_status_t tutti_comm_set_timeout(tutti_comm_t *comm, double timeo
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
                                 "tutti_comm_set_timeout: %p is not a live communicator",
                                 (void *)comm);
-    if (!(timeout_s > 0))
+    if (!(timeout_s >= TUTTI__TIMEOUT_MIN && timeout_s <= TUTTI__TIMEOUT_MAX))
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                "tutti_comm_set_timeout: the timeout is %g s: give a positive "
-                                "number of seconds",
-                                timeout_s);
+                                "tutti_comm_set_timeout: the timeout is %g s: give seconds from "
+                                "%g to %g",
+                                timeout_s, TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX);
     __atomic_store(&comm->net.timeout_s, &timeout_s, __ATOMIC_RELAXED);
     return TUTTI_OK;
 }

@@ -13,6 +13,11 @@
 
 #define TUTTI__COMM_MAGIC 0x74757474u /* "tutt" */
 
+/* Timeouts a communicator accepts, in seconds: below a millisecond every wait would fail before
+ * a peer could answer; above 1e9 (32 years) is a mistake, and infinities and NaN are refused. */
+#define TUTTI__TIMEOUT_MIN 1e-3
+#define TUTTI__TIMEOUT_MAX 1e9
+
 typedef struct tutti__exec tutti__exec_t;
 
 /* How a communicator was asked for (config.c); sub-communicators inherit it. */
@@ -41,6 +46,8 @@ struct tutti_comm {
     tutti__algo_override_t algo[TUTTI_COLL_COUNT]; /* algo_override.c */
     int nslices;               /* worker threads; also the most slices an operation is cut into */
     tutti__exec_t *exec;       /* the queue and the workers (exec.c) */
+    bool has_secret;           /* every rank holds secret (a SECRET job's, or derived from it): */
+    uint8_t secret[TUTTI__AUTH_KEY]; /* sub-communicators' stores derive theirs from it */
 };
 
 /* The state a work handle passes through (a futex word): SLEEPERS is PENDING with a waiter
@@ -136,6 +143,10 @@ tutti_status_t tutti__comm_error(tutti_comm_t *comm, tutti_status_t status, cons
 /* tutti__config_read reads the environment and the caller's config (NULL: none) into out; a bad
  * value is TUTTI_ERR_INVALID_ARG naming the variable or field. */
 tutti_status_t tutti__config_read(const tutti_comm_config_t *config, tutti__config_t *out);
+
+/* tutti__config_token is the caller's job_token (NULL when config is NULL, too old to have the
+ * field, or has none); it is used during creation only, never kept. */
+const char *tutti__config_token(const tutti_comm_config_t *config);
 
 /* ---- creation (create.c) ---- */
 

@@ -12,7 +12,7 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_COUNT", 1, 16, &workers));
     TUTTI__CHECK(tutti__env_long("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));
-    TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", &t));
+    TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");
     if (cfg != NULL) {
         if (cfg->struct_size < offsetof(tutti_comm_config_t, timeout_s) + sizeof(double))
@@ -20,6 +20,13 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
                                     "tutti_comm_config_t.struct_size is %zu: initialize the "
                                     "config with TUTTI_COMM_CONFIG_INIT",
                                     cfg->struct_size);
+        if (cfg->timeout_s != cfg->timeout_s ||
+            (cfg->timeout_s > 0 &&
+             (cfg->timeout_s < TUTTI__TIMEOUT_MIN || cfg->timeout_s > TUTTI__TIMEOUT_MAX)))
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                    "tutti_comm_config_t.timeout_s is %g: use seconds from %g to "
+                                    "%g, or 0 for TUTTI_TIMEOUT",
+                                    cfg->timeout_s, TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX);
         if (cfg->timeout_s > 0)
             t = cfg->timeout_s;
         if (cfg->struct_size >= offsetof(tutti_comm_config_t, transport) + sizeof(char *) &&
@@ -54,4 +61,12 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
     const char *mode = strcmp(transport, "shm") == 0 ? "shm" : strcmp(transport, "ofi") == 0 ? "ofi" : "auto";
     *out = (tutti__config_t){t, mode, workers, worker_wait != 0, inline_max};
     return TUTTI_OK;
+}
+
+const char *tutti__config_token(const tutti_comm_config_t *cfg)
+{
+    if (cfg == NULL ||
+        cfg->struct_size < offsetof(tutti_comm_config_t, job_token) + sizeof(const char *))
+        return NULL;
+    return cfg->job_token;
 }

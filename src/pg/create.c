@@ -1,10 +1,12 @@
 /* create.c: making a communicator: rank and node discovery, the transports and windows that the
  * algorithms' network context holds, the overrides, the liveness mesh and the workers; from
  * the environment (tutti_comm_init_env) or over a caller's store (tutti_comm_init). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../common/sha256.h"
 #include "comm.h"
 
 void tutti__comm_free(tutti_comm_t *c)
@@ -20,6 +22,7 @@ void tutti__comm_free(tutti_comm_t *c)
     tutti__nodes_free(&c->nodes);
     pthread_mutex_destroy(&c->err_lock);
     c->magic = 0;
+    memset(c->secret, 0, sizeof c->secret);
     free(c);
 }
 
@@ -80,6 +83,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__override_init(c), st, fail);
     tutti__local_ip(c->nodes.nnodes, store, c->ip);
+    c->has_secret = store != NULL && tutti__store_secret(store, c->secret);
     TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, &c->net.live), st, fail);
     TUTTI__CHECK_GOTO(start_workers(c), st, fail);
     if (!tutti__comm_register(c)) {
@@ -96,6 +100,20 @@ fail:
     return st;
 }
 
+/* init_solo makes the communicator of a job of one rank: it needs no rendezvous, so it serves
+ * no store and takes no port (many single-rank programs may run at once). */
+static tutti_status_t init_solo(const tutti__config_t *cfg, tutti_comm_t **comm)
+{
+    tutti__solo_t *solo = tutti__solo_new();
+    if (solo == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    tutti__bootstrap_t bs = {.rank = 0, .size = 1, .deadline = tutti__now() + cfg->timeout,
+                             .oob = tutti__solo_oob(solo), .where = "a one-rank job's own store"};
+    tutti_status_t st = tutti__comm_create(0, 1, &bs, NULL, cfg, comm);
+    tutti__solo_free(solo);
+    return st;
+}
+
 TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, tutti_comm_t **comm)
 {
     tutti__tls_error()[0] = '\0';
@@ -109,16 +127,25 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     int rank, size;
     TUTTI__CHECK(tutti__config_read(config, &cfg));
     TUTTI__CHECK(tutti__launcher_rank(&rank, &size, &how));
+    if (size == 1) {
+        TUTTI__LOG(TUTTI__LOG_INFO, "rank 0 of 1 (%s): no rendezvous", how);
+        return init_solo(&cfg, comm);
+    }
+    tutti__auth_t auth;
+    TUTTI__CHECK(tutti__auth_from_env(tutti__config_token(config), &auth));
     const char *addr = tutti__env_get("MASTER_ADDR");
     long port = 29500;
     tutti_status_t st = tutti__env_long("MASTER_PORT", 1, 65535, &port);
     if (st < 0)
         return st;
-    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld", rank, size, how, addr,
-               port);
+    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld (secret: %s)", rank,
+               size, how, addr, port, auth.source);
     double deadline = tutti__now() + cfg.timeout;
     tutti__store_t *store = NULL;
-    TUTTI__CHECK(tutti__store_open(rank, size, addr, (int)port, deadline, &store));
+    st = tutti__store_open(rank, size, addr, (int)port, &auth, deadline, &store);
+    memset(&auth, 0, sizeof auth);
+    if (st < 0)
+        return st;
     char where[128];
     snprintf(where, sizeof where, "the rendezvous store at %s:%ld", addr, port);
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = deadline,
@@ -128,6 +155,22 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     if (st == TUTTI_OK)
         tutti__tls_error()[0] = '\0';
     return st;
+}
+
+TUTTI_API tutti_status_t tutti_job_token(char *buf, size_t len)
+{
+    uint8_t bits[(TUTTI_JOB_TOKEN_LEN - 1) / 2];
+    if (buf == NULL || len < TUTTI_JOB_TOKEN_LEN)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_job_token: buf %p of %zu bytes: give at least "
+                                "TUTTI_JOB_TOKEN_LEN (%d)",
+                                (void *)buf, len, TUTTI_JOB_TOKEN_LEN);
+    if (!tutti__random(bits, sizeof bits))
+        return tutti__set_error(TUTTI_ERR_SYSTEM, "tutti_job_token: getrandom: %s",
+                                strerror(errno));
+    tutti__hex(bits, sizeof bits, buf);
+    memset(bits, 0, sizeof bits);
+    return TUTTI_OK;
 }
 
 TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *oob,

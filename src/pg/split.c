@@ -1,10 +1,13 @@
 /* split.c: sub-communicators: split by color and key (MPI_Comm_split), and a group of a subset
  * of ranks (torch's new_group). Each child is a full communicator with its own transports,
  * ordering and workers; it bootstraps through a TCP store served by its rank 0 on an ephemeral
- * port, whose address travels over the parent. */
+ * port (none for a child of one rank), whose address travels over the parent together with the
+ * salt its secret is derived from. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../common/sha256.h"
 #include "comm.h"
 
 typedef struct member {
@@ -14,7 +17,22 @@ typedef struct member {
 typedef struct rendezvous {
     char ip[64];
     int32_t port;
+    uint8_t salt[TUTTI__AUTH_KEY];
 } rendezvous_t;
+
+/* child_auth is the child store's secret: derived from the parent's when every rank holds one
+ * (the salt alone tells nothing to whoever sees it pass), else the salt itself, which then
+ * travels as safely as the parent's own traffic. */
+static void child_auth(const tutti_comm_t *parent, const rendezvous_t *rv, tutti__auth_t *a)
+{
+    uint8_t key[TUTTI__AUTH_KEY];
+    if (parent->has_secret)
+        tutti__auth_derive(parent->secret, "tutti split v1", rv->salt, sizeof rv->salt, key);
+    else
+        memcpy(key, rv->salt, sizeof key);
+    tutti__auth_from_key(key, a);
+    memset(key, 0, sizeof key);
+}
 
 /* gather_all runs an allgather of len bytes per rank on the parent, blocking. */
 static tutti_status_t gather_all(tutti_comm_t *parent, const void *mine, void *all, size_t len)
@@ -39,8 +57,11 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
                                  color);
     int n = parent->size;
     member_t me = {color, key}, *all = malloc((size_t)n * sizeof *all);
-    rendezvous_t rv = {{0}, 0}, *rvs = malloc((size_t)n * sizeof *rvs);
+    rendezvous_t rv, *rvs = malloc((size_t)n * sizeof *rvs);
+    memset(&rv, 0, sizeof rv);
     tutti__store_t *store = NULL;
+    tutti__solo_t *solo = NULL;
+    tutti__auth_t auth;
     tutti_status_t st = TUTTI_OK;
     if (all == NULL || rvs == NULL) {
         st = tutti__comm_error(parent, TUTTI_ERR_NO_MEMORY, "tutti_comm_split: out of memory");
@@ -60,26 +81,49 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
         if (first)
             leader = r;
     }
-    /* The child's rank 0 serves its store on a port the kernel picks; all ranks then learn the
-     * leaders' addresses in one more parent allgather. */
+    /* The child's rank 0 serves its store on a port the kernel picks, on the address its peers
+     * reach it at; all ranks then learn the leaders' addresses and salts in one more parent
+     * allgather. A child of one rank needs no store. */
     double deadline = tutti__now() + tutti__net_timeout(&parent->net);
-    if (color != TUTTI_UNDEFINED && crank == 0) {
-        TUTTI__CHECK_GOTO(tutti__store_open(0, csize, "127.0.0.1", 0, deadline, &store), st, fail);
+    if (color != TUTTI_UNDEFINED && crank == 0 && csize > 1) {
+        if (!tutti__random(rv.salt, sizeof rv.salt)) {
+            st = tutti__set_error(TUTTI_ERR_SYSTEM, "getrandom: %s", strerror(errno));
+            goto fail;
+        }
+        child_auth(parent, &rv, &auth);
+        st = tutti__store_open(0, csize, parent->ip, 0, &auth, deadline, &store);
+        memset(&auth, 0, sizeof auth);
+        if (st < 0)
+            goto fail;
         snprintf(rv.ip, sizeof rv.ip, "%s", parent->ip);
         rv.port = tutti__store_port(store);
     }
-    TUTTI__CHECK_GOTO(gather_all(parent, &rv, rvs, sizeof rv), st, done);
-    if (color == TUTTI_UNDEFINED)
+    st = gather_all(parent, &rv, rvs, sizeof rv);
+    memset(&rv, 0, sizeof rv);
+    if (st < 0 || color == TUTTI_UNDEFINED)
         goto done;
-    if (crank != 0)
-        TUTTI__CHECK_GOTO(tutti__store_open(crank, csize, rvs[leader].ip, rvs[leader].port,
-                                            deadline, &store),
-                          st, fail);
     char where[128];
-    snprintf(where, sizeof where, "the sub-communicator's store at %s:%d (color %d)",
-             rvs[leader].ip, rvs[leader].port, color);
-    tutti__bootstrap_t bs = {.rank = crank, .size = csize, .deadline = deadline,
-                             .oob = tutti__store_oob(store), .where = where};
+    tutti__bootstrap_t bs = {.rank = crank, .size = csize, .deadline = deadline, .where = where};
+    if (csize == 1) {
+        if ((solo = tutti__solo_new()) == NULL) {
+            st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+            goto fail;
+        }
+        bs.oob = tutti__solo_oob(solo);
+        snprintf(where, sizeof where, "a one-rank sub-communicator's own store (color %d)", color);
+    } else {
+        if (crank != 0) {
+            child_auth(parent, &rvs[leader], &auth);
+            st = tutti__store_open(crank, csize, rvs[leader].ip, rvs[leader].port, &auth,
+                                   deadline, &store);
+            memset(&auth, 0, sizeof auth);
+            if (st < 0)
+                goto fail;
+        }
+        bs.oob = tutti__store_oob(store);
+        snprintf(where, sizeof where, "the sub-communicator's store at %s:%d (color %d)",
+                 rvs[leader].ip, rvs[leader].port, color);
+    }
     st = tutti__comm_create(crank, csize, &bs, store, &parent->cfg, out);
 fail:
     if (st < 0 && *out == NULL) {
@@ -88,6 +132,9 @@ fail:
     }
 done:
     tutti__store_close(store); /* keeps a failure's text */
+    tutti__solo_free(solo);
+    if (rvs != NULL)
+        memset(rvs, 0, (size_t)n * sizeof *rvs);
     free(all);
     free(rvs);
     return st;

@@ -1,0 +1,240 @@
+/* secret_file.c: the file in which rank 0 of a job that brought no secret leaves the one it made,
+ * readable only by its user, for the ranks of its host; with it, who wrote it (process and
+ * parent, with their start times) so that a reader can tell its own job's file from another
+ * job's or a stale one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/sha256.h"
+#include "auth.h"
+
+#define MAGIC "tutti-secret-v1"
+#define FILE_MAX 512
+
+/* proc_start is pid's start time (clock ticks since boot, /proc/PID/stat field 22) and, when
+ * ppid is not NULL, its parent's pid; 0 when there is no such process. With the pid it names a
+ * process for good: a pid can be reused, a pid and start time cannot. */
+static unsigned long long proc_start(int pid, int *ppid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces and parentheses: start after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return 0;
+    int parent = 0;
+    unsigned long long start = 0;
+    /* fields 3 (state) 4 (ppid) ... 22 (starttime) */
+    if (sscanf(p + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                      "%*d %llu",
+               &parent, &start) != 2)
+        return 0;
+    if (ppid)
+        *ppid = parent;
+    return start;
+}
+
+/* open_dir makes (if needed) and opens this user's private directory for the file: it must be
+ * a real directory (no symlink), owned by this user, that nobody else may enter. */
+static int open_dir(char *dir, size_t cap)
+{
+    const char *xdg = tutti__env_get("XDG_RUNTIME_DIR");
+    if (xdg != NULL && xdg[0] == '/')
+        snprintf(dir, cap, "%s/tutti", xdg);
+    else
+        snprintf(dir, cap, "/tmp/tutti-%u", (unsigned)geteuid());
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                         "bootstrap: cannot make %s for this job's secret: %s; set "
+                         "TUTTI_JOB_TOKEN to the same random value for every rank instead",
+                         dir, strerror(errno));
+        return -1;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                         "bootstrap: cannot open %s for this job's secret: %s (a symbolic link "
+                         "is refused); remove it, or set TUTTI_JOB_TOKEN for every rank",
+                         dir, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
+        tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                         "bootstrap: %s belongs to uid %u with mode %03o: a directory for this "
+                         "job's secret must be this user's (uid %u) and closed to others; "
+                         "remove it, or set TUTTI_JOB_TOKEN for every rank",
+                         dir, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777),
+                         (unsigned)geteuid());
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* file_name names the file after the store it serves: the network namespace (ranks in other
+ * namespaces may share /tmp and the address), the address and the port. */
+static void file_name(const char *ip, int port, char *name, size_t cap)
+{
+    struct stat ns;
+    unsigned long long netns = stat("/proc/self/ns/net", &ns) == 0 ? (unsigned long long)ns.st_ino
+                                                                    : 0;
+    snprintf(name, cap, "store-%llu-%s-%d", netns, ip, port);
+}
+
+tutti_status_t tutti__secret_file_write(const char *ip, int port, const tutti__auth_t *a,
+                                        char *path, size_t cap)
+{
+    path[0] = '\0';
+    char dir[512], name[128], tmp[160];
+    int dfd = open_dir(dir, sizeof dir);
+    if (dfd < 0)
+        return TUTTI_ERR_BOOTSTRAP;
+    file_name(ip, port, name, sizeof name);
+    int me = (int)getpid(), parent = 0;
+    unsigned long long start = proc_start(me, &parent), pstart = proc_start(parent, NULL);
+    char job[2 * TUTTI__AUTH_JOB + 1], key[2 * TUTTI__AUTH_KEY + 1], text[FILE_MAX];
+    tutti__hex(a->job, TUTTI__AUTH_JOB, job);
+    tutti__hex(a->key, TUTTI__AUTH_KEY, key);
+    int len = snprintf(text, sizeof text, "%s %d %llu %d %llu %s %d %s\n", MAGIC, me, start,
+                       parent, pstart, job, a->launcher_id ? 1 : 0, key);
+    memset(key, 0, sizeof key);
+    /* Written whole under a temporary name, then renamed over any stale file of an earlier
+     * store on this port: a reader sees the old file or the new one, never half of one. */
+    snprintf(tmp, sizeof tmp, ".%s.%d.tmp", name, me);
+    unlinkat(dfd, tmp, 0);
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && fchmod(fd, 0600) == 0 && write(fd, text, (size_t)len) == len;
+    int err = errno;
+    if (fd >= 0)
+        close(fd);
+    memset(text, 0, sizeof text);
+    if (ok && renameat(dfd, tmp, dfd, name) != 0) {
+        ok = false;
+        err = errno;
+    }
+    if (!ok) {
+        unlinkat(dfd, tmp, 0);
+        close(dfd);
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: rank 0 cannot write this job's secret to %s/%s: %s; "
+                                "set TUTTI_JOB_TOKEN to the same random value for every rank "
+                                "instead",
+                                dir, name, strerror(err));
+    }
+    close(dfd);
+    snprintf(path, cap, "%s/%s", dir, name);
+    return TUTTI_OK;
+}
+
+void tutti__secret_file_remove(const char *path)
+{
+    if (path != NULL && path[0] != '\0')
+        unlink(path);
+}
+
+static int unhex(const char *s, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return s[2 * n] == '\0' ? 0 : -1;
+}
+
+tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a)
+{
+    char dir[512], name[128];
+    int dfd = open_dir(dir, sizeof dir);
+    if (dfd < 0)
+        return TUTTI_ERR_BOOTSTRAP;
+    file_name(ip, port, name, sizeof name);
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    close(dfd);
+    if (fd < 0)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: rank %d is on the host of the rendezvous store at "
+                                "%s:%d, but finds no secret of its job in %s/%s (%s): are the "
+                                "ranks in different containers, or under different "
+                                "XDG_RUNTIME_DIR? Set TUTTI_JOB_TOKEN to the same random value "
+                                "for every rank",
+                                rank, ip, port, dir, name, strerror(errno));
+    struct stat sb;
+    char text[FILE_MAX];
+    ssize_t n = -1;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+        (sb.st_mode & 077) == 0 && sb.st_size < FILE_MAX)
+        n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: %s/%s is not a private file of this user (uid %u): "
+                                "refusing to take a secret from it; remove it",
+                                dir, name, (unsigned)geteuid());
+    text[n] = '\0';
+    char magic[32], job[64], key[128];
+    int pid = 0, parent = 0, lid = 0;
+    unsigned long long start = 0, pstart = 0;
+    if (sscanf(text, "%31s %d %llu %d %llu %63s %d %127s", magic, &pid, &start, &parent, &pstart,
+               job, &lid, key) != 8 ||
+        strcmp(magic, MAGIC) != 0) {
+        memset(text, 0, sizeof text);
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: %s/%s is garbled (another tutti version?); remove it",
+                                dir, name);
+    }
+    memset(text, 0, sizeof text);
+    uint8_t fjob[TUTTI__AUTH_JOB];
+    bool ok = unhex(job, fjob, sizeof fjob) == 0 && unhex(key, a->key, TUTTI__AUTH_KEY) == 0;
+    memset(key, 0, sizeof key);
+    if (!ok)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: %s/%s is garbled (another tutti version?); remove it",
+                                dir, name);
+    if (proc_start(pid, NULL) != start)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: the secret in %s/%s was left by pid %d, which has "
+                                "exited: the store at %s:%d is not that process's; is another "
+                                "program serving that port?",
+                                dir, name, pid, ip, port);
+    if (memcmp(fjob, a->job, sizeof fjob) != 0)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: the rendezvous store at %s:%d is served by pid %d, "
+                                "rank 0 of another job (its launcher's job id differs): set "
+                                "MASTER_PORT to a port of this job",
+                                ip, port, pid);
+    /* Without a launcher's id, one job on one host is the ranks one process started: they share
+     * its parent, or rank 0 started them, or they are rank 0 (a test opening several ranks). */
+    int me = (int)getpid(), myparent = 0;
+    unsigned long long mystart = proc_start(me, &myparent);
+    unsigned long long myparent_start = proc_start(myparent, NULL);
+    bool same = (myparent == parent && myparent_start == pstart) ||
+                (myparent == pid && myparent_start == start) || (me == pid && mystart == start);
+    if (!a->launcher_id && !lid && !same)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: the rendezvous store at %s:%d is served by pid %d, "
+                                "whose parent is pid %d; this rank (pid %d) has parent pid %d, so "
+                                "it looks like another job: set MASTER_PORT to a port of this "
+                                "job; if they are one job started from different parents, set "
+                                "TUTTI_JOB_TOKEN to the same random value for every rank",
+                                ip, port, pid, parent, me, myparent);
+    a->have_key = true;
+    return TUTTI_OK;
+}

@@ -38,7 +38,8 @@
 #define P2P_SLOTS 2u  /* user send/recv: double buffering is enough and saves memory */
 #define MIN_SLICE_REGION (64u * 1024u) /* smallest region of a window when there are slices */
 #define MAX_LOCAL 4096
-#define NAME_LEN 40 /* "/tutti-" + 32 hex + NUL */
+#define SEG_SOCK_LEN 40  /* "tutti-" + 32 hex + NUL: the abstract socket's name */
+#define SEG_TOKEN_LEN 16
 
 _Static_assert(TUTTI__CHAN_MAX <= 32, "the busy mask has one bit per channel");
 
@@ -83,11 +84,14 @@ typedef struct layout {
     uint64_t size;
 } layout_t;
 
-/* What the node's leader publishes through the bootstrap: the name, or why there is none, so
- * that the other local ranks fail at once instead of waiting for the deadline. */
+/* What the node's leader publishes through the bootstrap: where to ask for the segment (a unix
+ * socket of its own, its pid, and the token to show), or why there is none, so that the other
+ * local ranks fail at once instead of waiting for the deadline. */
 typedef struct seg_pub {
     int32_t status;
-    char name[NAME_LEN];
+    int32_t pid;
+    char sock[SEG_SOCK_LEN];
+    uint8_t token[SEG_TOKEN_LEN];
     char msg[212];
 } seg_pub_t;
 
@@ -136,6 +140,23 @@ typedef struct shm_tp {
     int nwin;
     tutti__window_t **wins; /* [nwin] */
 } shm_tp_t;
+
+/* ---- handing the segment out (shm_pass.c) ---- */
+
+/* tutti__shm_pass_listen opens the leader's unix socket under a random abstract name and fills
+ * pub's sock, token and pid; *lfd is the listening socket. */
+tutti_status_t tutti__shm_pass_listen(seg_pub_t *pub, int *lfd);
+
+/* tutti__shm_pass_serve hands memfd to every other local rank that asks on lfd with pub's token
+ * and runs as this user, until all nlocal - 1 have it or deadline passes (an error naming the
+ * ranks still missing). Anyone else gets nothing. */
+tutti_status_t tutti__shm_pass_serve(int lfd, int memfd, const seg_pub_t *pub,
+                                     const int *local_ranks, int nlocal, double deadline);
+
+/* tutti__shm_pass_fetch asks the leader (rank leader, pub as it published it) for the segment
+ * as local rank my_local; *memfd receives it. The leader must be pub->pid of this user. */
+tutti_status_t tutti__shm_pass_fetch(const seg_pub_t *pub, int my_local, int leader,
+                                     double deadline, int *memfd);
 
 /* The shm transport's operations (shm.c). */
 extern const tutti__transport_ops_t tutti__shm_ops;

@@ -1,14 +1,12 @@
-/* shm_segment.c: making the shm transport: the leader of a node creates the shared segment
- * (0600, an unguessable name, unlinked once every local rank has mapped it), the others map it
- * and check its header, and each lays out its rings and windows. */
+/* shm_segment.c: making the shm transport: the leader of a node creates the shared segment (a
+ * memfd, which has no name anywhere: shm_pass.c hands it to the others), the others check and
+ * map it, and each lays out its rings and windows. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "shm_impl.h"
@@ -68,29 +66,10 @@ static tutti_status_t sys_error(const char *what, const char *name)
     return tutti__set_error(TUTTI_ERR_SYSTEM,
                             "shm: %s %s failed: %s%s", what, name, strerror(e),
                             e == ENOSPC || e == ENOMEM
-                                ? " (is /dev/shm too small? lower TUTTI_SHM_WINDOW, "
+                                ? " (out of memory? lower TUTTI_SHM_WINDOW, "
                                   "TUTTI_SHM_SLOTS or TUTTI_SHM_SLOT)"
                             : e == EMFILE || e == ENFILE ? " (too many open files)"
                                                          : "");
-}
-
-static tutti_status_t random_name(char name[NAME_LEN])
-{
-    unsigned char rnd[16];
-    size_t got = 0;
-    while (got < sizeof rnd) {
-        ssize_t n = getrandom(rnd + got, sizeof rnd - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return sys_error("getrandom for", "the segment name");
-        }
-        got += (size_t)n;
-    }
-    int k = snprintf(name, NAME_LEN, "/tutti-");
-    for (size_t i = 0; i < sizeof rnd; i++)
-        k += snprintf(name + k, NAME_LEN - (size_t)k, "%02x", rnd[i]);
-    return TUTTI_OK;
 }
 
 /* read_knobs sizes the segment from the environment (only the leader reads it; the others take
@@ -135,36 +114,39 @@ static void write_header(char *base, const layout_t *L)
     h->size = L->size;
 }
 
-/* create_segment: the leader's side. On success *base maps a segment that is still linked
- * under name; on failure nothing is left linked or mapped. */
-static tutti_status_t create_segment(const layout_t *L, char name[NAME_LEN], char **base)
+/* The seals that make the segment's size final: nobody holding the memfd can shrink it under a
+ * mapping (a touch past the end would be SIGBUS) or grow it. */
+#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+/* create_segment: the leader's side. On success *fd is the sealed memfd and *base its mapping;
+ * on failure nothing is left open or mapped. Nothing is ever linked in /dev/shm. */
+static tutti_status_t create_segment(const layout_t *L, int *fdp, char **base)
 {
     tutti_status_t st;
-    int fd = -1;
-    for (int tries = 0; fd < 0; tries++) {
-        TUTTI__CHECK(random_name(name));
-        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-        if (fd < 0 && (errno != EEXIST || tries == 4))
-            return sys_error("shm_open(O_CREAT|O_EXCL) of", name);
-    }
-    /* tmpfs grants a sparse file larger than its free space, and a later touch of a missing
-     * page is SIGBUS: refuse up front with advice instead. The size grows with the channels
-     * (one set of rings per slice), so the advice names them too. */
-    struct statvfs vfs;
-    if (fstatvfs(fd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < L->size) {
+    *fdp = -1;
+    int fd = memfd_create("tutti-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return sys_error("memfd_create of", "the shared segment");
+    /* A memfd takes its pages from memory as they are first touched; one larger than the
+     * machine's memory could only end in the OOM killer: refuse it up front with advice. */
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psize > 0 && L->size > (uint64_t)pages * (uint64_t)psize / 2) {
         st = tutti__set_error(TUTTI_ERR_SYSTEM,
                               "shm: the shared segment for %u local ranks and %u channels (1 + "
-                              "%u collective slices) needs %llu MiB but /dev/shm has %llu MiB "
-                              "free; enlarge /dev/shm (docker: --shm-size), use fewer slices "
-                              "(workers), or lower TUTTI_SHM_WINDOW, TUTTI_SHM_SLOTS or "
-                              "TUTTI_SHM_SLOT",
+                              "%u collective slices) needs %llu MiB, over half of this machine's "
+                              "%llu MiB of memory; use fewer slices (workers), or lower "
+                              "TUTTI_SHM_WINDOW, TUTTI_SHM_SLOTS or TUTTI_SHM_SLOT",
                               L->nlocal, L->nchan, L->nchan - 1,
                               (unsigned long long)(L->size >> 20),
-                              (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize >> 20));
+                              (unsigned long long)((uint64_t)pages * (uint64_t)psize >> 20));
         goto fail;
     }
     if (ftruncate(fd, (off_t)L->size) != 0) {
-        st = sys_error("ftruncate of", name);
+        st = sys_error("ftruncate of", "the shared segment");
+        goto fail;
+    }
+    if (fcntl(fd, F_ADD_SEALS, SEALS) != 0) {
+        st = sys_error("sealing", "the shared segment");
         goto fail;
     }
     /* No MAP_POPULATE: the segment can be large and mostly unused (a ring algorithm uses two
@@ -172,43 +154,50 @@ static tutti_status_t create_segment(const layout_t *L, char name[NAME_LEN], cha
     *base = mmap(NULL, L->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (*base == MAP_FAILED) {
         *base = NULL;
-        st = sys_error("mmap of", name);
+        st = sys_error("mmap of", "the shared segment");
         goto fail;
     }
-    close(fd);
     write_header(*base, L);
+    *fdp = fd;
     return TUTTI_OK;
 fail:
     close(fd);
-    shm_unlink(name);
     return st;
 }
 
-/* map_segment: a non-leader's side; reads the layout from the header, which must be for as many
- * ranks, channels and windows as this rank expects. */
-static tutti_status_t map_segment(const char *name, uint32_t nlocal, uint32_t nchan,
-                                  uint32_t nwin, int leader, layout_t *L, char **base)
+/* map_segment: a non-leader's side, on the memfd it was handed (closed here either way). The
+ * descriptor must be this user's and sealed against resizing; the layout comes from the
+ * header, which must be for as many ranks, channels and windows as this rank expects. */
+static tutti_status_t map_segment(int fd, uint32_t nlocal, uint32_t nchan, uint32_t nwin,
+                                  int leader, layout_t *L, char **base)
 {
     tutti_status_t st;
-    int fd = shm_open(name, O_RDWR, 0);
-    if (fd < 0)
-        return sys_error("shm_open of", name);
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        st = sys_error("fstat of", name);
+        st = sys_error("fstat of", "the shared segment");
         close(fd);
         return st;
+    }
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (!S_ISREG(sb.st_mode) || sb.st_uid != geteuid() || seals < 0 ||
+        (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        close(fd);
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "shm: the segment rank %d handed over is not a sealed memfd of "
+                                "this user (uid %u, mode %o, seals %#x): refusing to map it",
+                                leader, (unsigned)sb.st_uid, (unsigned)sb.st_mode,
+                                (unsigned)seals);
     }
     if ((uint64_t)sb.st_size < HDR_SPACE) {
         close(fd);
         return tutti__set_error(TUTTI_ERR_INTERNAL,
-                                "shm: segment %s published by rank %d has only %lld bytes",
-                                name, leader, (long long)sb.st_size);
+                                "shm: the segment rank %d handed over has only %lld bytes",
+                                leader, (long long)sb.st_size);
     }
     *base = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (*base == MAP_FAILED) {
         *base = NULL;
-        st = sys_error("mmap of", name);
+        st = sys_error("mmap of", "the shared segment");
         close(fd);
         return st;
     }
@@ -217,10 +206,10 @@ static tutti_status_t map_segment(const char *name, uint32_t nlocal, uint32_t nc
     if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->nlocal != nlocal ||
         h->size != (uint64_t)sb.st_size) {
         st = tutti__set_error(TUTTI_ERR_INTERNAL,
-                              "shm: segment %s published by rank %d does not hold a tutti "
-                              "header for %u ranks (magic %llx, version %u, %u ranks): mixed "
-                              "tutti versions on one node?",
-                              name, leader, nlocal, (unsigned long long)h->magic, h->version,
+                              "shm: the segment rank %d handed over does not hold a tutti header "
+                              "for %u ranks (magic %llx, version %u, %u ranks): mixed tutti "
+                              "versions on one node?",
+                              leader, nlocal, (unsigned long long)h->magic, h->version,
                               h->nlocal);
     } else if (h->nchan != nchan || h->nwin != nwin) {
         st = tutti__set_error(TUTTI_ERR_INTERNAL,
@@ -233,10 +222,10 @@ static tutti_status_t map_segment(const char *name, uint32_t nlocal, uint32_t nc
                L->size != h->size || h->slot_size > UINT32_MAX || h->nslots_coll == 0 ||
                h->nslots_p2p == 0) {
         st = tutti__set_error(TUTTI_ERR_INTERNAL,
-                              "shm: segment %s published by rank %d has an inconsistent header "
+                              "shm: the segment rank %d handed over has an inconsistent header "
                               "(%llu bytes, slots of %llu bytes): mixed tutti versions on one "
                               "node, or the segment was overwritten",
-                              name, leader, (unsigned long long)h->size,
+                              leader, (unsigned long long)h->size,
                               (unsigned long long)h->slot_size);
     } else {
         return TUTTI_OK;
@@ -365,9 +354,14 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
         seg_pub_t pub;
         memset(&pub, 0, sizeof pub);
         if (my_local == 0) {
+            int memfd = -1, lfd = -1;
             st = read_knobs((uint32_t)nlocal, nchan, nwin, &L);
             if (st == TUTTI_OK)
-                st = create_segment(&L, pub.name, &t->base_addr);
+                st = create_segment(&L, &memfd, &t->base_addr);
+            if (st == TUTTI_OK) {
+                t->map_size = L.size;
+                st = tutti__shm_pass_listen(&pub, &lfd);
+            }
             pub.status = st;
             if (st != TUTTI_OK) {
                 /* Tell the others why, so they fail now rather than at the deadline. */
@@ -376,47 +370,53 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
                 tutti__save_error(&saved);
                 tutti__bs_put(bs, key, &pub, sizeof pub);
                 tutti__restore_error(&saved, st);
+                if (memfd >= 0)
+                    close(memfd);
                 goto fail;
             }
-            t->map_size = L.size;
             st = tutti__bs_put(bs, key, &pub, sizeof pub);
-            if (st != TUTTI_OK) {
-                shm_unlink(pub.name);
+            if (st == TUTTI_OK)
+                st = tutti__shm_pass_serve(lfd, memfd, &pub, local_ranks, nlocal, bs->deadline);
+            /* Every local rank holds the segment now (or never will): the leader's descriptors
+             * go, and the memory lives exactly as long as someone maps it. */
+            close(lfd);
+            close(memfd);
+            memset(&pub, 0, sizeof pub);
+            if (st != TUTTI_OK)
                 goto fail;
-            }
         } else {
             st = tutti__bs_get(bs, key, &pub, sizeof pub);
             if (st != TUTTI_OK) {
-                tutti__prefix_error(st, "shm: waiting for the shared segment's name from rank %d "
+                tutti__prefix_error(st, "shm: waiting for the shared segment from rank %d "
                                         "(this node's lowest rank)",
                                     leader);
                 goto fail;
             }
-            pub.name[NAME_LEN - 1] = '\0';
+            pub.sock[SEG_SOCK_LEN - 1] = '\0';
             pub.msg[sizeof pub.msg - 1] = '\0';
             if (pub.status != TUTTI_OK) {
-                st = tutti__set_error(pub.status < 0 ? (tutti_status_t)pub.status
-                                                     : TUTTI_ERR_INTERNAL,
+                st = tutti__set_error(pub.status < 0 && pub.status >= TUTTI_ERR_INTERNAL
+                                          ? (tutti_status_t)pub.status
+                                          : TUTTI_ERR_INTERNAL,
                                       "shm: rank %d (this node's lowest rank) could not create "
                                       "the shared segment: %s",
                                       leader, pub.msg);
                 goto fail;
             }
-            if (strncmp(pub.name, "/tutti-", 7) != 0 || strchr(pub.name + 1, '/') != NULL) {
+            if (strncmp(pub.sock, "tutti-", 6) != 0 || pub.pid <= 0) {
                 st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                      "shm: rank %d published a bad segment name under %s",
-                                      leader, key);
+                                      "shm: rank %d published a garbled record under %s", leader,
+                                      key);
                 goto fail;
             }
-            st = map_segment(pub.name, (uint32_t)nlocal, nchan, nwin, leader, &L, &t->base_addr);
-            if (st != TUTTI_OK) {
-                /* Still meet the others, so that the leader unlinks now; then fail. */
-                tutti__saved_error_t saved;
-                tutti__save_error(&saved);
-                tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
-                tutti__restore_error(&saved, st);
+            int memfd = -1;
+            st = tutti__shm_pass_fetch(&pub, my_local, leader, bs->deadline, &memfd);
+            memset(&pub, 0, sizeof pub);
+            if (st == TUTTI_OK)
+                st = map_segment(memfd, (uint32_t)nlocal, nchan, nwin, leader, &L,
+                                 &t->base_addr);
+            if (st != TUTTI_OK)
                 goto fail;
-            }
             t->map_size = L.size;
         }
         /* First touch of my own regions, before anyone else can touch them, places their pages
@@ -425,9 +425,8 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
             memset(t->base_addr + L.regions_off +
                        ((uint64_t)s * (uint64_t)nlocal + (uint64_t)my_local) * L.region_stride,
                    0, L.region_stride);
+        /* No rank touches another's region before its owner has: the barrier keeps that. */
         st = tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
-        if (my_local == 0)
-            shm_unlink(pub.name); /* every local rank has it mapped (or gave up): nothing stays */
         if (st != TUTTI_OK) {
             tutti__prefix_error(st, "shm: waiting for the %d ranks of this node to map the shared "
                                     "segment",

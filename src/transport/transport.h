@@ -91,9 +91,9 @@ typedef struct tutti__window {
 /*
  * tutti__shm_create builds the node's shared segment for the local ranks (local_ranks[0..n-1],
  * global ranks in increasing order; this rank is local_ranks[my_local]). The lowest local rank
- * creates it (0600, unguessable name) and publishes the name through the bootstrap; the others
- * map it; after a node barrier the creator unlinks it, so nothing stays in /dev/shm even if a
- * rank crashes later. The segment holds nchan channels per ordered pair of local ranks (every
+ * creates it as a sealed memfd, which has no name (nothing can stay in /dev/shm, however a rank
+ * dies), and hands it over a unix socket to the local ranks that show the token it published
+ * through the bootstrap and run as the same user (shm_pass.c). The segment holds nchan channels per ordered pair of local ranks (every
  * local rank must pass the same nchan). On success *out is the transport and, if wins != NULL,
  * wins[s] is slice s's window for s in [0, nchan - 1): TUTTI_SHM_WINDOW bytes per rank when
  * there is one slice, else TUTTI_SHM_WINDOW / nslices rounded down to 4 KiB, at least 64 KiB.

@@ -114,7 +114,8 @@ typedef struct tutti_oob {
  *  TUTTI_COMM_CONFIG_INIT so that struct_size tells the library which fields exist. */
 typedef struct tutti_comm_config {
     size_t struct_size;    /**< sizeof(tutti_comm_config_t) as the caller compiled it */
-    double timeout_s;      /**< deadline of every wait; <= 0: TUTTI_TIMEOUT or 300 s */
+    double timeout_s;      /**< deadline of every wait, 0.001 to 1e9 s; <= 0: TUTTI_TIMEOUT or
+                                300 s (NaN is refused) */
     const char *transport; /**< "auto", "shm" or "ofi"; NULL: TUTTI_TRANSPORT or "auto" */
     int worker_count;      /**< worker threads, 1..16; 0: CCL_WORKER_COUNT or 1 */
     long inline_max;       /**< bytes up to which an asynchronous collective posted on an idle
@@ -165,8 +166,10 @@ TUTTI_API const char *tutti_op_name(tutti_op_t op);
  * WORLD_SIZE (torchrun), PMI_RANK / PMI_SIZE (MPICH, Intel MPI), OMPI_COMM_WORLD_RANK / SIZE
  * (Open MPI) or SLURM_PROCID / SLURM_NTASKS, in that order; a single process with none of
  * them is rank 0 of 1. Ranks meet at a TCP store served by rank 0 on MASTER_ADDR:MASTER_PORT
- * (default 127.0.0.1:29500). Collective over all ranks; blocks until all have arrived or the
- * timeout passes (the error then names the missing ranks).
+ * (default 127.0.0.1:29500), listening on that address only, where each proves that it holds
+ * the job's secret (config->job_token, TUTTI_JOB_TOKEN, the launcher's; docs/security.md); a
+ * job of one rank serves no store. Collective over all ranks; blocks until all have arrived or
+ * the timeout passes (the error then names the missing ranks).
  * @param config NULL for defaults.
  * @param comm receives the new communicator.
  * @return TUTTI_OK, or an error with the text in tutti_last_error().
@@ -207,7 +210,7 @@ TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm);
  * now on gives up timeout_s seconds after its first wait began; operations already waiting keep
  * their deadline. Communicators split from comm later keep the timeout comm was created with.
  * Safe from any thread. (torch's Backend.setTimeout.)
- * @return TUTTI_OK, TUTTI_ERR_INVALID_ARG if timeout_s is not positive, or
+ * @return TUTTI_OK, TUTTI_ERR_INVALID_ARG if timeout_s is not from 0.001 to 1e9 s, or
  *         TUTTI_ERR_INVALID_COMM.
  */
 TUTTI_API tutti_status_t tutti_comm_set_timeout(tutti_comm_t *comm, double timeout_s);
@@ -315,7 +318,8 @@ TUTTI_API tutti_status_t tutti_alltoall(const void *sendbuf, void *recvbuf, size
                                         tutti_work_t **work);
 
 /** Like alltoall with per-peer counts and displacements (in elements); NULL displacements
- *  mean packed. sendcounts[j] on this rank must equal recvcounts[this rank] on rank j. */
+ *  mean packed. sendcounts[j] on this rank must equal recvcounts[this rank] on rank j; the
+ *  block to itself too: sendcounts[rank] != recvcounts[rank] is TUTTI_ERR_INVALID_ARG. */
 TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *sendcounts,
                                          const size_t *sdispls, void *recvbuf,
                                          const size_t *recvcounts, const size_t *rdispls,
@@ -358,7 +362,8 @@ TUTTI_API tutti_status_t tutti_recv(void *buf, size_t count, tutti_dtype_t dtype
  * @param timeout_s the longest to wait here; < 0 waits up to the operation's own deadline
  *        (the communicator's timeout), which always applies.
  * @return the operation's status; TUTTI_IN_PROGRESS if timeout_s passed first (the operation
- *         goes on; wait again or free).
+ *         goes on; wait again or free); TUTTI_ERR_INVALID_ARG for work NULL or timeout_s NaN
+ *         (nothing waited for, the operation goes on).
  */
 TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *work, double timeout_s);
 

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include "check_main.h"
+#include <math.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -221,6 +222,25 @@ static void bad_collectives(bctx_t *c)
     BAD(INV, tutti_alltoallv(c->S, counts, NULL, NULL, counts, NULL, TUTTI_INT32, comm, &c->w));
     BAD(INV, tutti_alltoallv(c->S, counts, NULL, c->R, counts, NULL, (tutti_dtype_t)99, comm,
                              &c->w));
+    {
+        /* The block a rank sends itself must be as long as the one it receives from itself: a
+         * longer receive count once read past the send block (issue 15: SIGSEGV in memcpy).
+         * Both ways, with layouts that are otherwise fine. */
+        size_t sc[TH_MAX_RANKS], rc[TH_MAX_RANKS];
+        for (int r = 0; r < P; r++)
+            sc[r] = rc[r] = 1;
+        rc[c->rank] = 4;
+        BAD(INV, tutti_alltoallv(c->S, sc, NULL, c->R, rc, NULL, TUTTI_INT32, comm, &c->w));
+        BAD(INV, tutti_alltoallv(c->S, rc, NULL, c->R, sc, NULL, TUTTI_INT32, comm, NULL));
+        arm(c);
+        expect(c, "alltoallv with an unequal own block",
+               tutti_alltoallv(c->S, sc, NULL, c->R, rc, NULL, TUTTI_INT32, comm, &c->w), INV,
+               true);
+        if (strstr(tutti_last_error(), "sendcounts") == NULL ||
+            !th_mentions_number(tutti_last_error(), 4))
+            c->bad = th_fail("alltoallv with an unequal own block: the error names neither the "
+                             "counts nor their values: \"%s\"", tutti_last_error());
+    }
 
     /* send / recv */
     BAD(INV, tutti_send(NULL, 4, TUTTI_INT8, 0, 0, comm, &c->w));
@@ -260,6 +280,40 @@ static void bad_work_calls(bctx_t *c)
         c->bad = th_fail("tutti_work_status(NULL) returned %d, expected an error", st);
     if (tutti_work_error(NULL) == NULL)
         c->bad = th_fail("tutti_work_error(NULL) returned NULL");
+    /* A NaN timeout once made tutti_work_wait spin until the operation ended: it is refused,
+     * and the operation goes on. The peers post the barrier late, so it is still running. */
+    tutti_work_t *w = NULL;
+    if (c->size > 1 && c->rank == 0) {
+        st = tutti_barrier(c->comm, &w);
+        if (st != TUTTI_OK) {
+            c->bad = th_fail("barrier post: %d (%s)", st, tutti_comm_last_error(c->comm));
+        } else {
+            double t0 = th_now();
+            st = tutti_work_wait(w, (double)NAN);
+            if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_last_error(), "NaN") == NULL)
+                c->bad = th_fail("tutti_work_wait(w, NaN) returned %d (%s), expected "
+                                 "TUTTI_ERR_INVALID_ARG naming NaN", st, tutti_last_error());
+            if (th_now() - t0 > 0.2)
+                c->bad = th_fail("tutti_work_wait(w, NaN) took %.2f s", th_now() - t0);
+            st = tutti_work_wait(w, -1.0);
+            if (st != TUTTI_OK)
+                c->bad = th_fail("the barrier after wait(NaN): %d (%s)", st, tutti_work_error(w));
+            tutti_work_free(w);
+        }
+    } else if (c->size > 1) {
+        usleep(300000);
+        st = tutti_barrier(c->comm, NULL);
+        if (st != TUTTI_OK)
+            c->bad = th_fail("barrier: %d (%s)", st, tutti_comm_last_error(c->comm));
+    }
+    static const double bad_timeouts[] = {0.0, -1.0, 1e-300, 1e-4, 2e9, (double)INFINITY,
+                                          (double)NAN};
+    for (size_t i = 0; i < sizeof bad_timeouts / sizeof bad_timeouts[0]; i++) {
+        st = tutti_comm_set_timeout(c->comm, bad_timeouts[i]);
+        if (st != TUTTI_ERR_INVALID_ARG)
+            c->bad = th_fail("tutti_comm_set_timeout(%g) returned %d, expected INVALID_ARG",
+                             bad_timeouts[i], st);
+    }
     tutti_work_free(NULL);
     st = tutti_comm_init_env(NULL, NULL);
     if (st != TUTTI_ERR_INVALID_ARG)
@@ -526,6 +580,20 @@ static const envcase_t env_cases[] = {
      TUTTI_ERR_INVALID_ARG, "bogus"},
     {"TUTTI_TIMEOUT=abc", "TUTTI_TIMEOUT=abc", TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG,
      "TUTTI_TIMEOUT"},
+    /* timeouts no wait could meet, or none at all (issue 15: 1e-300 was accepted) */
+    {"TUTTI_TIMEOUT=1e-300", "TUTTI_TIMEOUT=1e-300", TUTTI_ERR_INVALID_ARG,
+     TUTTI_ERR_INVALID_ARG, "TUTTI_TIMEOUT"},
+    {"TUTTI_TIMEOUT=0.0001", "TUTTI_TIMEOUT=0.0001", TUTTI_ERR_INVALID_ARG,
+     TUTTI_ERR_INVALID_ARG, "TUTTI_TIMEOUT"},
+    {"TUTTI_TIMEOUT=nan", "TUTTI_TIMEOUT=nan", TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG,
+     "TUTTI_TIMEOUT"},
+    {"TUTTI_TIMEOUT=inf", "TUTTI_TIMEOUT=inf", TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG,
+     "TUTTI_TIMEOUT"},
+    {"TUTTI_TIMEOUT=1e-320", "TUTTI_TIMEOUT=1e-320", TUTTI_ERR_INVALID_ARG,
+     TUTTI_ERR_INVALID_ARG, "TUTTI_TIMEOUT"},
+    /* a job token too short to be a secret */
+    {"TUTTI_JOB_TOKEN=abc", "TUTTI_JOB_TOKEN=abc", TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG,
+     "TUTTI_JOB_TOKEN"},
     /* rank discovery: a bad launcher environment is a bootstrap failure (or a bad argument) */
     {"RANK=5", "RANK=5 with WORLD_SIZE=2", TUTTI_ERR_BOOTSTRAP, TUTTI_ERR_INVALID_ARG, "RANK"},
     {"RANK=-1", "RANK=-1", TUTTI_ERR_BOOTSTRAP, TUTTI_ERR_INVALID_ARG, "RANK"},
@@ -591,6 +659,28 @@ static int bad_config_rank(int rank, int size, void *arg)
     else if (strstr(tutti_last_error(), "bogus") == NULL)
         bad = th_fail("config.transport=\"bogus\": the error does not name the value: \"%s\"",
                       tutti_last_error());
+    if (st == TUTTI_OK)
+        tutti_comm_destroy(comm);
+    static const double bad_timeouts[] = {1e-300, 1e-4, 2e9, (double)INFINITY, (double)NAN};
+    for (size_t i = 0; i < sizeof bad_timeouts / sizeof bad_timeouts[0]; i++) {
+        tutti_comm_config_t tc = TUTTI_COMM_CONFIG_INIT;
+        tc.timeout_s = bad_timeouts[i];
+        comm = NULL;
+        st = tutti_comm_init_env(&tc, &comm);
+        if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_last_error(), "timeout_s") == NULL)
+            bad = th_fail("config.timeout_s=%g: expected TUTTI_ERR_INVALID_ARG naming timeout_s, "
+                          "got %d (%s): %s", bad_timeouts[i], st, tutti_strerror(st),
+                          tutti_last_error());
+        if (st == TUTTI_OK)
+            tutti_comm_destroy(comm);
+    }
+    tutti_comm_config_t tk = TUTTI_COMM_CONFIG_INIT;
+    tk.job_token = "too-short";
+    comm = NULL;
+    st = tutti_comm_init_env(&tk, &comm);
+    if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_last_error(), "job_token") == NULL)
+        bad = th_fail("config.job_token of 9 characters: expected TUTTI_ERR_INVALID_ARG naming "
+                      "job_token, got %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
     if (st == TUTTI_OK)
         tutti_comm_destroy(comm);
     return bad;

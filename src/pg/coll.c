@@ -92,22 +92,15 @@ static tutti_status_t check_overlap(tutti_comm_t *comm, const char *fn, const vo
     return TUTTI_OK;
 }
 
-/* check_v validates counts/displs for n ranks and returns the bytes the layout spans. */
+/* check_v validates counts/displs for the communicator's ranks and returns the bytes the layout
+ * spans. */
 static tutti_status_t check_v(tutti_comm_t *comm, const char *fn, const char *what,
                               const size_t *counts, const size_t *displs, size_t esize, size_t *span)
 {
-    if (counts == NULL)
-        return BAD(comm, "%s: %s is NULL", fn, what);
-    size_t end = 0, sum = 0;
-    for (int r = 0; r < comm->size; r++) {
-        size_t d = displs ? displs[r] : sum;
-        if (counts[r] > SIZE_MAX - d || SIZE_MAX - sum < counts[r])
-            return BAD(comm, "%s: %s[%d] = %zu overflows", fn, what, r, counts[r]);
-        sum += counts[r];
-        if (counts[r] && d + counts[r] > end)
-            end = d + counts[r];
-    }
-    return check_bytes(comm, fn, end, esize, 1, span);
+    char why[256];
+    if (tutti__layout_span(what, counts, displs, comm->size, esize, span, why, sizeof why) < 0)
+        return BAD(comm, "%s: %s", fn, why);
+    return TUTTI_OK;
 }
 
 /* ---- running ---- */
@@ -378,6 +371,9 @@ TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *send
     }
     TUTTI__CHECK(check_v(comm, fn, "recvcounts", recvcounts, rdispls, es, &rspan));
     TUTTI__CHECK(check_v(comm, fn, "sendcounts", sendcounts, sdispls, es, &sspan));
+    char why[256];
+    if (tutti__layout_own(sendcounts, recvcounts, comm->rank, why, sizeof why) < 0)
+        return BAD(comm, "%s: %s", fn, why);
     TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, rspan));
     TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, sspan));
     TUTTI__CHECK(check_overlap(comm, fn, sendbuf, sspan, recvbuf, rspan));

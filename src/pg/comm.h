@@ -158,6 +158,20 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
 /* tutti__comm_free stops comm's workers and frees everything it holds (also a half-made one). */
 void tutti__comm_free(tutti_comm_t *comm);
 
+/* ---- v-collectives' layouts (layout.c) ---- */
+
+/* tutti__layout_span checks n counts (what names them in the text) with displacements displs
+ * (NULL: packed in rank order) for elements of esize bytes: no block end overflows, and the
+ * layout spans at most PTRDIFF_MAX bytes, which go to *span. TUTTI_ERR_INVALID_ARG with the
+ * reason in why (cap bytes) otherwise. */
+tutti_status_t tutti__layout_span(const char *what, const size_t *counts, const size_t *displs,
+                                  int n, size_t esize, size_t *span, char *why, size_t cap);
+
+/* tutti__layout_own checks that rank me sends itself as many elements as it receives from
+ * itself (alltoallv copies that block locally); TUTTI_ERR_INVALID_ARG with why otherwise. */
+tutti_status_t tutti__layout_own(const size_t *sendcounts, const size_t *recvcounts, int me,
+                                 char *why, size_t cap);
+
 /* ---- algorithm overrides (algo_override.c) ---- */
 
 /* tutti__override_init parses the CCL_<COLL> variables into comm->algo (at creation, once the

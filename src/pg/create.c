@@ -127,12 +127,13 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     int rank, size;
     TUTTI__CHECK(tutti__config_read(config, &cfg));
     TUTTI__CHECK(tutti__launcher_rank(&rank, &size, &how));
+    tutti__auth_t auth; /* read even for one rank: a bad token is an error whatever the size */
+    TUTTI__CHECK(tutti__auth_from_env(tutti__config_token(config), &auth));
     if (size == 1) {
+        memset(&auth, 0, sizeof auth);
         TUTTI__LOG(TUTTI__LOG_INFO, "rank 0 of 1 (%s): no rendezvous", how);
         return init_solo(&cfg, comm);
     }
-    tutti__auth_t auth;
-    TUTTI__CHECK(tutti__auth_from_env(tutti__config_token(config), &auth));
     const char *addr = tutti__env_get("MASTER_ADDR");
     long port = 29500;
     tutti_status_t st = tutti__env_long("MASTER_PORT", 1, 65535, &port);

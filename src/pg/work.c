@@ -43,6 +43,10 @@ TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *w, double timeout_s)
 {
     if (w == NULL)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_work_wait: work is NULL");
+    if (timeout_s != timeout_s)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_work_wait: timeout_s is NaN: pass seconds, or a negative "
+                                "number to wait up to the operation's own deadline");
     double deadline = timeout_s < 0 ? -1.0 : tutti__now() + timeout_s;
     /* Spin briefly, then yield for a while: operations often end within microseconds, a sleep
      * costs several to wake from, and yielding hands the core to the worker doing the work. */

@@ -499,6 +499,76 @@ START_TEST(test_nonblocking)
 }
 END_TEST
 
+/* An asynchronous post of a call with nothing to move returns at once when nothing may run in
+ * the caller's thread (TUTTI_INLINE_MAX=0, or tutti_comm_config_t.inline_max = -1), even where the
+ * call must still meet the peers (a barrier, v-collectives whose counts are all 0): rank 1 joins
+ * only after all of rank 0's posts have returned, so a post that blocked until the peers joined
+ * would never return. Issue 15 saw such a post block. */
+static int zero_post_rank(int rank, int size, void *arg)
+{
+    (void)size;
+    th_shared_t *sh = th_shared();
+    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT;
+    cfg.timeout_s = 20;
+    cfg.inline_max = arg != NULL ? -1 : 0; /* 0: TUTTI_INLINE_MAX, which the harness sets to 0 */
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(&cfg, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    size_t zero[2] = {0, 0};
+    enum { NPOST = 7 };
+    tutti_work_t *w[NPOST] = {NULL};
+    if (rank == 1) {
+        double t0 = th_now();
+        while (__atomic_load_n(&sh->counter, __ATOMIC_ACQUIRE) == 0 && th_now() - t0 < 8)
+            usleep(1000);
+        if (__atomic_load_n(&sh->counter, __ATOMIC_ACQUIRE) == 0)
+            rc = th_fail("rank 0's asynchronous 0-byte posts did not all return within 8 s");
+    }
+    tutti_status_t st[NPOST];
+    double t0 = th_now();
+    st[0] = tutti_barrier(comm, &w[0]);
+    st[1] = tutti_allgatherv(NULL, 0, NULL, zero, NULL, TUTTI_FLOAT32, comm, &w[1]);
+    st[2] = tutti_alltoallv(NULL, zero, NULL, NULL, zero, NULL, TUTTI_FLOAT32, comm, &w[2]);
+    st[3] = tutti_allreduce(NULL, NULL, 0, TUTTI_FLOAT32, TUTTI_SUM, comm, &w[3]);
+    st[4] = tutti_broadcast(NULL, 0, TUTTI_FLOAT32, 1, comm, &w[4]);
+    st[5] = tutti_reduce_scatter(NULL, NULL, 0, TUTTI_FLOAT32, TUTTI_SUM, comm, &w[5]);
+    st[6] = tutti_barrier(comm, &w[6]);
+    double posted = th_now() - t0;
+    if (rank == 0) {
+        int done = 1;
+        tutti_work_test(w[6], &done);
+        if (done && rc == 0)
+            rc = th_fail("the last barrier ended before rank 1 posted anything");
+        __atomic_store_n(&sh->counter, 1, __ATOMIC_RELEASE);
+        if (posted > 2.0 && rc == 0)
+            rc = th_fail("seven asynchronous 0-byte posts took %.2f s", posted);
+    }
+    for (int i = 0; i < NPOST; i++) {
+        if (st[i] != TUTTI_OK) {
+            rc = th_fail("post %d: %d (%s)", i, st[i], tutti_comm_last_error(comm));
+            continue;
+        }
+        tutti_status_t ws = tutti_work_wait(w[i], 20);
+        if (ws != TUTTI_OK && rc == 0)
+            rc = th_fail("operation %d: %d (%s)", i, ws, tutti_work_error(w[i]));
+        tutti_work_free(w[i]);
+    }
+    if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)
+        rc = th_fail("destroy: %s", tutti_last_error());
+    return rc;
+}
+
+START_TEST(test_zero_byte_posts)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = _i % 2 ? "ofi" : "shm";
+    o.timeout_s = 40;
+    o.env[0] = "TUTTI_INLINE_MAX=0";
+    ck_assert(th_run_opts(2, &o, zero_post_rank, _i < 2 ? NULL : (void *)1) == 0);
+}
+END_TEST
+
 static Suite *workers_suite(void)
 {
     Suite *s = suite_create("workers");
@@ -509,6 +579,7 @@ static Suite *workers_suite(void)
     tcase_add_test(tc, test_abort);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_nonblocking);
+    tcase_add_loop_test(tc, test_zero_byte_posts, 0, 4); /* {env 0, config -1} x {shm, ofi} */
     suite_add_tcase(s, tc);
     return s;
 }

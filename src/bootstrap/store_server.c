@@ -44,6 +44,13 @@ static void conn_free(server_t *sv, tutti__sconn_t *c)
         return;
     if (c->rank < 0)
         sv->npending--;
+    if (c->drop) {
+        /* Read what the refused client sent after its header: closing with unread input
+         * would reset the connection, and the client could lose the refusal's reason. */
+        char sink[4096];
+        for (int i = 0; i < 16 && recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
+            ;
+    }
     tutti__store_conn_close(&sv->core, c);
     close(c->fd);
     c->fd = -1;

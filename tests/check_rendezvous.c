@@ -1,0 +1,780 @@
+/* check_rendezvous.c: the rendezvous store attacked, as a stranger, another job and a flood of
+ * clients would (issue 15, point 1): what a stranger sends is refused and tells it nothing, a
+ * second job on the port fails at once and the first is untouched, the store listens on
+ * MASTER_ADDR's address only, bounds its unauthenticated clients, survives the file-descriptor
+ * limit without spinning, refuses a server that cannot prove the secret, and a one-rank job
+ * serves no store. Each probe was an attack that worked before (docs/security.md's table). */
+#include <arpa/inet.h>
+#include <check.h>
+#include "check_main.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../src/bootstrap/store.h"
+#include "../src/bootstrap/wire.h"
+#include "harness.h"
+
+#define TOKEN_A "token-of-job-A-0123456789abcdef"
+#define TOKEN_B "token-of-job-B-fedcba9876543210"
+
+/* ---- a stranger's raw client ------------------------------------------------------------- */
+
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+static int read_n(int fd, void *buf, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t k = recv(fd, (char *)buf + got, n - got, 0);
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* raw_reply reads one reply: its type (-1: the store hung up or said nothing), text the body. */
+static int raw_reply(int fd, uint32_t w[4], char *text, size_t cap)
+{
+    uint8_t hdr[TUTTI__WIRE_HDR];
+    text[0] = '\0';
+    if (read_n(fd, hdr, sizeof hdr) != 0)
+        return -1;
+    tutti__wire_get_hdr(hdr, w);
+    size_t n = w[3] < cap - 1 ? w[3] : cap - 1;
+    if (w[3] > (1u << 20) || read_n(fd, text, n) != 0)
+        return -1;
+    text[n] = '\0';
+    return (int)w[1];
+}
+
+static int raw_hello(int fd, uint32_t magic, uint32_t rank, uint32_t size, uint32_t flags,
+                     const uint8_t *job, const uint8_t *mac)
+{
+    uint8_t m[TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_BODY] = {0};
+    tutti__wire_put_hdr(m, TUTTI__REQ_HELLO, rank, size);
+    uint32_t be = htonl(magic);
+    memcpy(m, &be, 4);
+    tutti__wire_put32(m + TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_FLAGS, flags);
+    if (job)
+        memcpy(m + TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_JOB, job, TUTTI__AUTH_JOB);
+    if (mac)
+        memcpy(m + TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_MAC, mac, 32);
+    return send(fd, m, sizeof m, MSG_NOSIGNAL) == (ssize_t)sizeof m ? 0 : -1;
+}
+
+/* closed tells whether the store hung up on fd (within 5 s): an end of stream, or a reset. */
+static int closed(int fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+/* ---- a stranger at the store of a running job --------------------------------------------- */
+
+/* stranger runs in rank 1's process before it joins: every attempt is refused with a reason
+ * that gives nothing away (the job's size never shows), and the connection is closed. */
+static int stranger(int port, bool secret_job)
+{
+    int bad = 0;
+    uint32_t w[4];
+    char text[600];
+    tutti__auth_t me;
+    unsetenv("TUTTI_JOB_TOKEN"); /* what a stranger knows: the public job id, not the token */
+    tutti__auth_from_env(NULL, &me);
+    uint8_t junk[32];
+    memset(junk, 0x77, sizeof junk);
+    static const struct {
+        const char *what;
+        int kind; /* 0 no proof, 1 forged proof, 2 wrong size, 3 GET first, 4 old protocol,
+                     5 SET of 1 MiB first */
+        const char *want;
+    } tries[] = {
+        {"hello without proof", 0, "authentication required"},
+        {"hello with a forged MAC", 1, "authentication failed"},
+        {"hello with another world size", 2, "authentication required"},
+        {"GET before hello", 3, "before its hello"},
+        {"the previous protocol's hello", 4, "another protocol"},
+        {"SET of 1 MiB before hello", 5, "before its hello"},
+    };
+    for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        int fd = raw_connect(port);
+        if (fd < 0)
+            return th_fail("stranger: cannot connect to the store on port %d", port);
+        int t = raw_reply(fd, w, text, sizeof text);
+        if (t != TUTTI__REP_CHALLENGE || w[3] != 32) {
+            bad = th_fail("stranger: the store opened with reply %d, not a 32-byte challenge", t);
+            close(fd);
+            continue;
+        }
+        uint32_t want_flag = secret_job ? TUTTI__WIRE_STRICT : TUTTI__WIRE_HOSTFILE;
+        if (w[2] != want_flag)
+            bad = th_fail("stranger: challenge flags %u, expected %u", w[2], want_flag);
+        uint8_t hdr[TUTTI__WIRE_HDR + 8];
+        switch (tries[i].kind) {
+        case 0: raw_hello(fd, TUTTI__WIRE_MAGIC, 1, 2, 0, me.job, NULL); break;
+        case 1: raw_hello(fd, TUTTI__WIRE_MAGIC, 1, 2, TUTTI__WIRE_PROOF, me.job, junk); break;
+        case 2: raw_hello(fd, TUTTI__WIRE_MAGIC, 1, 3, 0, me.job, NULL); break;
+        case 3:
+            tutti__wire_put_hdr(hdr, TUTTI__REQ_GET, 6, 0);
+            memcpy(hdr + TUTTI__WIRE_HDR, "ag/0/0", 6);
+            send(fd, hdr, TUTTI__WIRE_HDR + 6, MSG_NOSIGNAL);
+            break;
+        case 4: raw_hello(fd, 0x54545331u, 1, 2, 0, NULL, NULL); break;
+        case 5: /* the header alone: the refusal must come before any body is read */
+            tutti__wire_put_hdr(hdr, TUTTI__REQ_SET, 8, 1u << 20);
+            send(fd, hdr, TUTTI__WIRE_HDR, MSG_NOSIGNAL);
+            break;
+        }
+        t = raw_reply(fd, w, text, sizeof text);
+        if (t != TUTTI__REP_ERROR || strstr(text, tries[i].want) == NULL)
+            bad = th_fail("stranger, %s: reply %d \"%s\", expected an error saying \"%s\"",
+                          tries[i].what, t, text, tries[i].want);
+        if (strstr(text, "2 ranks") != NULL || strstr(text, "serves a job of") != NULL)
+            bad = th_fail("stranger, %s: the refusal gives the job's size away: \"%s\"",
+                          tries[i].what, text);
+        if (!closed(fd))
+            bad = th_fail("stranger, %s: the store kept the connection open", tries[i].what);
+        close(fd);
+    }
+    return bad;
+}
+
+static int allgather_ok(tutti_comm_t *comm, int rank, int size)
+{
+    int32_t mine = 1000 + rank, all[TH_MAX_RANKS];
+    tutti_status_t st = tutti_allgather(&mine, all, 1, TUTTI_INT32, comm, NULL);
+    if (st != TUTTI_OK)
+        return th_fail("allgather: %d (%s)", st, tutti_comm_last_error(comm));
+    for (int r = 0; r < size; r++)
+        if (all[r] != 1000 + r)
+            return th_fail("allgather: slot %d holds %d", r, all[r]);
+    return 0;
+}
+
+static int join_and_check(int rank, int size)
+{
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("init: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+    int bad = allgather_ok(comm, rank, size);
+    if (tutti_comm_destroy(comm) != TUTTI_OK && !bad)
+        bad = th_fail("destroy: %s", tutti_last_error());
+    return bad;
+}
+
+static int stranger_rank(int rank, int size, void *arg)
+{
+    int bad = 0;
+    if (rank == 1) {
+        usleep(200000); /* rank 0 serves by now */
+        bad = stranger(atoi(getenv("MASTER_PORT")), arg != NULL);
+        if (arg != NULL)
+            setenv("TUTTI_JOB_TOKEN", TOKEN_A, 1);
+    }
+    return join_and_check(rank, size) || bad;
+}
+
+START_TEST(test_stranger)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 40;
+    o.rank_timeout_s = 20;
+    if (_i == 1)
+        o.env[0] = "TUTTI_JOB_TOKEN=" TOKEN_A;
+    ck_assert_msg(th_run_opts(2, &o, stranger_rank, _i == 1 ? (void *)1 : NULL) == 0,
+                  "a stranger at the store of a %s job: see stderr",
+                  _i == 1 ? "TUTTI_JOB_TOKEN" : "default (host file)");
+}
+END_TEST
+
+/* ---- two jobs on one port ------------------------------------------------------------------ */
+
+typedef struct twojobs {
+    const char *b_env[2]; /* job B's difference from job A ("NAME=VALUE") */
+    const char *want;     /* what B's rank 1 must be told */
+} twojobs_t;
+
+static const twojobs_t two_cases[] = {
+    /* A: rank 0's host file; B: the same, started by another parent process */
+    {{NULL, NULL}, "another job"},
+    /* A and B with their own tokens */
+    {{"TUTTI_JOB_TOKEN=" TOKEN_B, NULL}, "authentication failed"},
+    /* launcher ids (Slurm's): B's job id differs */
+    {{"SLURM_JOB_ID=222", NULL}, "another job"},
+};
+
+/* job B's rank: it fails at once, with a message that says what is wrong */
+static int job_b(int rank, const twojobs_t *tc)
+{
+    char v[16];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    for (int i = 0; i < 2 && tc->b_env[i] != NULL; i++)
+        putenv((char *)tc->b_env[i]);
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    const char *want = rank == 0 ? "in use" : tc->want;
+    if (st != TUTTI_ERR_BOOTSTRAP || strstr(tutti_last_error(), want) == NULL) {
+        fprintf(stderr, "job B rank %d: %d (%s): \"%s\", expected TUTTI_ERR_BOOTSTRAP saying "
+                "\"%s\"\n", rank, st, tutti_strerror(st), tutti_last_error(), want);
+        return 1;
+    }
+    if (dt > 3.0) {
+        fprintf(stderr, "job B rank %d: failing took %.1f s, not at once\n", rank, dt);
+        return 1;
+    }
+    return 0;
+}
+
+static int two_jobs_rank(int rank, int size, void *arg)
+{
+    const twojobs_t *tc = arg;
+    if (rank == 0)
+        return join_and_check(rank, size);
+    /* Rank 1 of job A starts job B (its own children: another parent than A's) on A's port
+     * while rank 0 of A serves, and joins A only once B has failed. */
+    usleep(200000);
+    int bad = 0;
+    for (int b = 1; b >= 0; b--) {
+        pid_t p = fork();
+        if (p == 0)
+            _exit(job_b(b, tc));
+        int st = 0;
+        waitpid(p, &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            bad = th_fail("job B's rank %d did not fail at once as it should (status 0x%x)", b,
+                          st);
+    }
+    return join_and_check(rank, size) || bad;
+}
+
+START_TEST(test_two_jobs)
+{
+    const twojobs_t *tc = &two_cases[_i];
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 40;
+    o.rank_timeout_s = 20;
+    if (_i == 1)
+        o.env[0] = "TUTTI_JOB_TOKEN=" TOKEN_A;
+    if (_i == 2)
+        o.env[0] = "SLURM_JOB_ID=111";
+    ck_assert_msg(th_run_opts(2, &o, two_jobs_rank, (void *)tc) == 0,
+                  "two jobs on one port (case %d): see stderr", _i);
+}
+END_TEST
+
+/* ---- where the store listens --------------------------------------------------------------- */
+
+/* With MASTER_ADDR=127.0.0.1 the store is not reachable at the host's other addresses. */
+static int bind_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    int bad = 0;
+    if (rank == 1) {
+        usleep(200000);
+        int port = atoi(getenv("MASTER_PORT")), tried = 0;
+        struct ifaddrs *ifs = NULL;
+        getifaddrs(&ifs);
+        for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+            if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET)
+                continue;
+            struct sockaddr_in a = *(struct sockaddr_in *)i->ifa_addr;
+            if ((ntohl(a.sin_addr.s_addr) >> 24) == 127)
+                continue;
+            a.sin_port = htons((uint16_t)port);
+            int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+            char ip[INET_ADDRSTRLEN];
+            inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+            if (rc == 0)
+                bad = th_fail("the store of MASTER_ADDR=127.0.0.1 answers at %s:%d", ip, port);
+            tried++;
+            close(fd);
+        }
+        freeifaddrs(ifs);
+        if (tried == 0)
+            fprintf(stderr, "# bind: this host has no address besides loopback to try\n");
+    }
+    return join_and_check(rank, size) || bad;
+}
+
+START_TEST(test_bind)
+{
+    ck_assert(th_run(2, "shm", 40, bind_rank, NULL) == 0);
+}
+END_TEST
+
+/* ---- a flood of clients -------------------------------------------------------------------- */
+
+static long status_kb(int pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, field, strlen(field)) == 0)
+            v = atol(line + strlen(field) + 1);
+    if (f != NULL)
+        fclose(f);
+    return v;
+}
+
+static double cpu_s(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, stt = 0;
+    if (p == NULL || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+                            &stt) != 2)
+        return -1;
+    return (double)(ut + stt) / (double)sysconf(_SC_CLK_TCK);
+}
+
+#define NFLOOD 200
+#define NBODY 60
+
+/* Rank 1 floods rank 0's store with idle clients and with clients that announce 1 MiB bodies
+ * before any hello: rank 0 allocates nothing for them and does not spin, and rank 1 still
+ * joins (the oldest stranger makes room for it). */
+static int flood_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    int bad = 0, fds[NFLOOD + NBODY];
+    if (rank == 1) {
+        usleep(200000);
+        int port = atoi(getenv("MASTER_PORT")), p0 = th_shared()->pids[0];
+        long vm0 = status_kb(p0, "VmSize:"), rss0 = status_kb(p0, "VmRSS:");
+        static char junk[64 << 10];
+        memset(junk, 'j', sizeof junk);
+        for (int i = 0; i < NFLOOD + NBODY; i++) {
+            fds[i] = raw_connect(port);
+            if (fds[i] >= 0 && i >= NFLOOD) {
+                uint8_t hdr[TUTTI__WIRE_HDR];
+                tutti__wire_put_hdr(hdr, TUTTI__REQ_SET, 8, 1u << 20);
+                send(fds[i], hdr, sizeof hdr, MSG_NOSIGNAL | MSG_DONTWAIT);
+                send(fds[i], junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+        }
+        usleep(300000);
+        double c0 = cpu_s(p0);
+        usleep(1000000);
+        double spent = cpu_s(p0) - c0;
+        long vm1 = status_kb(p0, "VmSize:"), rss1 = status_kb(p0, "VmRSS:");
+        if (spent > 0.3)
+            bad = th_fail("rank 0 used %.2f s of CPU in 1 s while %d strangers idled", spent,
+                          NFLOOD);
+        if (vm1 - vm0 > 16 * 1024 || rss1 - rss0 > 8 * 1024)
+            bad = th_fail("rank 0 grew by %ld KiB (virtual) and %ld KiB (resident) for %d "
+                          "strangers that announced 1 MiB each",
+                          vm1 - vm0, rss1 - rss0, NBODY);
+        int open = 0; /* connections the store has not hung up on */
+        for (int i = 0; i < NFLOOD + NBODY; i++) {
+            char buf[4096];
+            ssize_t n;
+            while (fds[i] >= 0 && (n = recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0)
+                ;
+            if (fds[i] >= 0 && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                open++;
+        }
+        if (open > 64)
+            bad = th_fail("the store holds %d unauthenticated clients at once (at most 64)", open);
+    }
+    bad |= join_and_check(rank, size);
+    if (rank == 1)
+        for (int i = 0; i < NFLOOD + NBODY; i++)
+            if (fds[i] >= 0)
+                close(fds[i]);
+    return bad;
+}
+
+START_TEST(test_flood)
+{
+    ck_assert(th_run(2, "shm", 60, flood_rank, NULL) == 0);
+}
+END_TEST
+
+/* A client that connects and says nothing is dropped after the store's idle deadline (10 s). */
+static int idle_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    int bad = 0;
+    if (rank == 1) {
+        usleep(200000);
+        int fd = raw_connect(atoi(getenv("MASTER_PORT")));
+        struct timeval tv = {14, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        uint32_t w[4];
+        char text[64];
+        double t0 = th_now();
+        if (raw_reply(fd, w, text, sizeof text) != TUTTI__REP_CHALLENGE)
+            bad = th_fail("idle client: no challenge");
+        char c;
+        ssize_t n = recv(fd, &c, 1, 0);
+        double dt = th_now() - t0;
+        if (n != 0 || dt < 9.0 || dt > 13.0)
+            bad = th_fail("idle client: recv gave %zd after %.1f s; expected the store to hang up "
+                          "after 10 s", n, dt);
+        close(fd);
+    }
+    return join_and_check(rank, size) || bad;
+}
+
+START_TEST(test_idle)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 50;
+    o.rank_timeout_s = 30;
+    ck_assert(th_run_opts(2, &o, idle_rank, NULL) == 0);
+}
+END_TEST
+
+/* ---- no file descriptor left --------------------------------------------------------------- */
+
+/* A store whose process has no descriptor left cannot accept: it must rest rather than spin on
+ * the readable listening socket, and serve the waiting clients once descriptors are back. */
+START_TEST(test_emfile)
+{
+    int ctl[2], back[2];
+    ck_assert_int_eq(pipe(ctl), 0);
+    ck_assert_int_eq(pipe(back), 0);
+    pid_t p = fork();
+    if (p == 0) {
+        alarm(30);
+        uint8_t key[TUTTI__AUTH_KEY] = {1};
+        tutti__auth_t a;
+        tutti__auth_from_key(key, &a);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        tutti__store_server_t *sv = NULL;
+        if (tutti__store_server_start(&sa, "127.0.0.1", 2, &a, tutti__now() + 25, &sv) != 0)
+            _exit(2);
+        struct rlimit rl = {64, 64};
+        setrlimit(RLIMIT_NOFILE, &rl);
+        int fill[64], nfill = 0;
+        while (nfill < 64 && (fill[nfill] = open("/dev/null", O_RDONLY)) >= 0)
+            nfill++;
+        int port = tutti__store_server_port(sv);
+        if (write(back[1], &port, sizeof port) != sizeof port)
+            _exit(3);
+        char go;
+        if (read(ctl[0], &go, 1) != 1) /* the parent has measured: descriptors come back */
+            _exit(4);
+        while (nfill > 0)
+            close(fill[--nfill]);
+        if (read(ctl[0], &go, 1) != 1)
+            _exit(5);
+        tutti__store_server_stop(sv, true);
+        _exit(0);
+    }
+    int port = 0;
+    ck_assert_int_eq(read(back[0], &port, sizeof port), (ssize_t)sizeof port);
+    int c[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_ge(c[i] = raw_connect(port), 0); /* waits in the backlog */
+    usleep(300000);
+    double c0 = cpu_s(p);
+    usleep(1000000);
+    double spent = cpu_s(p) - c0;
+    ck_assert_int_eq(write(ctl[1], "g", 1), 1);
+    /* The clients get their challenge once the store can accept again. */
+    for (int i = 0; i < 3; i++) {
+        uint32_t w[4];
+        char text[64];
+        ck_assert_msg(raw_reply(c[i], w, text, sizeof text) == TUTTI__REP_CHALLENGE,
+                      "client %d got no challenge once descriptors were back", i);
+        close(c[i]);
+    }
+    ck_assert_int_eq(write(ctl[1], "s", 1), 1);
+    int st;
+    waitpid(p, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "store process: status 0x%x", st);
+    ck_assert_msg(spent < 0.3, "the store used %.2f s of CPU in 1 s at the descriptor limit", spent);
+}
+END_TEST
+
+/* ---- a server that poses as rank 0 --------------------------------------------------------- */
+
+typedef struct fake {
+    int lfd;
+    int mode; /* 0: a challenge, then OK with a made-up proof; 1: garbage instead of a challenge */
+} fake_t;
+
+static void *fake_server(void *arg)
+{
+    fake_t *f = arg;
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    uint8_t m[TUTTI__WIRE_HDR + 32] = {0};
+    if (f->mode == 1) {
+        send(fd, "HTTP/1.1 200 OK\r\n\r\nhello, world", 31, MSG_NOSIGNAL);
+    } else {
+        tutti__wire_put_hdr(m, TUTTI__REP_CHALLENGE, TUTTI__WIRE_STRICT, 32);
+        send(fd, m, sizeof m, MSG_NOSIGNAL);
+        uint8_t hello[TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_BODY];
+        read_n(fd, hello, sizeof hello);
+        tutti__wire_put_hdr(m, TUTTI__REP_OK, 0, 32);
+        memset(m + TUTTI__WIRE_HDR, 0x42, 32);
+        send(fd, m, sizeof m, MSG_NOSIGNAL);
+    }
+    usleep(200000);
+    close(fd);
+    return NULL;
+}
+
+START_TEST(test_fake_server)
+{
+    for (int mode = 0; mode < 2; mode++) {
+        fake_t f = {socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), mode};
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t sl = sizeof sa;
+        ck_assert_int_eq(bind(f.lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+        ck_assert_int_eq(listen(f.lfd, 4), 0);
+        getsockname(f.lfd, (struct sockaddr *)&sa, &sl);
+        pthread_t t;
+        pthread_create(&t, NULL, fake_server, &f);
+        uint8_t key[TUTTI__AUTH_KEY] = {9};
+        tutti__auth_t a;
+        tutti__auth_from_key(key, &a);
+        tutti__store_t *s = NULL;
+        tutti_status_t st = tutti__store_open(1, 2, "127.0.0.1", ntohs(sa.sin_port), &a,
+                                              tutti__now() + 5, &s);
+        pthread_join(t, NULL);
+        close(f.lfd);
+        const char *want = mode == 0 ? "did not prove" : "not a tutti rendezvous store";
+        ck_assert_msg(st == TUTTI_ERR_BOOTSTRAP && strstr(tutti_last_error(), want) != NULL,
+                      "a fake store (mode %d): %d, \"%s\"; expected a refusal saying \"%s\"", mode,
+                      st, tutti_last_error(), want);
+        ck_assert_ptr_null(s);
+    }
+}
+END_TEST
+
+/* ---- a job of one rank --------------------------------------------------------------------- */
+
+/* Twenty single-rank programs at once, with no launcher variables, while the default port is
+ * taken: none serves a store, so all of them work (issue 15: 13 of 20 failed). */
+START_TEST(test_single_rank)
+{
+    int hold = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(hold, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(29500),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool held = bind(hold, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(hold, 4) == 0;
+    pid_t p[20];
+    for (int i = 0; i < 20; i++) {
+        if ((p[i] = fork()) == 0) {
+            alarm(30);
+            static const char *const vars[] = {"RANK", "WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                                               "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                               "SLURM_PROCID", "SLURM_NTASKS", "MASTER_ADDR",
+                                               "MASTER_PORT"};
+            for (size_t v = 0; v < sizeof vars / sizeof vars[0]; v++)
+                unsetenv(vars[v]);
+            tutti_comm_t *comm = NULL;
+            if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK) {
+                fprintf(stderr, "single rank %d: %s\n", i, tutti_last_error());
+                _exit(1);
+            }
+            int x = i, y = -1;
+            if (tutti_allreduce(&x, &y, 1, TUTTI_INT32, TUTTI_SUM, comm, NULL) != TUTTI_OK ||
+                y != i || tutti_comm_destroy(comm) != TUTTI_OK)
+                _exit(2);
+            _exit(0);
+        }
+    }
+    int failed = 0;
+    for (int i = 0; i < 20; i++) {
+        int st;
+        waitpid(p[i], &st, 0);
+        failed += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    close(hold);
+    ck_assert_msg(failed == 0, "%d of 20 single-rank programs failed (port 29500 %s)", failed,
+                  held ? "held by the test" : "in use elsewhere");
+}
+END_TEST
+
+/* ---- the host file's rules ------------------------------------------------------------------ */
+
+static char xdg[128];
+
+static void xdg_setup(void)
+{
+    snprintf(xdg, sizeof xdg, "/tmp/tutti-test-xdg-%d", (int)getpid());
+    mkdir(xdg, 0700);
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("TUTTI_JOB_TOKEN");
+    unsetenv("OMPI_MCA_orte_precondition_transports");
+}
+
+static void xdg_teardown(void)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", xdg);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", xdg);
+}
+
+/* reader forks a process that reads the file (fork_twice: through an intermediate process, so
+ * that its parent is not ours); returns 0 when it read the secret, else 1, and the text. */
+static int reader(bool fork_twice, const tutti__auth_t *a, char *msg, size_t cap)
+{
+    int pfd[2];
+    if (pipe(pfd) != 0)
+        return -1;
+    pid_t p = fork();
+    if (p == 0) {
+        if (fork_twice) {
+            pid_t q = fork();
+            if (q != 0) {
+                int st;
+                waitpid(q, &st, 0);
+                _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 3);
+            }
+        }
+        tutti__auth_t b = *a;
+        b.have_key = false;
+        memset(b.key, 0, sizeof b.key);
+        tutti_status_t st = tutti__secret_file_read("127.0.0.1", 4242, 1, &b);
+        dprintf(pfd[1], "%s", st == TUTTI_OK ? "" : tutti_last_error());
+        _exit(st == TUTTI_OK && memcmp(b.key, a->key, sizeof b.key) == 0 ? 0 : 1);
+    }
+    close(pfd[1]);
+    ssize_t n = read(pfd[0], msg, cap - 1);
+    msg[n > 0 ? n : 0] = '\0';
+    close(pfd[0]);
+    int st;
+    waitpid(p, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
+}
+
+START_TEST(test_secret_file)
+{
+    tutti__auth_t a;
+    ck_assert_int_eq(tutti__auth_from_env(NULL, &a), TUTTI_OK);
+    ck_assert_int_eq(a.mode, TUTTI__AUTH_HOST);
+    memset(a.key, 0xc3, sizeof a.key);
+    a.have_key = true;
+    char path[640], msg[1200], dir[200];
+    snprintf(dir, sizeof dir, "%s/tutti", xdg);
+    ck_assert_int_eq(tutti__secret_file_write("127.0.0.1", 4242, &a, path, sizeof path), TUTTI_OK);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_msg((sb.st_mode & 0777) == 0600, "the file has mode %o", sb.st_mode & 0777);
+    ck_assert_int_eq(stat(dir, &sb), 0);
+    ck_assert_msg((sb.st_mode & 0777) == 0700, "the directory has mode %o", sb.st_mode & 0777);
+
+    /* a sibling (same parent as the writer, the test) and a child of the writer read it */
+    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 0, "a child of the writer: %s", msg);
+    /* a process of another parent is another job */
+    ck_assert_msg(reader(true, &a, msg, sizeof msg) == 1 && strstr(msg, "another job"),
+                  "a grandchild of the writer: %s", msg);
+    /* ... unless the launcher named the job: then the job id decides */
+    a.launcher_id = true;
+    ck_assert_int_eq(tutti__secret_file_write("127.0.0.1", 4242, &a, path, sizeof path), TUTTI_OK);
+    ck_assert_msg(reader(true, &a, msg, sizeof msg) == 0, "same launcher id: %s", msg);
+    tutti__auth_t other = a;
+    other.job[0] ^= 1;
+    ck_assert_msg(reader(false, &other, msg, sizeof msg) == 1 && strstr(msg, "another job"),
+                  "another job id: %s", msg);
+    a.launcher_id = false;
+
+    /* a file others may read is refused */
+    ck_assert_int_eq(chmod(path, 0644), 0);
+    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1 && strstr(msg, "not a private file"),
+                  "mode 0644: %s", msg);
+    /* a directory others may enter is refused, for writing too */
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1 && strstr(msg, "closed to others"),
+                  "directory 0755: %s", msg);
+    char kept[640];
+    snprintf(kept, sizeof kept, "%s", path);
+    ck_assert_int_eq(tutti__secret_file_write("127.0.0.1", 4242, &a, path, sizeof path),
+                     TUTTI_ERR_BOOTSTRAP);
+    ck_assert_str_eq(path, "");
+    snprintf(path, sizeof path, "%s", kept);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+
+    /* a file whose writer has exited is stale */
+    pid_t w = fork();
+    if (w == 0)
+        _exit(tutti__secret_file_write("127.0.0.1", 4242, &a, path, sizeof path) == 0 ? 0 : 1);
+    int st;
+    waitpid(w, &st, 0);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1 && strstr(msg, "has exited"),
+                  "a stale file: %s", msg);
+    /* no file at all */
+    tutti__secret_file_remove(path);
+    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1 && strstr(msg, "TUTTI_JOB_TOKEN"),
+                  "no file: %s", msg);
+    /* a symbolic link in the file's place is not followed */
+    ck_assert_int_eq(symlink("/etc/passwd", path), 0);
+    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1, "a symlink was followed");
+    unlink(path);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("rendezvous");
+    TCase *tc = tcase_create("attacks");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_stranger, 0, 2);
+    tcase_add_loop_test(tc, test_two_jobs, 0, (int)(sizeof two_cases / sizeof two_cases[0]));
+    tcase_add_test(tc, test_bind);
+    tcase_add_test(tc, test_flood);
+    tcase_add_test(tc, test_idle);
+    tcase_add_test(tc, test_emfile);
+    tcase_add_test(tc, test_fake_server);
+    tcase_add_test(tc, test_single_rank);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("host_file");
+    tcase_add_checked_fixture(tc, xdg_setup, xdg_teardown);
+    tcase_add_test(tc, test_secret_file);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TH_CHECK_MAIN(suite)

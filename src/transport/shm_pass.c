@@ -83,13 +83,14 @@ static bool hand_out(pending_t *p, int memfd, const seg_pub_t *pub, int nlocal,
                      unsigned char *served)
 {
     uint32_t who = p->ask.local;
-    if (!tutti__ct_equal(p->ask.token, pub->token, sizeof pub->token) || who == 0 ||
-        who >= (uint32_t)nlocal || served[who]) {
+    const char *why = !tutti__ct_equal(p->ask.token, pub->token, sizeof pub->token)
+                          ? "a wrong token"
+                      : who == 0 || who >= (uint32_t)nlocal ? "an index out of range"
+                      : served[who]                         ? "an index served already"
+                                                            : NULL;
+    if (why != NULL) {
         TUTTI__LOG(TUTTI__LOG_WARN, "shm: refused the shared segment to a process that showed "
-                   "%s (claimed local index %u)",
-                   who < (uint32_t)nlocal && who > 0 && served[who] ? "a taken index"
-                                                                    : "a wrong token",
-                   who);
+                   "%s (local index %u)", why, who);
         return false;
     }
     char ok = 'S';

@@ -12,11 +12,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../common/sha256.h"
 #include "liveness.h"
 #include "sock.h"
 
 #define BYE 'G'
-#define HELLO_MAGIC 0x54544c31u /* "TTL1" */
+#define HELLO_MAGIC 0x54544c32u /* "TTL2" */
 #define REC_LEN 96              /* one rank's published record: "ip port pid nonce" */
 #define LIST_MAX 16
 
@@ -131,14 +132,19 @@ static int resolve(const char *ip, int port, struct sockaddr_storage *sa, sockle
     return 0;
 }
 
-static uint32_t make_nonce(void)
+/* make_nonce is what a peer must present to be taken for one: 64 random bits, published only
+ * through the (authenticated) bootstrap. */
+static uint64_t make_nonce(void)
 {
-    double t = tutti__now();
-    uint64_t x = (uint64_t)(t * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&t;
+    uint64_t x;
+    if (tutti__random(&x, sizeof x))
+        return x;
+    double t = tutti__now(); /* no random bytes: still unique, if guessable */
+    x = (uint64_t)(t * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&t;
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
-    return (uint32_t)x;
+    return x;
 }
 
 /* connect_by connects a non-blocking socket to sa before deadline, retrying a refusal (the peer
@@ -228,10 +234,10 @@ static void send_byes(tutti__liveness_t *l)
 typedef struct pending {
     int fd;
     size_t got;
-    uint32_t hello[3];
+    uint32_t hello[4]; /* magic, rank, nonce (high, low) */
 } pending_t;
 
-static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint32_t nonce, double deadline,
+static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint64_t nonce, double deadline,
                                     double start)
 {
     int expect = l->size - 1 - l->rank, have = 0;
@@ -274,7 +280,8 @@ static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint32_t nonc
             if (ok && p->got < sizeof p->hello)
                 continue;
             int r = ok ? (int)ntohl(p->hello[1]) : -1;
-            if (ok && (ntohl(p->hello[0]) != HELLO_MAGIC || ntohl(p->hello[2]) != nonce ||
+            uint64_t got = (uint64_t)ntohl(p->hello[2]) << 32 | ntohl(p->hello[3]);
+            if (ok && (ntohl(p->hello[0]) != HELLO_MAGIC || got != nonce ||
                        r <= l->rank || r >= l->size || l->peers[r].fd >= 0)) {
                 TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: dropped a stray connection on the "
                            "liveness port (claimed rank %d)", l->rank, r);
@@ -292,10 +299,15 @@ static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint32_t nonc
             if (pend[i].fd >= 0)
                 pend[k++] = pend[i];
         npend = k;
-        while (npend < cap) {
+        for (;;) {
             int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0)
                 break;
+            if (npend == cap) { /* the oldest makes room: a peer says hello at once */
+                close(pend[0].fd);
+                memmove(pend, pend + 1, (size_t)(cap - 1) * sizeof *pend);
+                npend--;
+            }
             pend[npend++] = (pending_t){.fd = fd};
         }
     }
@@ -351,18 +363,19 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
     }
     int port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
                                              : ((struct sockaddr_in6 *)&sa)->sin6_port);
-    uint32_t nonce = make_nonce();
+    uint64_t nonce = make_nonce();
     char mine[REC_LEN] = {0};
-    snprintf(mine, sizeof mine, "%s %d %d %u", ip, port, (int)getpid(), nonce);
+    snprintf(mine, sizeof mine, "%s %d %d %llu", ip, port, (int)getpid(),
+             (unsigned long long)nonce);
     TUTTI__CHECK_GOTO(tutti__bs_allgather(bs, mine, REC_LEN, recs), st, fail);
 
     char pip[REC_LEN];
     int pport;
-    unsigned pnonce;
+    unsigned long long pnonce;
     for (int r = 0; r < size; r++) {
         const char *rec = recs + (size_t)r * REC_LEN;
         if (memchr(rec, '\0', REC_LEN) == NULL ||
-            sscanf(rec, "%95s %d %d %u", pip, &pport, &l->peers[r].pid, &pnonce) != 4) {
+            sscanf(rec, "%95s %d %d %llu", pip, &pport, &l->peers[r].pid, &pnonce) != 4) {
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP, "bootstrap: rank %d got a garbled "
                                   "liveness address from rank %d: do all ranks run the same "
                                   "tutti?", rank, r);
@@ -374,7 +387,7 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
      * because a connect completes in the peer's backlog before it calls accept. */
     for (int r = 0; r < rank; r++) {
         const char *rec = recs + (size_t)r * REC_LEN;
-        sscanf(rec, "%95s %d %*d %u", pip, &pport, &pnonce);
+        sscanf(rec, "%95s %d %*d %llu", pip, &pport, &pnonce);
         struct sockaddr_storage pa;
         socklen_t palen;
         int err = 0;
@@ -384,7 +397,8 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
             goto fail;
         }
         int fd = connect_by(&pa, palen, bs->deadline, &err);
-        uint32_t hello[3] = {htonl(HELLO_MAGIC), htonl((uint32_t)rank), htonl(pnonce)};
+        uint32_t hello[4] = {htonl(HELLO_MAGIC), htonl((uint32_t)rank),
+                             htonl((uint32_t)(pnonce >> 32)), htonl((uint32_t)pnonce)};
         if (fd >= 0 && (err = tutti__sock_send(fd, hello, sizeof hello, bs->deadline)) != 0) {
             close(fd);
             fd = -1;

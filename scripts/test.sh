@@ -2,8 +2,10 @@
 # test.sh: builds tutti (installing missing packages and the venv first) and runs every test
 # suite, the PyTorch backend's (suite 'torch', run by the venv's Python) included, then the
 # same under AddressSanitizer+UBSan (every suite) and ThreadSanitizer (the threading suites);
-# the sanitizer builds leave the Python extension out. Extra arguments go to `meson test`,
-# e.g. `scripts/test.sh --suite unit`; TUTTI_SANITIZERS=0 skips the sanitizer builds.
+# the sanitizer builds leave the Python extension out; then a clang build with libFuzzer runs
+# each fuzzing harness (tests/fuzz/) for TUTTI_FUZZ_SECONDS (8) from the corpus in the
+# repository. Extra arguments go to `meson test`, e.g. `scripts/test.sh --suite unit`;
+# TUTTI_SANITIZERS=0 skips the sanitizer builds, TUTTI_FUZZ_SECONDS=0 the fuzzing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -51,6 +53,35 @@ if [ "${TUTTI_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         run_suite "ThreadSanitizer" build-tsan check_workers check_split check_failure check_oob \
         check_bootstrap check_create
+fi
+
+# Fuzzing: what a harness finds new stays in build-fuzz/corpus/ (never in the repository's
+# corpus); a crash, a leak or a broken invariant is saved in build-fuzz/artifacts/ and fails the
+# run. Each harness gets a bounded time: seconds, not minutes.
+fuzz_seconds=${TUTTI_FUZZ_SECONDS:-8}
+if [ "$fuzz_seconds" != 0 ] && [ $# -eq 0 ]; then
+    echo "test.sh: == fuzzing, ${fuzz_seconds} s per harness =="
+    fopts=(-Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false -Dtorch=disabled)
+    if [ -f build-fuzz/meson-private/coredata.dat ]; then
+        CC=clang meson setup --reconfigure build-fuzz "${fopts[@]}" >/dev/null ||
+            CC=clang meson setup --wipe build-fuzz "${fopts[@]}" >/dev/null
+    else
+        CC=clang meson setup build-fuzz "${fopts[@]}" >/dev/null
+    fi
+    meson compile -C build-fuzz >/dev/null
+    mkdir -p build-fuzz/artifacts
+    for h in store_server store_client env layout; do
+        mkdir -p "build-fuzz/corpus/$h"
+        log=build-fuzz/fuzz_$h.log
+        if build-fuzz/tests/fuzz/fuzz_$h -max_total_time="$fuzz_seconds" -timeout=10 \
+            -rss_limit_mb=2048 -artifact_prefix="build-fuzz/artifacts/$h-" \
+            "build-fuzz/corpus/$h" "tests/fuzz/corpus/$h" >"$log" 2>&1; then
+            echo "test.sh: fuzz_$h: $(grep -E '^#[0-9]+ +DONE' "$log" | tail -1)"
+        else
+            tail -30 "$log" >&2
+            failed+=("fuzz_$h ($log, build-fuzz/artifacts/)")
+        fi
+    done
 fi
 
 if [ ${#failed[@]} -eq 0 ]; then

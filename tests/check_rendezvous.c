@@ -223,7 +223,7 @@ typedef struct twojobs {
 } twojobs_t;
 
 static const twojobs_t two_cases[] = {
-    /* A: rank 0's host file; B: the same, started by another parent process */
+    /* A: rank 0's host file; B: the same, started from another terminal (session) */
     {{NULL, NULL}, "another job"},
     /* A and B with their own tokens */
     {{"TUTTI_JOB_TOKEN=" TOKEN_B, NULL}, "authentication failed"},
@@ -261,14 +261,17 @@ static int two_jobs_rank(int rank, int size, void *arg)
     const twojobs_t *tc = arg;
     if (rank == 0)
         return join_and_check(rank, size);
-    /* Rank 1 of job A starts job B (its own children: another parent than A's) on A's port
-     * while rank 0 of A serves, and joins A only once B has failed. */
+    /* Rank 1 of job A starts job B on A's port while rank 0 of A serves, as if from another
+     * terminal: B's ranks are its children in a session of their own. A's rank 1 joins A once
+     * B has failed. */
     usleep(200000);
     int bad = 0;
     for (int b = 1; b >= 0; b--) {
         pid_t p = fork();
-        if (p == 0)
+        if (p == 0) {
+            setsid();
             _exit(job_b(b, tc));
+        }
         int st = 0;
         waitpid(p, &st, 0);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
@@ -657,8 +660,10 @@ static void xdg_teardown(void)
 }
 
 /* reader forks a process that reads the file (fork_twice: through an intermediate process, so
- * that its parent is not ours); returns 0 when it read the secret, else 1, and the text. */
-static int reader(bool fork_twice, const tutti__auth_t *a, char *msg, size_t cap)
+ * that its parent is not ours; new_session: in a session of its own); returns 0 when it read
+ * the secret, else 1, and the text. */
+static int reader(bool fork_twice, bool new_session, const tutti__auth_t *a, char *msg,
+                  size_t cap)
 {
     int pfd[2];
     if (pipe(pfd) != 0)
@@ -673,6 +678,8 @@ static int reader(bool fork_twice, const tutti__auth_t *a, char *msg, size_t cap
                 _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 3);
             }
         }
+        if (new_session)
+            setsid();
         tutti__auth_t b = *a;
         b.have_key = false;
         memset(b.key, 0, sizeof b.key);
@@ -706,27 +713,33 @@ START_TEST(test_secret_file)
     ck_assert_msg((sb.st_mode & 0777) == 0700, "the directory has mode %o", sb.st_mode & 0777);
 
     /* a sibling (same parent as the writer, the test) and a child of the writer read it */
-    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 0, "a child of the writer: %s", msg);
-    /* a process of another parent is another job */
-    ck_assert_msg(reader(true, &a, msg, sizeof msg) == 1 && strstr(msg, "another job"),
-                  "a grandchild of the writer: %s", msg);
+    ck_assert_msg(reader(false, false, &a, msg, sizeof msg) == 0, "a child of the writer: %s", msg);
+    /* a process of another parent in the writer's session (a rank under a wrapper such as
+     * timeout) is of the job; one of another parent and another session is another job */
+    ck_assert_msg(reader(true, false, &a, msg, sizeof msg) == 0, "a grandchild of the writer: %s",
+                  msg);
+    ck_assert_msg(reader(true, true, &a, msg, sizeof msg) == 1 && strstr(msg, "another job"),
+                  "a grandchild of the writer in a session of its own: %s", msg);
+    /* a child of the writer in a session of its own is still its job (torchrun's workers) */
+    ck_assert_msg(reader(false, true, &a, msg, sizeof msg) == 0, "a child in its own session: %s",
+                  msg);
     /* ... unless the launcher named the job: then the job id decides */
     a.launcher_id = true;
     ck_assert_int_eq(tutti__secret_file_write("127.0.0.1", 4242, &a, path, sizeof path), TUTTI_OK);
-    ck_assert_msg(reader(true, &a, msg, sizeof msg) == 0, "same launcher id: %s", msg);
+    ck_assert_msg(reader(true, true, &a, msg, sizeof msg) == 0, "same launcher id: %s", msg);
     tutti__auth_t other = a;
     other.job[0] ^= 1;
-    ck_assert_msg(reader(false, &other, msg, sizeof msg) == 1 && strstr(msg, "another job"),
+    ck_assert_msg(reader(false, false, &other, msg, sizeof msg) == 1 && strstr(msg, "another job"),
                   "another job id: %s", msg);
     a.launcher_id = false;
 
     /* a file others may read is refused */
     ck_assert_int_eq(chmod(path, 0644), 0);
-    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1 && strstr(msg, "not a private file"),
+    ck_assert_msg(reader(false, false, &a, msg, sizeof msg) == 1 && strstr(msg, "not a private file"),
                   "mode 0644: %s", msg);
     /* a directory others may enter is refused, for writing too */
     ck_assert_int_eq(chmod(dir, 0755), 0);
-    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1 && strstr(msg, "closed to others"),
+    ck_assert_msg(reader(false, false, &a, msg, sizeof msg) == 1 && strstr(msg, "closed to others"),
                   "directory 0755: %s", msg);
     char kept[640];
     snprintf(kept, sizeof kept, "%s", path);
@@ -743,15 +756,15 @@ START_TEST(test_secret_file)
     int st;
     waitpid(w, &st, 0);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1 && strstr(msg, "has exited"),
+    ck_assert_msg(reader(false, false, &a, msg, sizeof msg) == 1 && strstr(msg, "has exited"),
                   "a stale file: %s", msg);
     /* no file at all */
     tutti__secret_file_remove(path);
-    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1 && strstr(msg, "TUTTI_JOB_TOKEN"),
+    ck_assert_msg(reader(false, false, &a, msg, sizeof msg) == 1 && strstr(msg, "TUTTI_JOB_TOKEN"),
                   "no file: %s", msg);
     /* a symbolic link in the file's place is not followed */
     ck_assert_int_eq(symlink("/etc/passwd", path), 0);
-    ck_assert_msg(reader(false, &a, msg, sizeof msg) == 1, "a symlink was followed");
+    ck_assert_msg(reader(false, false, &a, msg, sizeof msg) == 1, "a symlink was followed");
     unlink(path);
 }
 END_TEST

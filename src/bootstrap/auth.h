@@ -32,7 +32,8 @@ typedef struct tutti__auth {
     uint8_t job[TUTTI__AUTH_JOB]; /* the launcher's job id, hashed: the same on every rank of a
                                      job, told to the store in every hello (not secret) */
     bool launcher_id;             /* job came from a launcher's id; without one, the ranks of a
-                                     host must share a parent process (secret_file.c) */
+                                     host must share a parent process or a
+                                     session (secret_file.c) */
     char source[96];              /* where the secret came from, for messages */
 } tutti__auth_t;
 
@@ -78,7 +79,8 @@ bool tutti__addr_local(const struct sockaddr *sa, socklen_t len, bool if_unknown
  * tutti__secret_file_write writes a HOST job's secret (a->key) for the store that serves
  * ip:port in this network namespace, into <dir>/store-<netns>-<ip>-<port>, mode 0600, dir being
  * $XDG_RUNTIME_DIR/tutti or /tmp/tutti-<uid> (made 0700; one that another user owns or others
- * can enter is refused). With the secret go this process's id and start time, its parent's,
+ * can enter is refused). With the secret go this process's id and start time, its parent's and
+ * its session leader's,
  * and a->job, so that a reader can tell a file of its own job from another's or a stale one.
  * The file's path goes to path (cap bytes) for tutti__secret_file_remove.
  */
@@ -89,8 +91,8 @@ tutti_status_t tutti__secret_file_write(const char *ip, int port, const tutti__a
  * tutti__secret_file_read reads the secret of the store at ip:port into a->key (a->have_key
  * set). TUTTI_ERR_BOOTSTRAP with a message that says why and what to do when: there is no
  * such file or it is stale (its writer is gone), it is not private to this user, it belongs to
- * another job (another job id; or, without a launcher's id, a writer whose parent process is
- * not this rank's parent, nor this rank's parent itself).
+ * another job (another job id; or, without a launcher's id, a writer that is neither this
+ * rank's parent, nor its sibling, nor in its session).
  */
 tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a);
 

@@ -1,6 +1,6 @@
 /* secret_file.c: the file in which rank 0 of a job that brought no secret leaves the one it made,
- * readable only by its user, for the ranks of its host; with it, who wrote it (process and
- * parent, with their start times) so that a reader can tell its own job's file from another
+ * readable only by its user, for the ranks of its host; with it, who wrote it (process, parent
+ * and session, with their start times) so that a reader can tell its own job's file from another
  * job's or a stale one. */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include "../common/sha256.h"
 #include "auth.h"
 
-#define MAGIC "tutti-secret-v1"
+#define MAGIC "tutti-secret-v2"
 #define FILE_MAX 512
 
 /* proc_start is pid's start time (clock ticks since boot, /proc/PID/stat field 22) and, when
@@ -106,13 +106,14 @@ tutti_status_t tutti__secret_file_write(const char *ip, int port, const tutti__a
     if (dfd < 0)
         return TUTTI_ERR_BOOTSTRAP;
     file_name(ip, port, name, sizeof name);
-    int me = (int)getpid(), parent = 0;
+    int me = (int)getpid(), parent = 0, sid = (int)getsid(0);
     unsigned long long start = proc_start(me, &parent), pstart = proc_start(parent, NULL);
+    unsigned long long sstart = proc_start(sid, NULL);
     char job[2 * TUTTI__AUTH_JOB + 1], key[2 * TUTTI__AUTH_KEY + 1], text[FILE_MAX];
     tutti__hex(a->job, TUTTI__AUTH_JOB, job);
     tutti__hex(a->key, TUTTI__AUTH_KEY, key);
-    int len = snprintf(text, sizeof text, "%s %d %llu %d %llu %s %d %s\n", MAGIC, me, start,
-                       parent, pstart, job, a->launcher_id ? 1 : 0, key);
+    int len = snprintf(text, sizeof text, "%s %d %llu %d %llu %d %llu %s %d %s\n", MAGIC, me,
+                       start, parent, pstart, sid, sstart, job, a->launcher_id ? 1 : 0, key);
     memset(key, 0, sizeof key);
     /* Written whole under a temporary name, then renamed over any stale file of an earlier
      * store on this port: a reader sees the old file or the new one, never half of one. */
@@ -190,10 +191,10 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
                                 dir, name, (unsigned)geteuid());
     text[n] = '\0';
     char magic[32], job[64], key[128];
-    int pid = 0, parent = 0, lid = 0;
-    unsigned long long start = 0, pstart = 0;
-    if (sscanf(text, "%31s %d %llu %d %llu %63s %d %127s", magic, &pid, &start, &parent, &pstart,
-               job, &lid, key) != 8 ||
+    int pid = 0, parent = 0, sid = 0, lid = 0;
+    unsigned long long start = 0, pstart = 0, sstart = 0;
+    if (sscanf(text, "%31s %d %llu %d %llu %d %llu %63s %d %127s", magic, &pid, &start, &parent,
+               &pstart, &sid, &sstart, job, &lid, key) != 10 ||
         strcmp(magic, MAGIC) != 0) {
         memset(text, 0, sizeof text);
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
@@ -220,21 +221,26 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
                                 "rank 0 of another job (its launcher's job id differs): set "
                                 "MASTER_PORT to a port of this job",
                                 ip, port, pid);
-    /* Without a launcher's id, one job on one host is the ranks one process started: they share
-     * its parent, or rank 0 started them, or they are rank 0 (a test opening several ranks). */
-    int me = (int)getpid(), myparent = 0;
+    /* Without a launcher's id, one job on one host is the ranks that one process started, or
+     * that were started from one terminal, script or service: they share rank 0's parent, or
+     * rank 0 started them, or they are rank 0 (a test opening several ranks), or they share its
+     * session (wrappers such as timeout put each rank under a parent of its own, but not in a
+     * session of its own; torchrun gives each worker a session, but they share the agent as
+     * their parent). */
+    int me = (int)getpid(), myparent = 0, mysid = (int)getsid(0);
     unsigned long long mystart = proc_start(me, &myparent);
     unsigned long long myparent_start = proc_start(myparent, NULL);
     bool same = (myparent == parent && myparent_start == pstart) ||
-                (myparent == pid && myparent_start == start) || (me == pid && mystart == start);
+                (myparent == pid && myparent_start == start) || (me == pid && mystart == start) ||
+                (mysid == sid && proc_start(mysid, NULL) == sstart);
     if (!a->launcher_id && !lid && !same)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                "bootstrap: the rendezvous store at %s:%d is served by pid %d, "
-                                "whose parent is pid %d; this rank (pid %d) has parent pid %d, so "
-                                "it looks like another job: set MASTER_PORT to a port of this "
-                                "job; if they are one job started from different parents, set "
-                                "TUTTI_JOB_TOKEN to the same random value for every rank",
-                                ip, port, pid, parent, me, myparent);
+                                "bootstrap: the rendezvous store at %s:%d is served by pid %d "
+                                "(parent %d, session %d); this rank, pid %d (parent %d, session "
+                                "%d), looks like another job: set MASTER_PORT to a port of this "
+                                "job; if they are one job, set TUTTI_JOB_TOKEN to the same random "
+                                "value for every rank",
+                                ip, port, pid, parent, sid, me, myparent, mysid);
     a->have_key = true;
     return TUTTI_OK;
 }

@@ -36,6 +36,7 @@ typedef struct tutti__store_core {
     unsigned char *done;   /* per rank: sent CLOSE, or hung up after its hello */
     unsigned char *joined; /* per rank: a connection holds it now */
     int ndone;
+    int nadmitted;         /* ranks whose hello passed */
     unsigned refused;      /* refused hellos, for rate-limited logging */
     bool warned_remote;    /* logged that a rank joined without proof */
 } tutti__store_core_t;

@@ -260,6 +260,7 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
     else {
         c->rank = r;
         k->joined[r] = 1;
+        k->nadmitted++;
         uint8_t mac[32] = {0};
         if (proof)
             tutti__auth_server_mac(k->auth.key, c->ns, nc, c->a, c->b, job, mac);

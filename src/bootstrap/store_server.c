@@ -262,6 +262,12 @@ static void *serve(void *arg)
                 conn_free(sv, c);
         }
         compact(sv);
+        /* Every rank is in: nobody needs the secret file any more, so a kill of rank 0 from now
+         * on leaves nothing behind. */
+        if (sv->core.nadmitted == sv->core.size && sv->secret_path[0] != '\0') {
+            tutti__secret_file_remove(sv->secret_path);
+            sv->secret_path[0] = '\0';
+        }
         if (pfd[0].revents)
             accept_all(sv, tutti__now());
     }

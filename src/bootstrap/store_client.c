@@ -290,7 +290,6 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
         tutti__auth_client_mac(a->key, ns, nc, (uint32_t)s->rank, (uint32_t)s->size, a->job,
                                flags, body + TUTTI__WIRE_HELLO_MAC);
     uint8_t mac[32];
-    size_t vlen = 0;
     uint32_t rt = 0;
     tutti__wire_put_hdr(hdr, TUTTI__REQ_HELLO, (uint32_t)s->rank, (uint32_t)s->size);
     struct iovec iov[2] = {{hdr, sizeof hdr}, {body, sizeof body}};
@@ -323,7 +322,6 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
                                 s->rank, s->addr, s->port, text);
     }
     TUTTI__CHECK(recv_all(s, mac, sizeof mac, deadline));
-    (void)vlen;
     if (a->have_key) {
         uint8_t want[32];
         tutti__auth_server_mac(a->key, ns, nc, (uint32_t)s->rank, (uint32_t)s->size, a->job,

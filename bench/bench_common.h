@@ -1,6 +1,7 @@
-/* bench_common.h: what tutti-bench.c and mpi-bench.c share (flags, sizes, 16-bit floats, the -c value
- * patterns, bandwidth conventions, header and row printing), over plain ints in tutti's enum order so
- * that neither tutti's nor MPI's types appear here; the includer defines BENCH_PROG and bench_abort. */
+/* bench_common.h: what tutti-bench.c, mpi-bench.c and ccl-bench.cpp share (flags, sizes, 16-bit
+ * floats, the -c value patterns, bandwidth conventions, header and row printing), over plain ints in
+ * tutti's enum order so that neither tutti's, MPI's nor oneCCL's types appear here; the includer
+ * defines BENCH_PROG and bench_abort. It compiles as C11 and as C++17 (g++). */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -117,8 +118,9 @@ static int lookup(const char *s, const char *const *names, int count)
  * that rejects -a (a bench whose library picks its own algorithms). */
 static void parse_args(int argc, char **argv, opts_t *o, void (*usage)(FILE *), const char *a_refusal)
 {
-    *o = (opts_t){.coll = C_COUNT, .min_bytes = 8, .max_bytes = 4u << 20, .factor = 2,
-                  .iters = 100, .warmup = 10, .dtype = D_FP32, .op = O_SUM};
+    /* designators in declaration order: ccl-bench.cpp includes this file as C++ */
+    *o = (opts_t){.coll = C_COUNT, .dtype = D_FP32, .op = O_SUM, .min_bytes = 8,
+                  .max_bytes = 4u << 20, .factor = 2, .iters = 100, .warmup = 10};
     int c;
     while ((c = getopt(argc, argv, "b:e:f:i:x:d:o:a:ch")) != -1) {
         switch (c) {

@@ -9,6 +9,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -36,9 +37,6 @@ static const char *const coll_env[C_COUNT] = {
     "CCL_BCAST",     "CCL_REDUCE",    "CCL_BARRIER",
 };
 
-/* Seconds rank 0 waits for every other rank to fetch the key-value store's address, and each of
- * them waits for rank 0 to serve it: generous, as a launcher on a loaded machine starts ranks late. */
-#define RENDEZVOUS_S 120.0
 
 /* The rendezvous protocol: a rank sends MAGIC, its rank and the world size; rank 0 answers MAGIC and
  * the address. A connection that says anything else is dropped, so a stray client changes nothing. */
@@ -118,6 +116,16 @@ static bool env_long(const char *name, long lo, long hi, long *out)
     }
     *out = x;
     return true;
+}
+
+/* rendezvous_s: the seconds rank 0 waits for every other rank to fetch the key-value store's
+ * address, and each of them for rank 0 to serve it: 120 (a loaded machine starts ranks late), or
+ * TUTTI_BENCH_RENDEZVOUS_S. */
+static double rendezvous_s(void)
+{
+    long s = 120;
+    env_long("TUTTI_BENCH_RENDEZVOUS_S", 1, 86400, &s);
+    return (double)s;
 }
 
 /* find_rank takes rank and size from the launcher's variables; one rank when there are none. */
@@ -210,7 +218,7 @@ static void serve_address(const ccl::kvs::address_type &addr, int size)
     memcpy(rep.address, addr.data(), sizeof rep.address);
     std::unique_ptr<bool[]> served(new bool[(size_t)size]());
     int left = size - 1;
-    double deadline = now_s() + RENDEZVOUS_S;
+    double deadline = now_s() + rendezvous_s();
     while (left > 0) {
         struct pollfd pfd = {lfd, POLLIN, 0};
         int ms = remaining_ms(deadline);
@@ -233,7 +241,7 @@ static void serve_address(const ccl::kvs::address_type &addr, int size)
     if (left > 0) {
         fprintf(stderr, "ccl-bench: rank 0: %d of %d ranks did not ask for the key-value store's "
                         "address within %.0f s (are they launched, with the same MASTER_ADDR/"
-                        "MASTER_PORT and world size?)\n", left, size - 1, RENDEZVOUS_S);
+                        "MASTER_PORT and world size?)\n", left, size - 1, rendezvous_s());
         exit(1);
     }
 }
@@ -246,7 +254,7 @@ static ccl::kvs::address_type fetch_address(int rank, int size)
     memcpy(h.magic, MAGIC, sizeof MAGIC);
     h.rank = rank;
     h.size = size;
-    double deadline = now_s() + RENDEZVOUS_S;
+    double deadline = now_s() + rendezvous_s();
     const char *why = "no answer";
     while (now_s() < deadline) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -279,7 +287,7 @@ static ccl::kvs::address_type fetch_address(int rank, int size)
     }
     fprintf(stderr, "ccl-bench: rank %d: rank 0 at %s:%d did not hand out the key-value store's "
                     "address within %.0f s (%s)\n",
-            rank, inet_ntoa(sa.sin_addr), ntohs(sa.sin_port), RENDEZVOUS_S, why);
+            rank, inet_ntoa(sa.sin_addr), ntohs(sa.sin_port), rendezvous_s(), why);
     exit(1);
 }
 
@@ -425,7 +433,14 @@ static const char *launcher(void)
     return getenv("RANK") != NULL ? "none (RANK/WORLD_SIZE)" : "none (one rank)";
 }
 
-static void print_header(bench_t *b, int nodes)
+/* cpus_allowed: how many CPUs this process may run on (1: the launcher bound it to a core). */
+static int cpus_allowed(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+static void print_header(bench_t *b, int nodes, int max_cpus)
 {
     ccl::library_version v = ccl::get_library_version();
     const char *atl = getenv("CCL_ATL_TRANSPORT"), *prov = getenv("FI_PROVIDER");
@@ -434,10 +449,11 @@ static void print_header(bench_t *b, int nodes)
         transport += std::string(", FI_PROVIDER ") + (prov && *prov ? prov : "libfabric's choice");
     const char *algo = getenv(coll_env[b->o.coll]);
     printf("# oneCCL %d.%d.%d (%s)  ccl-bench %s (%s)  dtype %s  op %s  ranks %d  nodes %d  "
-           "transport %s  algorithm %s  launcher %s\n",
+           "transport %s  algorithm %s  launcher %s  %s\n",
            v.major, v.minor, v.update, v.full, coll_names[b->o.coll], coll_ccl[b->o.coll],
            dtype_names[b->o.dtype], op_names[b->o.op], b->size, nodes, transport.c_str(),
-           algo && *algo ? algo : "oneCCL's choice", launcher());
+           algo && *algo ? algo : "oneCCL's choice", launcher(),
+           max_cpus == 1 ? "bound (one CPU per rank)" : "unbound");
     printf("# oneCCL settings: %s\n", b->settings.c_str());
     print_conventions(&b->o);
 }
@@ -473,8 +489,9 @@ static int run(bench_t &b)
     }
 
     int nodes = node_count(&b);
+    int max_cpus = (int)hook_reduce_f64(&b, (double)cpus_allowed(), O_MAX);
     if (b.rank == 0)
-        print_header(&b, nodes);
+        print_header(&b, nodes, max_cpus);
 
     static const hooks_t hooks = {run_once, hook_barrier, hook_reduce_f64, coll_ccl};
     bool ok = run_sizes(&hooks, &b, &b.o, b.size, b.rank, b.esize, &b.bf); /* all ranks agree */

@@ -444,8 +444,14 @@ static void print_header(bench_t *b, int nodes, int max_cpus)
 {
     ccl::library_version v = ccl::get_library_version();
     const char *atl = getenv("CCL_ATL_TRANSPORT"), *prov = getenv("FI_PROVIDER");
-    std::string transport = atl && *atl ? std::string("ATL ") + atl : "ATL default";
-    if (!atl || strcmp(atl, "mpi") != 0)
+    std::string transport;
+    if (atl && *atl) {
+        transport = std::string("ATL ") + atl;
+    } else { /* oneCCL's default: mpi, unless no MPI launcher's variables are there */
+        atl = getenv("PMI_RANK") || getenv("OMPI_COMM_WORLD_RANK") ? "mpi" : "ofi";
+        transport = std::string("ATL ") + atl + " (oneCCL's default here)";
+    }
+    if (strcmp(atl, "mpi") != 0)
         transport += std::string(", FI_PROVIDER ") + (prov && *prov ? prov : "libfabric's choice");
     const char *algo = getenv(coll_env[b->o.coll]);
     printf("# oneCCL %d.%d.%d (%s)  ccl-bench %s (%s)  dtype %s  op %s  ranks %d  nodes %d  "

@@ -1,10 +1,11 @@
-/* ccl-bench.cpp: tutti-bench's twin over Intel oneCCL's C++ API (ccl::allreduce, ccl::allgather, ...),
- * built by bench/oneccl/setup.sh against the oneCCL that pip installs into .venv-oneccl/, with the same
- * flags, rows and -c check as tutti-bench and mpi-bench (all three include bench_common.h), so that
- * bench/compare lines oneCCL up with the others column by column. oneCCL is configured the way its
- * users configure it, by environment (CCL_ATL_TRANSPORT, CCL_WORKER_COUNT, FI_PROVIDER, ...) and by the
- * launcher that starts the ranks; this file only finds its rank, hands oneCCL's key-value store
- * address from rank 0 to the others, and times the calls. */
+/* ccl-bench.cpp: tutti-bench's twin over Intel oneCCL's C++ API (ccl::allreduce, ccl::allgather,
+ * ...), built by bench/oneccl/setup.sh against the oneCCL that pip installs into .venv-oneccl/, with
+ * the same flags, rows and -c check as tutti-bench and mpi-bench (all three include
+ * bench_common.h), so that bench/compare lines oneCCL up with the others column by column. oneCCL
+ * is configured the way its users configure it, by environment (CCL_ATL_TRANSPORT,
+ * CCL_WORKER_COUNT, FI_PROVIDER, ...) and by the launcher that starts the ranks; this file only
+ * finds its rank, hands oneCCL's key-value store address from rank 0 to the others, and times the
+ * calls. */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -204,10 +205,9 @@ static struct sockaddr_in rendezvous_addr(void)
 static void serve_address(const ccl::kvs::address_type &addr, int size)
 {
     struct sockaddr_in sa = rendezvous_addr();
-    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, size) != 0) {
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, size) != 0) {
         fprintf(stderr, "ccl-bench: rank 0: cannot listen on %s:%d for the other ranks: %s (set "
                         "MASTER_ADDR/MASTER_PORT to a free local address and port)\n",
                 inet_ntoa(sa.sin_addr), ntohs(sa.sin_port), strerror(errno));

@@ -40,7 +40,7 @@ if [ ! -x $venv/bin/python ]; then
     "$py" -m venv $venv
 fi
 if ! cmp -s $req $stamp 2>/dev/null; then
-    say "installing $req into $venv (about 130 MB of wheels)"
+    say "installing $req into $venv (about 200 MB of wheels, 540 MB installed)"
     $venv/bin/python -m pip install --disable-pip-version-check -q -r $req </dev/null
     rm -f $venv/lib/libccl.so.2
     cp $req $stamp

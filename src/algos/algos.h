@@ -1,12 +1,13 @@
-/* algos.h: what an algorithm sees (the call's arguments and context), the primitives it may
- * use (point-to-point through whatever transport serves a peer, and the shm window), and the
- * per-collective algorithm tables that select.c chooses from. */
+/* algos.h: what an algorithm sees (the call's arguments and its network context), the
+ * primitives it may use (point-to-point through whatever transport serves a peer, and the shm
+ * window; prims.c), and the per-collective algorithm tables and the choice among them
+ * (select.c). */
 #ifndef TUTTI_ALGOS_H
 #define TUTTI_ALGOS_H
 
 #include "../common/common.h"
 #include "../kernels/kernels.h"
-#include "../transport/transport.h"
+#include "net.h"
 
 typedef struct tutti__algo tutti__algo_t;
 
@@ -16,7 +17,7 @@ typedef struct tutti__algo tutti__algo_t;
  * Counts are in elements, except where a field says bytes.
  */
 typedef struct tutti__coll {
-    tutti_comm_t *comm;
+    tutti__net_t *net;    /* the network it runs on (the communicator's) */
     int rank, size;
     tutti_coll_t kind;    /* which collective; TUTTI_COLL_COUNT for send/recv */
     const char *name;     /* "allreduce", "allgatherv", "send", ... for messages */
@@ -28,6 +29,8 @@ typedef struct tutti__coll {
     double left_seen;     /* when a wait first saw peer left_rank, which it needs, gone */
     int left_rank;        /* (destroyed its communicator); left_seen 0: none seen */
     char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */
+    bool declined;        /* it failed before posting or writing anything, alike on every rank
+                             (tutti__decline): the communicator stays usable */
 
     const void *sendbuf;
     void *recvbuf;
@@ -47,17 +50,25 @@ typedef struct tutti__coll {
 } tutti__coll_t;
 
 /* An algorithm: run it for c. It returns TUTTI_OK or an error whose text it wrote to c->err
- * (the primitives below do that for transport failures, timeouts and dead peers). */
+ * (the primitives below do that for transport failures, timeouts and dead peers). The
+ * executor decides what an error means for the communicator: any error fails it, except one
+ * the algorithm declared with tutti__decline. */
 typedef tutti_status_t (*tutti__algo_fn)(tutti__coll_t *c);
 
 struct tutti__algo {
     const char *name;
     tutti__algo_fn run;
-    bool needs_window; /* direct algorithms: offered only when comm has a shm window */
+    bool needs_window; /* direct algorithms: offered only where there is a shm window */
     const char *desc;
 };
 
-/* ---- primitives (pg/prims.c) ---- */
+/* ---- primitives (prims.c) ---- */
+
+/* tutti__decline is how an algorithm refuses c before it has posted or written anything, for a
+ * reason every rank finds alike (no usable window, a window too small): it writes the text to
+ * c->err, marks c declined and returns status, and the communicator stays usable. */
+tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* tutti__isend / tutti__irecv post bytes to / from peer on the collective channel (chan of c:
  * P2P for send/recv). req must stay alive until tutti__waitall returns for it. */
@@ -67,9 +78,9 @@ tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes,
 
 /*
  * tutti__waitall progresses until all n requests are done. Every wait has c->deadline, checks
- * that no peer has died, and backs off when ranks outnumber cores. On failure the text in
- * c->err names the collective, its sequence number and the peers still missing, and the
- * communicator is marked failed.
+ * that no peer has died and that the communicator was not aborted, and backs off when ranks
+ * outnumber cores. On failure the text in c->err names the collective, its sequence number and
+ * the peers still missing; what the failure means is the executor's to decide.
  */
 tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n);
 
@@ -79,8 +90,25 @@ tutti_status_t tutti__recv(tutti__coll_t *c, int peer, void *buf, size_t bytes);
 tutti_status_t tutti__sendrecv(tutti__coll_t *c, int speer, const void *sbuf, size_t sbytes,
                                int rpeer, void *rbuf, size_t rbytes);
 
-/* tutti__window returns the communicator's shm window (NULL if it has none). */
-tutti__window_t *tutti__window(tutti__coll_t *c);
+/* tutti__direct_window sets *w to c's slice of the shm window for a direct algorithm that uses
+ * whole regions; without a window that serves all c->size ranks with room for one element it
+ * declines (TUTTI_ERR_INTERNAL: select.c offers direct algorithms only with a window). */
+static inline tutti_status_t tutti__direct_window(tutti__coll_t *c, tutti__window_t **w)
+{
+    tutti__window_t *x = c->net->links.wins ? c->net->links.wins[c->slice] : NULL;
+    *w = x;
+    if (__builtin_expect(x == NULL || x->nranks != c->size || x->region_size < c->esize, 0))
+        return tutti__decline(c, TUTTI_ERR_INTERNAL, "%s (direct): no usable shm window on rank %d",
+                              c->name, c->rank);
+    return TUTTI_OK;
+}
+
+/* tutti__direct_slots is tutti__direct_window for a direct algorithm that cuts each region,
+ * past head bytes, into one slot per rank: *slot is their size, a multiple of 64 bytes where
+ * the region allows (aligned loads for the kernels). A slot that cannot hold one element
+ * declines (TUTTI_ERR_NOT_SUPPORTED) with advice naming alt, the algorithm to use instead. */
+tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *alt,
+                                   tutti__window_t **w, size_t *slot);
 
 /*
  * tutti__win_barrier: every rank of the window waits for all others to reach the same barrier
@@ -89,11 +117,10 @@ tutti__window_t *tutti__window(tutti__coll_t *c);
  */
 tutti_status_t tutti__win_barrier(tutti__coll_t *c);
 
-/* tutti__win_reserve_small keeps the tail of every region of w (2 x TUTTI__WIN_SMALL_HALF
- * bytes) for the one-barrier small path of the direct reductions, shrinking region_size; a
- * window too small to spare it is left as it is (small_size stays 0). */
+/* The tail of every region of a window (2 x TUTTI__WIN_SMALL_HALF bytes, small_size) is kept
+ * for the small paths of the direct algorithms, when the region can spare it (the process
+ * group reserves it at creation). */
 #define TUTTI__WIN_SMALL_HALF ((size_t)16 << 10)
-void tutti__win_reserve_small(tutti__window_t *w);
 
 /*
  * Flagged lines ("LL", as NCCL calls its low-latency protocol): the small area written as
@@ -120,7 +147,7 @@ static inline size_t tutti__ll_span(size_t bytes) { return tutti__ll_lines(bytes
 #define TUTTI__WIN_SMALL_RAW (TUTTI__WIN_SMALL_HALF - TUTTI__WIN_SMALL_LL)
 
 /* tutti__win_small_begin starts an operation on the window's small area (2 halves, used
- * alternately, see tutti__win_reserve_small): it returns the byte offset, in every rank's
+ * alternately): it returns the byte offset, in every rank's
  * region, of the half this operation uses (its flagged-line part; the plain part follows at
  * + TUTTI__WIN_SMALL_LL) and sets *tag to its flagged-line tag. Every rank
  * must call it for the same operations. A rank writes a half again two operations later, once
@@ -137,8 +164,8 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
                               uint64_t tag);
 
-/* tutti__coll_scratch returns a per-communicator scratch buffer of at least bytes (grown on
- * demand, freed with the communicator), or NULL with c->err set. */
+/* tutti__coll_scratch returns the slice's scratch buffer, of at least bytes (grown on demand,
+ * freed with the communicator), or NULL with c->err set. */
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);
 
 /* Block layout of the gathering and exchanging collectives, plain or v: tutti__rcount and
@@ -183,11 +210,36 @@ extern const tutti__algo_t tutti__barrier_dissemination, tutti__barrier_direct;
 /* point-to-point send and recv (algos/p2p.c); not selectable */
 extern const tutti__algo_t tutti__p2p_send, tutti__p2p_recv;
 
-/* tutti__algos_for lists the algorithms of coll (NULL-terminated). */
+/* ---- the choice (select.c) ---- */
+
+/* One algorithm chosen for a byte range, as parsed from "ring:0-8192;tree:8193-max". */
+typedef struct tutti__algo_range {
+    size_t lo, hi; /* inclusive */
+    const tutti__algo_t *algo;
+} tutti__algo_range_t;
+
+#define TUTTI__MAX_RANGES 8
+
+/* The overrides of one collective: the first range that holds a call's size wins. */
+typedef struct tutti__algo_override {
+    int n; /* 0: no override, the defaults apply */
+    tutti__algo_range_t r[TUTTI__MAX_RANGES];
+} tutti__algo_override_t;
+
+/* tutti__algos_for lists the algorithms of coll (NULL-terminated); NULL for no collective. */
 const tutti__algo_t *const *tutti__algos_for(tutti_coll_t coll);
 
-/* tutti__select picks the algorithm for c (override, else defaults by size, ranks, topology). */
-const tutti__algo_t *tutti__select(tutti_comm_t *comm, tutti_coll_t coll, size_t bytes);
+/* tutti__coll_name is coll's name for messages ("allreduce", ...). */
+const char *tutti__coll_name(tutti_coll_t coll);
+
+/* tutti__algo_find returns coll's algorithm named by the len bytes at name, or NULL. */
+const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_t len);
+
+/* tutti__select picks the algorithm for a call of coll moving bytes: the override ov's range
+ * that holds bytes, else the default by size and topology (window: every rank is on this node
+ * over shm, so the direct algorithms can run). */
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool window, tutti_coll_t coll,
+                                   size_t bytes);
 
 /* tutti__coll_bytes is the size that selection and overrides see: count * esize (allgather,
  * reduce_scatter, alltoall: per rank); allgatherv: the largest block; alltoallv: 0, since its

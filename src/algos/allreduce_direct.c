@@ -28,10 +28,8 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
     const int n = c->size, rank = c->rank;
     const bool copy_out = root < 0 || root == rank;
     const size_t es = c->esize;
-    tutti__window_t *w = tutti__window(c);
-    if (w == NULL || w->nranks != n || w->region_size < es)
-        return tutti__fmt_error(c->err, TUTTI_ERR_INTERNAL,
-                                "%s (direct): no usable shm window on rank %d", c->name, rank);
+    tutti__window_t *w;
+    TUTTI__CHECK(tutti__direct_window(c, &w));
     const void **srcs = tutti__coll_scratch(c, (size_t)n * sizeof *srcs);
     if (srcs == NULL)
         return TUTTI_ERR_NO_MEMORY;

@@ -21,16 +21,10 @@ static tutti_status_t run(tutti__coll_t *c)
 {
     const int n = c->size, rank = c->rank;
     const size_t es = c->esize;
-    tutti__window_t *w = tutti__window(c);
-    size_t slot = w && w->region_size > HEADER ? (w->region_size - HEADER) / (size_t)n : 0;
-    slot = slot >= 64 ? slot & ~(size_t)63 : slot;
+    tutti__window_t *w;
+    size_t slot;
+    TUTTI__CHECK(tutti__direct_slots(c, HEADER, "pairwise", &w, &slot));
     const size_t per = slot / es; /* elements of a block per round */
-    if (w == NULL || w->nranks != n || per == 0)
-        return tutti__fmt_error(c->err, TUTTI_ERR_NOT_SUPPORTED,
-                                "%s (direct): the shm window (%zu bytes per rank) cannot hold "
-                                "one element per rank on rank %d; raise TUTTI_SHM_WINDOW or use "
-                                "the pairwise algorithm",
-                                c->name, w ? w->region_size : 0, rank);
     const char *in = c->sendbuf;
     char *out = c->recvbuf;
 

@@ -5,9 +5,8 @@
 
 static tutti_status_t run(tutti__coll_t *c)
 {
-    if (tutti__window(c) == NULL)
-        return tutti__fmt_error(c->err, TUTTI_ERR_INTERNAL,
-                                "%s (direct): no shm window on rank %d", c->name, c->rank);
+    tutti__window_t *w;
+    TUTTI__CHECK(tutti__direct_window(c, &w));
     return tutti__win_barrier(c);
 }
 

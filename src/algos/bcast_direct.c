@@ -12,10 +12,8 @@ static tutti_status_t run(tutti__coll_t *c)
 {
     const int rank = c->rank;
     const size_t es = c->esize;
-    tutti__window_t *w = tutti__window(c);
-    if (w == NULL || w->nranks != c->size || w->region_size < es)
-        return tutti__fmt_error(c->err, TUTTI_ERR_INTERNAL,
-                                "%s (direct): no usable shm window on rank %d", c->name, rank);
+    tutti__window_t *w;
+    TUTTI__CHECK(tutti__direct_window(c, &w));
     const size_t seg = w->region_size / es;
     char *buf = c->recvbuf;
     const char *region = w->regions[c->root];

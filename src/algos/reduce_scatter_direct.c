@@ -14,17 +14,10 @@ static tutti_status_t run(tutti__coll_t *c)
 {
     const int n = c->size, rank = c->rank;
     const size_t es = c->esize, rc = c->count;
-    tutti__window_t *w = tutti__window(c);
-    /* Slots on 64-byte boundaries keep the kernel's loads aligned where the region allows. */
-    size_t slot = w ? w->region_size / (size_t)n : 0;
-    slot = slot >= 64 ? slot & ~(size_t)63 : slot;
+    tutti__window_t *w;
+    size_t slot;
+    TUTTI__CHECK(tutti__direct_slots(c, 0, "ring", &w, &slot));
     const size_t per = slot / es; /* elements of a block per round */
-    if (w == NULL || w->nranks != n || per == 0)
-        return tutti__fmt_error(c->err, TUTTI_ERR_NOT_SUPPORTED,
-                                "%s (direct): the shm window (%zu bytes per rank) cannot hold "
-                                "one element per rank on rank %d; raise TUTTI_SHM_WINDOW or use "
-                                "the ring algorithm",
-                                c->name, w ? w->region_size : 0, rank);
     const void **srcs = tutti__coll_scratch(c, (size_t)n * sizeof *srcs);
     if (srcs == NULL)
         return TUTTI_ERR_NO_MEMORY;

@@ -27,6 +27,25 @@ tutti_status_t tutti__fmt_error(char *buf, tutti_status_t status, const char *fm
 /* tutti__tls_error is the calling thread's last-error buffer (TUTTI__ERRLEN bytes). */
 char *tutti__tls_error(void);
 
+/* tutti__prefix_error puts a formatted prefix and ": " in front of the calling thread's
+ * last-error text (what failed, then why) and returns status. */
+tutti_status_t tutti__prefix_error(tutti_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A copy of the thread's last-error text, kept across cleanup that may overwrite it (closing a
+ * store, telling peers about a failure): tutti__save_error takes it, tutti__restore_error puts
+ * it back and returns status. */
+typedef struct tutti__saved_error {
+    char text[TUTTI__ERRLEN];
+} tutti__saved_error_t;
+void tutti__save_error(tutti__saved_error_t *saved);
+tutti_status_t tutti__restore_error(const tutti__saved_error_t *saved, tutti_status_t status);
+
+/* tutti__format_ranks writes ranks[0..n) as "3, 5, 7" into buf (cap bytes, always terminated);
+ * when total > n (a caller that kept only the first n of total ranks) it adds ", ... (total
+ * in all)". Returns buf. */
+char *tutti__format_ranks(char *buf, size_t cap, const int *ranks, int n, int total);
+
 /* TUTTI__CHECK_GOTO runs cmd; on an error status stores it in st and jumps to label. */
 #define TUTTI__CHECK_GOTO(cmd, st, label)                                                      \
     do {                                                                                       \
@@ -79,11 +98,15 @@ static inline void tutti__cpu_relax(void) { __builtin_ia32_pause(); }
 /* ---- logging (CCL_LOG_LEVEL) --------------------------------------------------------------- */
 
 enum { TUTTI__LOG_ERROR = 0, TUTTI__LOG_WARN, TUTTI__LOG_INFO, TUTTI__LOG_DEBUG, TUTTI__LOG_TRACE };
+/* The level in force; any thread reads it (relaxed atomic loads: a plain load on x86), only
+ * tutti__log_init writes it. */
 extern int tutti__log_level;
+/* tutti__log_init reads CCL_LOG_LEVEL once per process (later calls do nothing). */
+void tutti__log_init(void);
 void tutti__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define TUTTI__LOG(level, ...)                                                                 \
     do {                                                                                       \
-        if ((level) <= tutti__log_level)                                                       \
+        if ((level) <= __atomic_load_n(&tutti__log_level, __ATOMIC_RELAXED))                   \
             tutti__log((level), __VA_ARGS__);                                                  \
     } while (0)
 
@@ -110,8 +133,8 @@ tutti_status_t tutti__env_long(const char *name, long lo, long hi, long *out);
 /* tutti__env_double: the same for a non-negative real number. */
 tutti_status_t tutti__env_double(const char *name, double *out);
 
-/* tutti__parse_size parses "4096", "64K", "16M", "1G" (binary units); false if malformed. */
-bool tutti__parse_size(const char *s, size_t *out);
+/* tutti__parse_size (parse_size.h, shared with bench/) parses "4096", "64K", "16M", "1G". */
+#include "parse_size.h"
 
 /* ---- dtypes and ops ----------------------------------------------------------------------- */
 

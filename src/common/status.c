@@ -1,4 +1,5 @@
-/* status.c: status texts, the per-thread last-error text, and the version string. */
+/* status.c: status texts, the per-thread last-error text (and the helpers that prefix, keep and
+ * restore it, and list ranks in it), and the version string. */
 #include <stdio.h>
 
 #include "common.h"
@@ -53,4 +54,39 @@ tutti_status_t tutti__set_error(tutti_status_t status, const char *fmt, ...)
     va_end(ap);
     TUTTI__LOG(TUTTI__LOG_DEBUG, "error %d: %s", (int)status, tls_error);
     return status;
+}
+
+tutti_status_t tutti__prefix_error(tutti_status_t status, const char *fmt, ...)
+{
+    char why[TUTTI__ERRLEN];
+    snprintf(why, sizeof why, "%s", tls_error);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tls_error, TUTTI__ERRLEN, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && n < TUTTI__ERRLEN)
+        snprintf(tls_error + n, TUTTI__ERRLEN - (size_t)n, ": %s", why);
+    return status;
+}
+
+void tutti__save_error(tutti__saved_error_t *saved)
+{
+    memcpy(saved->text, tls_error, TUTTI__ERRLEN);
+}
+
+tutti_status_t tutti__restore_error(const tutti__saved_error_t *saved, tutti_status_t status)
+{
+    memcpy(tls_error, saved->text, TUTTI__ERRLEN);
+    return status;
+}
+
+char *tutti__format_ranks(char *buf, size_t cap, const int *ranks, int n, int total)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%d", i ? ", " : "", ranks[i]);
+    if (total > n && len < cap)
+        snprintf(buf + len, cap - len, ", ... (%d in all)", total);
+    return buf;
 }

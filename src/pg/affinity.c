@@ -28,14 +28,6 @@ static bool in(const int *a, int n, int x)
     return false;
 }
 
-static void list_text(const int *a, int n, char *buf, size_t cap)
-{
-    size_t len = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < n && len + 12 < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%d", i ? "," : "", a[i]);
-}
-
 /* parse_list reads "3,4,5-7" into out; returns the count, or -1 if malformed. */
 static int parse_list(const char *s, int *out, int cap)
 {
@@ -59,8 +51,8 @@ static int parse_list(const char *s, int *out, int cap)
                 return -1;
             out[n++] = (int)c;
         }
-        if (*s == ',')
-            s++;
+        if (*s == ',' && isdigit((unsigned char)s[1]))
+            s++; /* a comma must lead to another entry: "3," and "3,,4" are refused */
         else if (*s != '\0')
             return -1;
     }
@@ -69,7 +61,8 @@ static int parse_list(const char *s, int *out, int cap)
 
 tutti_status_t tutti__worker_cpus(int local_rank, int local_size, int nworkers, int *cpus)
 {
-    static int ok[CPU_SETSIZE], list[CPU_SETSIZE];
+    /* On the stack (8 KiB): two threads may create communicators at once. */
+    int ok[CPU_SETSIZE], list[CPU_SETSIZE];
     int m = allowed(ok, CPU_SETSIZE);
     const char *v = tutti__env_get("CCL_WORKER_AFFINITY");
     if (strcmp(v, "none") == 0 || m == 0) {
@@ -85,7 +78,7 @@ tutti_status_t tutti__worker_cpus(int local_rank, int local_size, int nworkers, 
         return TUTTI_OK;
     }
     char okt[256];
-    list_text(ok, m, okt, sizeof okt);
+    tutti__format_ranks(okt, sizeof okt, ok, m < 32 ? m : 32, m);
     int n = parse_list(v, list, CPU_SETSIZE);
     if (n < 0)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,

@@ -115,7 +115,7 @@ static tutti_status_t check_v(tutti_comm_t *comm, const char *fn, const char *wh
 static void init_coll(tutti__coll_t *c, tutti_comm_t *comm, tutti_coll_t kind, const char *name)
 {
     memset(c, 0, sizeof *c);
-    c->comm = comm;
+    c->net = &comm->net;
     c->rank = comm->rank;
     c->size = comm->size;
     c->kind = kind;
@@ -123,44 +123,21 @@ static void init_coll(tutti__coll_t *c, tutti_comm_t *comm, tutti_coll_t kind, c
     c->root = -1;
 }
 
-void tutti__coll_local(tutti__coll_t *c)
-{
-    const char *src = c->sendbuf;
-    char *dst = c->recvbuf;
-    size_t bytes = c->count * c->esize;
-    switch (c->kind) {
-    case TUTTI_COLL_ALLGATHER:
-    case TUTTI_COLL_ALLTOALL:
-        if (c->counts != NULL) {
-            bytes = c->counts[0] * c->esize;
-            dst += c->displs[0] * c->esize;
-            if (c->sdispls != NULL)
-                src += c->sdispls[0] * c->esize;
-        }
-        break;
-    case TUTTI_COLL_BCAST:
-    case TUTTI_COLL_BARRIER: return;
-    default: break;
-    }
-    if (bytes > 0 && src != dst && dst != NULL)
-        memmove(dst, src, bytes);
-}
-
-static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivial, void *owned,
-                               void (*post_fn)(tutti_work_t *));
+static tutti_status_t run_then(tutti_comm_t *comm, tutti__coll_t *c, tutti_work_t **work,
+                               bool trivial, void *owned, void (*post_fn)(tutti_work_t *));
 
 /* run hands the call to the executor. A blocking call waits for it here; otherwise the caller
  * gets the handle. owned (may be NULL) is freed with the work. */
-static tutti_status_t run(tutti__coll_t *c, tutti_work_t **work, bool trivial, void *owned)
+static tutti_status_t run(tutti_comm_t *comm, tutti__coll_t *c, tutti_work_t **work, bool trivial,
+                          void *owned)
 {
-    return run_then(c, work, trivial, owned, NULL);
+    return run_then(comm, c, work, trivial, owned, NULL);
 }
 
 /* run_then is run with post_fn called, on success, before the work counts as complete. */
-static tutti_status_t run_then(tutti__coll_t *c, tutti_work_t **work, bool trivial, void *owned,
-                               void (*post_fn)(tutti_work_t *))
+static tutti_status_t run_then(tutti_comm_t *comm, tutti__coll_t *c, tutti_work_t **work,
+                               bool trivial, void *owned, void (*post_fn)(tutti_work_t *))
 {
-    tutti_comm_t *comm = c->comm;
     c->esize = tutti_dtype_size(c->dtype);
     size_t bytes = tutti__coll_bytes(c);
     tutti_status_t st;
@@ -218,7 +195,7 @@ TUTTI_API tutti_status_t tutti_allreduce(const void *sendbuf, void *recvbuf, siz
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_ALLREDUCE, "allreduce");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = count, c.dtype = dtype, c.op = op;
-    return run(&c, work, bytes == 0, NULL);
+    return run(comm, &c, work, bytes == 0, NULL);
 }
 
 /* A coalesced allreduce runs as one allreduce over a packed copy of all buffers; the layout
@@ -289,7 +266,7 @@ TUTTI_API tutti_status_t tutti_allreduce_coalesced(const void *const *sendbufs,
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_ALLREDUCE, "allreduce_coalesced");
     c.sendbuf = k->data, c.recvbuf = k->data, c.count = total / es, c.dtype = dtype, c.op = op;
-    return run_then(&c, work, total == 0, k, unpack);
+    return run_then(comm, &c, work, total == 0, k, unpack);
 }
 
 TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -311,7 +288,7 @@ TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, siz
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_ALLGATHER, "allgather");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = sendcount, c.dtype = dtype;
-    return run(&c, work, bytes == 0, NULL);
+    return run(comm, &c, work, bytes == 0, NULL);
 }
 
 /* copy_layout copies counts and displacements (packed when displs is NULL) into out[0..2n):
@@ -359,7 +336,7 @@ TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount,
     init_coll(&c, comm, TUTTI_COLL_ALLGATHER, "allgatherv");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = bytes / (es ? es : 1), c.dtype = dtype;
     c.counts = owned, c.displs = d;
-    return run(&c, work, false, owned);
+    return run(comm, &c, work, false, owned);
 }
 
 TUTTI_API tutti_status_t tutti_alltoall(const void *sendbuf, void *recvbuf, size_t count,
@@ -379,7 +356,7 @@ TUTTI_API tutti_status_t tutti_alltoall(const void *sendbuf, void *recvbuf, size
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_ALLTOALL, "alltoall");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = count, c.dtype = dtype;
-    return run(&c, work, total == 0, NULL);
+    return run(comm, &c, work, total == 0, NULL);
 }
 
 TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *sendcounts,
@@ -415,7 +392,7 @@ TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *send
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.dtype = dtype;
     c.counts = owned, c.displs = owned + n, c.scounts = owned + 2 * n, c.sdispls = owned + 3 * n;
     c.count = recvcounts[comm->rank];
-    return run(&c, work, false, owned);
+    return run(comm, &c, work, false, owned);
 }
 
 TUTTI_API tutti_status_t tutti_reduce_scatter(const void *sendbuf, void *recvbuf,
@@ -440,7 +417,7 @@ TUTTI_API tutti_status_t tutti_reduce_scatter(const void *sendbuf, void *recvbuf
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_REDUCE_SCATTER, "reduce_scatter");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = recvcount, c.dtype = dtype, c.op = op;
-    return run(&c, work, bytes == 0, NULL);
+    return run(comm, &c, work, bytes == 0, NULL);
 }
 
 TUTTI_API tutti_status_t tutti_broadcast(void *buf, size_t count, tutti_dtype_t dtype, int root,
@@ -456,7 +433,7 @@ TUTTI_API tutti_status_t tutti_broadcast(void *buf, size_t count, tutti_dtype_t 
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_BCAST, "bcast");
     c.sendbuf = buf, c.recvbuf = buf, c.count = count, c.dtype = dtype, c.root = root;
-    return run(&c, work, bytes == 0, NULL);
+    return run(comm, &c, work, bytes == 0, NULL);
 }
 
 TUTTI_API tutti_status_t tutti_reduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -487,7 +464,7 @@ TUTTI_API tutti_status_t tutti_reduce(const void *sendbuf, void *recvbuf, size_t
     init_coll(&c, comm, TUTTI_COLL_REDUCE, "reduce");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = count, c.dtype = dtype, c.op = op;
     c.root = root;
-    return run(&c, work, bytes == 0, NULL);
+    return run(comm, &c, work, bytes == 0, NULL);
 }
 
 TUTTI_API tutti_status_t tutti_barrier(tutti_comm_t *comm, tutti_work_t **work)
@@ -496,7 +473,7 @@ TUTTI_API tutti_status_t tutti_barrier(tutti_comm_t *comm, tutti_work_t **work)
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_BARRIER, "barrier");
     c.dtype = TUTTI_UINT8;
-    return run(&c, work, false, NULL);
+    return run(comm, &c, work, false, NULL);
 }
 
 static tutti_status_t p2p(const char *fn, bool is_send, void *buf, size_t count, tutti_dtype_t dtype,
@@ -516,7 +493,7 @@ static tutti_status_t p2p(const char *fn, bool is_send, void *buf, size_t count,
     init_coll(&c, comm, TUTTI_COLL_COUNT, is_send ? "send" : "recv");
     c.sendbuf = buf, c.recvbuf = buf, c.count = count, c.dtype = dtype, c.root = peer, c.tag = tag;
     c.algo = is_send ? &tutti__p2p_send : &tutti__p2p_recv;
-    return run(&c, work, false, NULL);
+    return run(comm, &c, work, false, NULL);
 }
 
 TUTTI_API tutti_status_t tutti_send(const void *buf, size_t count, tutti_dtype_t dtype, int peer,

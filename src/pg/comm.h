@@ -1,5 +1,5 @@
-/* comm.h: the communicator's internal state and the work handle, shared by src/pg/ and the
- * primitives that algorithms call. */
+/* comm.h: the communicator's internal state and the work handle, shared by the files of the
+ * process group (src/pg/), the top layer: it includes every layer below and none includes it. */
 #ifndef TUTTI_COMM_H
 #define TUTTI_COMM_H
 
@@ -7,36 +7,15 @@
 #include <sys/types.h>
 
 #include "../algos/algos.h"
+#include "../bootstrap/bootstrap.h"
 #include "../common/common.h"
 #include "../transport/transport.h"
-#include "bootstrap.h"
 
 #define TUTTI__COMM_MAGIC 0x74757474u /* "tutt" */
 
-/* One algorithm choice for a byte range, as parsed from "ring:0-8192;tree:8193-max". */
-typedef struct tutti__algo_range {
-    size_t lo, hi; /* inclusive */
-    const tutti__algo_t *algo;
-} tutti__algo_range_t;
-
-#define TUTTI__MAX_RANGES 8
-
-typedef struct tutti__algo_override {
-    int n; /* 0: no override, select.c's defaults apply */
-    tutti__algo_range_t r[TUTTI__MAX_RANGES];
-} tutti__algo_override_t;
-
-/* What one slice of execution owns: a worker, or the caller running an operation inline, uses
- * slice s's scratch while it runs a piece of an operation on channel TUTTI__CHAN_COLL + s. */
-typedef struct tutti__slice {
-    void *scratch; /* tutti__coll_scratch's buffer */
-    size_t scratch_size;
-    double next_live_check; /* rate limit for tutti__live_check */
-} tutti__slice_t;
-
 typedef struct tutti__exec tutti__exec_t;
 
-/* How a communicator was asked for; sub-communicators inherit it. */
+/* How a communicator was asked for (config.c); sub-communicators inherit it. */
 typedef struct tutti__config {
     double timeout;
     const char *transport; /* "auto", "shm" or "ofi" (a static string) */
@@ -50,18 +29,8 @@ struct tutti_comm {
     tutti__config_t cfg;
     char ip[64];        /* the address peers reach this rank at (liveness mesh, sub-stores) */
     int rank, size;
-    int local_rank, local_size, nnodes;
-    int *node_of;       /* node index of each rank, nodes numbered by their lowest rank */
-    int *local_ranks;   /* global ranks on this node, increasing; local_ranks[local_rank] == rank */
-    bool oversubscribed; /* more local ranks than allowed cores: waits yield at once */
-    double timeout_s;   /* read and written atomically: tutti_comm_set_timeout */
-
-    tutti__transport_t *shm; /* NULL when unused */
-    tutti__transport_t *ofi; /* NULL when unused */
-    tutti__transport_t **peer_tp; /* per rank; NULL for self */
-    tutti__window_t **wins;  /* shm windows, one per slice; NULL unless every rank is on this
-                                node and on shm */
-    tutti__liveness_t *live;
+    tutti__nodes_t nodes; /* which ranks share this node */
+    tutti__net_t net;     /* what the algorithms run on: transports, windows, slices, liveness */
 
     uint64_t seq;              /* collectives posted so far (atomic) */
     uint64_t p2p_seq;          /* send/recv calls so far, for messages (atomic) */
@@ -69,20 +38,10 @@ struct tutti_comm {
     volatile tutti_status_t failed; /* TUTTI_OK, or the error that broke the communicator */
     char failed_msg[TUTTI__ERRLEN];
     char last_error[TUTTI__ERRLEN];
-    tutti__algo_override_t algo[TUTTI_COLL_COUNT];
+    tutti__algo_override_t algo[TUTTI_COLL_COUNT]; /* algo_override.c */
     int nslices;               /* worker threads; also the most slices an operation is cut into */
-    int nchan;                 /* transport channels: P2P plus one per slice the transports serve */
-    tutti__slice_t *slices;
     tutti__exec_t *exec;       /* the queue and the workers (exec.c) */
 };
-
-/* tutti__comm_timeout is comm's current timeout (tutti_comm_set_timeout may change it). */
-static inline double tutti__comm_timeout(const tutti_comm_t *comm)
-{
-    double t;
-    __atomic_load(&comm->timeout_s, &t, __ATOMIC_RELAXED);
-    return t;
-}
 
 /* The state a work handle passes through (a futex word): SLEEPERS is PENDING with a waiter
  * asleep on it, so that completion makes the wake-up system call only when someone sleeps. */
@@ -124,7 +83,12 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
 /* tutti__exec_run_blocking runs c in the calling thread, as a blocking call, when the
  * communicator is idle (nothing queued or running) and c would not be sliced, without a work
  * handle: *status is its outcome (errors recorded as comm's and the thread's last error) and
- * it returns true. It returns false, having done nothing, when c must go through the queue. */
+ * it returns true. It returns false, having done nothing, when c must go through the queue.
+ *
+ * The executor is the one place that decides a communicator has failed: a call that ran and
+ * returned an error fails it (tutti__comm_fail), whatever the error, unless the algorithm
+ * declined the call before touching anything (tutti__decline); a declined call, and one not
+ * run because the communicator had failed already, are recorded as errors only. */
 bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, bool trivial,
                               tutti_status_t *status);
 
@@ -132,11 +96,14 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
  * one to end (it fails fast once comm is marked failed or aborted), and joins the workers. */
 void tutti__exec_stop(tutti_comm_t *comm, tutti_status_t status, const char *msg);
 
-/* tutti__coll_local runs the single-rank case of a collective (a copy, or nothing). */
-void tutti__coll_local(tutti__coll_t *c);
-
 /* tutti__exec_worker_cpu is the core worker i is pinned to, or -1. */
 int tutti__exec_worker_cpu(const tutti_comm_t *comm, int i);
+
+/* ---- work handles (work.c) ---- */
+
+/* tutti__work_complete publishes w's outcome st, wakes whoever waits on w and runs its
+ * callback, once. */
+void tutti__work_complete(tutti_work_t *w, tutti_status_t st);
 
 /* tutti__work_release drops one reference to w, freeing it at zero. */
 void tutti__work_release(tutti_work_t *w);
@@ -146,6 +113,11 @@ void tutti__work_release(tutti_work_t *w);
 /* tutti__worker_cpus fills cpus[0..nworkers-1] for this rank's workers from
  * CCL_WORKER_AFFINITY ("auto" or an explicit list for all local ranks' workers). */
 tutti_status_t tutti__worker_cpus(int local_rank, int local_size, int nworkers, int *cpus);
+
+/* ---- the handle: registry and errors (comm.c) ---- */
+
+/* tutti__comm_register adds comm to the registry of live handles; false when out of memory. */
+bool tutti__comm_register(const tutti_comm_t *comm);
 
 /* tutti__comm_valid tells whether comm is a live communicator (in the registry). */
 bool tutti__comm_valid(const tutti_comm_t *comm);
@@ -159,12 +131,26 @@ tutti_status_t tutti__comm_fail(tutti_comm_t *comm, tutti_status_t status, const
 tutti_status_t tutti__comm_error(tutti_comm_t *comm, tutti_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* ---- configuration (config.c) ---- */
+
+/* tutti__config_read reads the environment and the caller's config (NULL: none) into out; a bad
+ * value is TUTTI_ERR_INVALID_ARG naming the variable or field. */
+tutti_status_t tutti__config_read(const tutti_comm_config_t *config, tutti__config_t *out);
+
+/* ---- creation (create.c) ---- */
+
 /* tutti__comm_create builds a communicator of size ranks over the bootstrap bs (store: the TCP
  * store bs runs on, or NULL for a caller's store); collective over those ranks. */
 tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
                                   const tutti__config_t *cfg, tutti_comm_t **out);
 
-/* tutti__select_init parses the CCL_<COLL> variables into comm->algo (at creation). */
-tutti_status_t tutti__select_init(tutti_comm_t *comm);
+/* tutti__comm_free stops comm's workers and frees everything it holds (also a half-made one). */
+void tutti__comm_free(tutti_comm_t *comm);
+
+/* ---- algorithm overrides (algo_override.c) ---- */
+
+/* tutti__override_init parses the CCL_<COLL> variables into comm->algo (at creation, once the
+ * transports are known: "direct" needs the window). */
+tutti_status_t tutti__override_init(tutti_comm_t *comm);
 
 #endif /* TUTTI_COMM_H */

@@ -1,14 +1,13 @@
 /* exec.c: how posted operations run: the communicator's queue, its worker threads (pinned,
  * sleeping or spinning when idle), the inline path for small operations on an idle
- * communicator, and completion (status, waking waiters, the callback). */
+ * communicator, cutting large ones into slices, and the one place that decides, from how a
+ * run ended, that the communicator has failed. */
 #include <errno.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "../algos/patterns/chunk.h"
 #include "comm.h"
 
 /* How long a worker that has just finished an operation watches for the next one before it
@@ -35,29 +34,6 @@ typedef struct worker_arg {
     int index;
 } worker_arg_t;
 
-static void futex_wake_all(int *addr)
-{
-    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-}
-
-void tutti__work_release(tutti_work_t *w)
-{
-    if (__atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-        free(w->owned);
-        free(w);
-    }
-}
-
-/* complete publishes w's outcome, wakes its waiters and runs its callback, once. */
-static void complete(tutti_work_t *w, tutti_status_t st)
-{
-    w->status = st;
-    if (__atomic_exchange_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_ACQ_REL) == TUTTI__WORK_SLEEPERS)
-        futex_wake_all(&w->state);
-    if (__atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL) == 1)
-        w->cb(w, w->cb_arg);
-}
-
 /* slice_of cuts element-wise operations into nsplit nearly equal element ranges. */
 static void slice_of(const tutti_work_t *w, int s, tutti__coll_t *c)
 {
@@ -65,14 +41,35 @@ static void slice_of(const tutti_work_t *w, int s, tutti__coll_t *c)
     c->slice = s;
     if (w->nsplit == 1)
         return;
-    size_t q = c->count / (size_t)w->nsplit, r = c->count % (size_t)w->nsplit;
-    size_t off = (size_t)s * q + ((size_t)s < r ? (size_t)s : r);
-    size_t len = q + ((size_t)s < r ? 1 : 0);
-    size_t boff = off * c->esize;
+    size_t boff = tutti__split_off(c->count, w->nsplit, s) * c->esize;
+    c->count = tutti__split_len(c->count, w->nsplit, s);
     c->sendbuf = (const char *)c->sendbuf + boff;
     if (c->recvbuf != NULL)
         c->recvbuf = (char *)c->recvbuf + boff;
-    c->count = len;
+}
+
+/* coll_local runs the single-rank case of a collective (a copy, or nothing). */
+static void coll_local(tutti__coll_t *c)
+{
+    const char *src = c->sendbuf;
+    char *dst = c->recvbuf;
+    size_t bytes = c->count * c->esize;
+    switch (c->kind) {
+    case TUTTI_COLL_ALLGATHER:
+    case TUTTI_COLL_ALLTOALL:
+        if (c->counts != NULL) {
+            bytes = c->counts[0] * c->esize;
+            dst += c->displs[0] * c->esize;
+            if (c->sdispls != NULL)
+                src += c->sdispls[0] * c->esize;
+        }
+        break;
+    case TUTTI_COLL_BCAST:
+    case TUTTI_COLL_BARRIER: return;
+    default: break;
+    }
+    if (bytes > 0 && src != dst && dst != NULL)
+        memmove(dst, src, bytes);
 }
 
 /* run_coll runs one numbered call c (or one slice of it) in the calling thread, its error
@@ -82,6 +79,7 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
     c->err[0] = '\0';
     tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
     if (failed != TUTTI_OK) {
+        c->declined = true; /* nothing was run: the failure is not a new one */
         pthread_mutex_lock(&comm->err_lock);
         snprintf(c->err, TUTTI__ERRLEN, "%s #%llu was not run: the communicator %s earlier: %s",
                  c->name, (unsigned long long)c->seq,
@@ -91,11 +89,24 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
     }
     if (trivial) {
         if (comm->size == 1)
-            tutti__coll_local(c);
+            coll_local(c);
         return TUTTI_OK;
     }
     c->deadline = 0.0; /* from the start (its first wait), not from the post */
     return c->algo->run(c);
+}
+
+/*
+ * settle records the failure st of a run of c, whose text is in c->err: it fails the
+ * communicator (first failure wins), unless c was declined before anything was posted or
+ * written, or never ran, which leaves every peer as it was: then it is only recorded as comm's
+ * and the thread's last error. Returns st.
+ */
+static tutti_status_t settle(tutti_comm_t *comm, const tutti__coll_t *c, tutti_status_t st)
+{
+    if (c->declined)
+        return tutti__comm_error(comm, st, "%s", c->err);
+    return tutti__comm_fail(comm, st, c->err);
 }
 
 /* run_slice runs slice s of w in the calling thread; the first failing slice's text is w's. */
@@ -107,6 +118,7 @@ static tutti_status_t run_slice(tutti__exec_t *e, tutti_work_t *w, int s)
     c.err = err;
     tutti_status_t st = run_coll(w->comm, &c, w->trivial);
     if (st < 0) {
+        settle(w->comm, &c, st);
         pthread_mutex_lock(&e->lock);
         if (w->status == TUTTI_OK) {
             w->status = st;
@@ -133,7 +145,7 @@ static void finish(tutti_work_t *w)
 {
     if (w->post_fn != NULL && w->status == TUTTI_OK)
         w->post_fn(w);
-    complete(w, w->status);
+    tutti__work_complete(w, w->status);
     tutti__work_release(w); /* the executor's reference */
 }
 
@@ -181,7 +193,7 @@ static void *worker_main(void *p)
          * holding the lock, yielding the core when threads outnumber cores. */
         uint64_t g = e->gen;
         pthread_mutex_unlock(&e->lock);
-        tutti__backoff_init(&b, e->comm->oversubscribed);
+        tutti__backoff_init(&b, e->comm->net.oversubscribed);
         while (__atomic_load_n(&e->gen, __ATOMIC_ACQUIRE) == g &&
                !__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE) &&
                __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == NULL &&
@@ -203,7 +215,7 @@ static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes)
     }
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
     if (c->algo == NULL)
-        c->algo = tutti__select(comm, c->kind, bytes);
+        c->algo = tutti__select(&comm->algo[c->kind], comm->net.links.wins != NULL, c->kind, bytes);
 }
 
 /* The inline path is claimed with a CAS, so that a blocking call can take it without the exec
@@ -235,7 +247,7 @@ static void release_inline(tutti__exec_t *e)
 static int split_count(const tutti_comm_t *comm, const tutti__coll_t *c, size_t bytes)
 {
     int n = comm->nslices;
-    if (n <= 1 || comm->nchan - 1 < n)
+    if (n <= 1 || comm->net.nchan - 1 < n)
         return 1;
     if (c->kind != TUTTI_COLL_ALLREDUCE && c->kind != TUTTI_COLL_BCAST &&
         c->kind != TUTTI_COLL_REDUCE)
@@ -305,7 +317,7 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
     c->err = err;
     tutti_status_t st = run_coll(comm, c, trivial);
     release_inline(e);
-    *status = st < 0 ? tutti__comm_error(comm, st, "%s", err) : st;
+    *status = st < 0 ? settle(comm, c, st) : st;
     return true;
 }
 

@@ -62,7 +62,7 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
     }
     /* The child's rank 0 serves its store on a port the kernel picks; all ranks then learn the
      * leaders' addresses in one more parent allgather. */
-    double deadline = tutti__now() + tutti__comm_timeout(parent);
+    double deadline = tutti__now() + tutti__net_timeout(&parent->net);
     if (color != TUTTI_UNDEFINED && crank == 0) {
         TUTTI__CHECK_GOTO(tutti__store_open(0, csize, "127.0.0.1", 0, deadline, &store), st, fail);
         snprintf(rv.ip, sizeof rv.ip, "%s", parent->ip);
@@ -83,17 +83,11 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
     st = tutti__comm_create(crank, csize, &bs, store, &parent->cfg, out);
 fail:
     if (st < 0 && *out == NULL) {
-        char msg[TUTTI__ERRLEN];
-        snprintf(msg, sizeof msg, "tutti_comm_split (color %d): %s", color, tutti_last_error());
-        tutti__comm_error(parent, st, "%s", msg);
+        tutti__prefix_error(st, "tutti_comm_split (color %d)", color);
+        tutti__comm_error(parent, st, "%s", tutti__tls_error());
     }
 done:
-    if (store != NULL) {
-        char saved[TUTTI__ERRLEN];
-        snprintf(saved, sizeof saved, "%s", tutti__tls_error());
-        tutti__store_close(store);
-        snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", saved);
-    }
+    tutti__store_close(store); /* keeps a failure's text */
     free(all);
     free(rvs);
     return st;

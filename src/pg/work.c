@@ -1,6 +1,6 @@
-/* work.c: work handles: wait with a timeout, test, status, error text, completion callback,
- * free. Completion is a futex word, so a waiter sleeps instead of spinning against the worker
- * that runs its operation. */
+/* work.c: work handles: completion (status, waking waiters, the callback), wait with a
+ * timeout, test, status, error text, completion callback, free. Completion is a futex word, so
+ * a waiter sleeps instead of spinning against the worker that runs its operation. */
 #include <errno.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -11,6 +11,28 @@
 #include <unistd.h>
 
 #include "comm.h"
+
+static void futex_wake_all(int *addr)
+{
+    syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+void tutti__work_release(tutti_work_t *w)
+{
+    if (__atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(w->owned);
+        free(w);
+    }
+}
+
+void tutti__work_complete(tutti_work_t *w, tutti_status_t st)
+{
+    w->status = st;
+    if (__atomic_exchange_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_ACQ_REL) == TUTTI__WORK_SLEEPERS)
+        futex_wake_all(&w->state);
+    if (__atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL) == 1)
+        w->cb(w, w->cb_arg);
+}
 
 static bool done(const tutti_work_t *w)
 {

@@ -2,11 +2,11 @@
  * (-Dofi=disabled, or libfabric-dev missing): a job that needs it fails with a clear error. */
 #include "transport.h"
 
-tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
+tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap_t *bs,
                                  const int *peers, int npeers, bool single_node,
                                  tutti__transport_t **out)
 {
-    (void)comm, (void)bs, (void)peers, (void)npeers, (void)single_node;
+    (void)rank, (void)size, (void)nchan, (void)bs, (void)peers, (void)npeers, (void)single_node;
     *out = NULL;
     return tutti__set_error(TUTTI_ERR_NOT_SUPPORTED,
                             "this tutti was built without libfabric, so it cannot reach ranks on "

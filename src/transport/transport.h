@@ -1,12 +1,14 @@
 /* transport.h: the small vtable every transport (shm, ofi) fills, the request it progresses,
- * and the shared-memory window that only shm offers. Transports know peers and bytes, never
- * which collective they serve. */
+ * the shared-memory window that only shm offers, and the links (transport.c) that pick one
+ * transport per peer. Transports know peers and bytes, never which collective they serve, and
+ * are made from rank, size, channels and the bootstrap, never from a communicator. */
 #ifndef TUTTI_TRANSPORT_H
 #define TUTTI_TRANSPORT_H
 
+#include "../bootstrap/discover.h"
+#include "../bootstrap/oob.h"
 #include "../common/common.h"
 
-typedef struct tutti_comm tutti_comm_t;
 typedef struct tutti__transport tutti__transport_t;
 
 enum { TUTTI__REQ_SEND = 0, TUTTI__REQ_RECV = 1 };
@@ -14,8 +16,8 @@ enum { TUTTI__REQ_SEND = 0, TUTTI__REQ_RECV = 1 };
  * Independent message streams per pair of ranks ("channels"): channel 0 carries user send/recv,
  * and slice s of a collective (0 <= s < nslices) uses channel TUTTI__CHAN_COLL + s, so slices
  * that run at once on different threads never share a stream. A communicator has
- * comm->nchan = 1 + nslices channels (2 .. TUTTI__CHAN_MAX), fixed before its transports are
- * created; a transport accepts req->chan in [0, comm->nchan).
+ * nchan = 1 + nslices channels (2 .. TUTTI__CHAN_MAX), fixed before its transports are
+ * created; a transport accepts req->chan in [0, nchan).
  */
 enum { TUTTI__CHAN_P2P = 0, TUTTI__CHAN_COLL = 1 };
 #define TUTTI__CHAN_MAX 17 /* 1 + 16 slices */
@@ -63,7 +65,6 @@ typedef struct tutti__transport_ops {
 
 struct tutti__transport {
     const tutti__transport_ops_t *ops;
-    tutti_comm_t *comm;
     char err[TUTTI__ERRLEN];
 };
 
@@ -71,7 +72,7 @@ struct tutti__transport {
  * A shared-memory window (shm only): every rank on the node maps one region per local rank,
  * region_size bytes each, plus one flag per local rank for barriers. Only offered when every
  * rank of the communicator is on this node, so local index == rank. There is one window per
- * collective slice (comm->nchan - 1 of them), each with its own regions, flags and epoch, so
+ * collective slice (nchan - 1 of them), each with its own regions, flags and epoch, so
  * direct algorithms of different slices never meet in the memory or in a barrier.
  */
 typedef struct tutti__window {
@@ -81,7 +82,7 @@ typedef struct tutti__window {
     volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
     uint64_t epoch;                /* this rank's last posted epoch */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
-                           two halves it alternates between (set by tutti__win_reserve_small) */
+                           two halves it alternates between (reserved by the process group at creation) */
     uint64_t small_seq; /* small-path operations so far: their parity picks the half */
 } tutti__window_t;
 
@@ -92,17 +93,16 @@ typedef struct tutti__window {
  * global ranks in increasing order; this rank is local_ranks[my_local]). The lowest local rank
  * creates it (0600, unguessable name) and publishes the name through the bootstrap; the others
  * map it; after a node barrier the creator unlinks it, so nothing stays in /dev/shm even if a
- * rank crashes later. The segment holds comm->nchan channels per ordered pair of local ranks
- * (every local rank must have the same comm->nchan). On success *out is the transport and, if
- * wins != NULL, wins[s] is slice s's window for s in [0, comm->nchan - 1): TUTTI_SHM_WINDOW bytes
- * per rank when there is one slice, else TUTTI_SHM_WINDOW / nslices rounded down to 4 KiB, at
- * least 64 KiB. Pass wins only when every rank of comm is on this node (on every local rank
- * alike). The windows belong to the transport: its destroy frees them.
+ * rank crashes later. The segment holds nchan channels per ordered pair of local ranks (every
+ * local rank must pass the same nchan). On success *out is the transport and, if wins != NULL,
+ * wins[s] is slice s's window for s in [0, nchan - 1): TUTTI_SHM_WINDOW bytes per rank when
+ * there is one slice, else TUTTI_SHM_WINDOW / nslices rounded down to 4 KiB, at least 64 KiB.
+ * Pass wins only when every rank of the job is on this node (on every local rank alike). The
+ * windows belong to the transport: its destroy frees them.
  */
-struct tutti__bootstrap;
-tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
-                                 const int *local_ranks, int nlocal, int my_local,
-                                 tutti__transport_t **out, tutti__window_t **wins);
+tutti_status_t tutti__shm_create(int nchan, tutti__bootstrap_t *bs, const int *local_ranks,
+                                 int nlocal, int my_local, tutti__transport_t **out,
+                                 tutti__window_t **wins);
 
 /* ---- the ofi transport (transport/ofi.c) ---- */
 
@@ -110,11 +110,36 @@ tutti_status_t tutti__shm_create(tutti_comm_t *comm, struct tutti__bootstrap *bs
  * tutti__ofi_create opens a libfabric RDM endpoint with tagged messages (provider chosen by
  * libfabric or FI_PROVIDER; on a single-node job the loopback interface is preferred),
  * exchanges endpoint names through the bootstrap and inserts peers[0..npeers-1] (global ranks)
- * into its address vector. Every rank of the communicator calls it collectively when any rank
- * needs ofi, with the same comm->nchan. At most 65536 ranks (the tag's rank field).
+ * into its address vector. Every one of the size ranks calls it collectively when any rank
+ * needs ofi, with the same nchan. At most 65536 ranks (the tag's rank field).
  */
-tutti_status_t tutti__ofi_create(tutti_comm_t *comm, struct tutti__bootstrap *bs,
+tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap_t *bs,
                                  const int *peers, int npeers, bool single_node,
                                  tutti__transport_t **out);
+
+/* ---- one transport per peer (transport/transport.c) ---- */
+
+/* The transports of one rank and which of them serves each peer. */
+typedef struct tutti__links {
+    tutti__transport_t *shm;      /* NULL when unused */
+    tutti__transport_t *ofi;      /* NULL when unused */
+    tutti__transport_t **peer_tp; /* [size]: the transport that reaches each rank; NULL for self */
+    tutti__window_t **wins;       /* [nchan - 1]: shm windows, one per slice; NULL unless every
+                                     rank is on this node and on shm (they belong to shm) */
+} tutti__links_t;
+
+/*
+ * tutti__links_open connects this rank (of size, over nodes, through bs) to every other: shm
+ * to the ranks of its node and ofi to the rest, or ofi to every peer for mode "ofi"; mode
+ * "shm" refuses a job that spans nodes (TUTTI_ERR_INVALID_ARG). Each choice depends only on
+ * allgathered facts, so every rank makes the same collective calls. Collective over the size
+ * ranks; on failure l holds what was made, for tutti__links_close.
+ */
+tutti_status_t tutti__links_open(tutti__links_t *l, int rank, int size, int nchan,
+                                 const char *mode, const tutti__nodes_t *nodes,
+                                 tutti__bootstrap_t *bs);
+
+/* tutti__links_close destroys the transports (and so the windows) and frees l's arrays. */
+void tutti__links_close(tutti__links_t *l);
 
 #endif /* TUTTI_TRANSPORT_H */

@@ -1,9 +1,9 @@
-/* bootstrap.c: put, get, allgather and group barrier over an out-of-band key-value store, with
+/* oob.c: put, get, allgather and group barrier over an out-of-band key-value store, with
  * timeouts that name the ranks that never arrived. */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bootstrap.h"
+#include "oob.h"
 
 /* A failing oob is asked again at most this often, so that its error shows at once rather than
  * at the deadline; and a store that ignores timeout_s cannot make us overshoot by more. */
@@ -120,9 +120,7 @@ static tutti_status_t missing_error(tutti__bootstrap_t *bs, double start, const 
                                                                                const void *, int),
                                     const void *kctx, void *scratch, size_t len)
 {
-    char list[512] = "";
-    size_t off = 0;
-    int nmiss = 0;
+    int listed[LIST_MAX] = {0}, nmiss = 0;
     for (int i = from; i < n; i++) {
         int r = ranks ? ranks[i] : i;
         if (r == bs->rank)
@@ -134,12 +132,12 @@ static tutti_status_t missing_error(tutti__bootstrap_t *bs, double start, const 
             return rc;
         if (rc == 0)
             continue;
-        if (nmiss < LIST_MAX && off < sizeof list)
-            off += (size_t)snprintf(list + off, sizeof list - off, "%s%d", nmiss ? ", " : "", r);
+        if (nmiss < LIST_MAX)
+            listed[nmiss] = r;
         nmiss++;
     }
-    if (nmiss > LIST_MAX && off < sizeof list)
-        snprintf(list + off, sizeof list - off, ", ... (%d ranks)", nmiss);
+    char list[256];
+    tutti__format_ranks(list, sizeof list, listed, nmiss < LIST_MAX ? nmiss : LIST_MAX, nmiss);
     return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                             "bootstrap: rank %d waited %.3g s at %s for rank(s) %s (of %d); they "
                             "never arrived: check that all ranks were started with the same "

@@ -1,10 +1,12 @@
-/* prims.c: the primitives algorithms run on: point-to-point through the transport that serves a
- * peer, the wait loop (deadline, dead-peer check, backoff), the window barrier and scratch. */
+/* prims.c: the primitives algorithms run on, over the network context only: point-to-point
+ * through the transport that serves a peer, the wait loop (deadline, abort and dead-peer checks,
+ * backoff), the window barrier, flagged lines and scratch. A failing primitive writes its text
+ * and returns its status; the executor decides what that means for the communicator. */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm.h"
-#include "../algos/patterns/chunk.h"
+#include "algos.h"
+#include "patterns/chunk.h"
 
 /* How often a waiting rank asks the liveness mesh whether a peer died: often enough that a
  * death becomes an error well within a second, rarely enough to cost nothing. */
@@ -23,13 +25,6 @@ static int describe(const tutti__coll_t *c, char *buf, size_t cap)
                     c->count * c->esize, tutti_dtype_name(c->dtype));
 }
 
-static void append_rank_list(char *buf, size_t cap, const int *ranks, int n)
-{
-    size_t len = strlen(buf);
-    for (int i = 0; i < n && len + 16 < cap; i++)
-        len += (size_t)snprintf(buf + len, cap - len, "%s%d", i ? ", " : "", ranks[i]);
-}
-
 static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -43,14 +38,23 @@ static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt,
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
     snprintf(c->err, TUTTI__ERRLEN, "rank %d: %s: %s", c->rank, what, detail);
-    return tutti__comm_fail(c->comm, st, c->err);
+    return st;
+}
+
+tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, TUTTI__ERRLEN, fmt, ap);
+    va_end(ap);
+    c->declined = true;
+    return st;
 }
 
 static tutti_status_t post(tutti__coll_t *c, int kind, int peer, const void *buf, size_t bytes,
                            tutti__req_t *req)
 {
-    tutti_comm_t *comm = c->comm;
-    tutti__transport_t *tp = comm->peer_tp[peer];
+    tutti__transport_t *tp = c->net->links.peer_tp[peer];
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
     req->chan = c->kind == TUTTI_COLL_COUNT ? TUTTI__CHAN_P2P : TUTTI__CHAN_COLL + c->slice;
@@ -81,8 +85,7 @@ tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes,
 
 static tutti_status_t progress_all(tutti__coll_t *c)
 {
-    tutti_comm_t *comm = c->comm;
-    tutti__transport_t *tps[2] = {comm->shm, comm->ofi};
+    tutti__transport_t *tps[2] = {c->net->links.shm, c->net->links.ofi};
     for (int i = 0; i < 2; i++) {
         if (tps[i] == NULL)
             continue;
@@ -97,24 +100,24 @@ static tutti_status_t progress_all(tutti__coll_t *c)
  * the ranks the wait still needs, for the message. */
 static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmissing)
 {
-    tutti_comm_t *comm = c->comm;
-    tutti__slice_t *sl = &comm->slices[c->slice];
+    tutti__net_t *net = c->net;
+    tutti__slice_t *sl = &net->slices[c->slice];
     double now = tutti__now();
-    if (__atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_ERR_ABORTED)
+    if (__atomic_load_n(net->failed, __ATOMIC_ACQUIRE) == TUTTI_ERR_ABORTED)
         return fail(c, TUTTI_ERR_ABORTED, "aborted (tutti_comm_abort or destroy) while waiting");
     if (now >= sl->next_live_check) {
         sl->next_live_check = now + LIVE_CHECK_PERIOD;
         int dead = -1;
-        if (tutti__live_check(comm->live, &dead) < 0)
+        if (tutti__live_check(net->live, &dead) < 0)
             return fail(c, TUTTI_ERR_PEER_FAILED,
                         "rank %d (pid %d) died or lost its connection; the communicator is now "
                         "failed: destroy it and create a new one",
-                        dead, tutti__live_pid(comm->live, dead));
+                        dead, tutti__live_pid(net->live, dead));
     }
     /* A peer that destroyed its communicator will never come. Data it sent before it left gets
      * a moment to arrive; then this fails now, not at the deadline. */
     for (int i = 0; i < nmissing; i++) {
-        if (!tutti__live_left(comm->live, missing[i]))
+        if (!tutti__live_left(net->live, missing[i]))
             continue;
         if (c->left_seen == 0.0 || c->left_rank != missing[i]) {
             c->left_seen = now;
@@ -128,26 +131,26 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         break;
     }
     if (c->deadline == 0.0)
-        c->deadline = now + tutti__comm_timeout(comm);
+        c->deadline = now + tutti__net_timeout(net);
     if (now < c->deadline)
         return TUTTI_OK;
-    char list[512] = "";
-    append_rank_list(list, sizeof list, missing, nmissing);
+    char list[512];
+    tutti__format_ranks(list, sizeof list, missing, nmissing, nmissing);
     bool left = false;
     for (int i = 0; i < nmissing; i++)
-        left |= tutti__live_left(comm->live, missing[i]);
+        left |= tutti__live_left(net->live, missing[i]);
     return fail(c, TUTTI_ERR_TIMEOUT,
                 "timed out after %.0f s waiting for rank(s) %s%s; a peer may be stuck, slower "
                 "than the timeout, or in a different collective: raise TUTTI_TIMEOUT if the job "
                 "is only slow",
-                tutti__comm_timeout(comm), list,
+                tutti__net_timeout(net), list,
                 left ? " (some had already destroyed the communicator)" : "");
 }
 
 tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
-    tutti__backoff_init(&b, c->comm->oversubscribed);
+    tutti__backoff_init(&b, c->net->oversubscribed);
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
         int pending = 0;
@@ -157,7 +160,7 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
                 continue;
             }
             if (reqs[i].status < 0) {
-                tutti__transport_t *tp = c->comm->peer_tp[reqs[i].peer];
+                tutti__transport_t *tp = c->net->links.peer_tp[reqs[i].peer];
                 return fail(c, reqs[i].status,
                             "%s %s rank %d failed: %s; the communicator is now failed: destroy "
                             "it and create a new one",
@@ -204,18 +207,31 @@ tutti_status_t tutti__sendrecv(tutti__coll_t *c, int speer, const void *sbuf, si
     return tutti__waitall(c, req, 2);
 }
 
-tutti__window_t *tutti__window(tutti__coll_t *c)
+tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *alt,
+                                   tutti__window_t **w, size_t *slot)
 {
-    return c->comm->wins ? c->comm->wins[c->slice] : NULL;
+    const int n = c->size;
+    tutti__window_t *x = c->net->links.wins ? c->net->links.wins[c->slice] : NULL;
+    size_t s = x && x->region_size > head ? (x->region_size - head) / (size_t)n : 0;
+    s = s >= 64 ? s & ~(size_t)63 : s;
+    *w = x;
+    *slot = s;
+    if (x == NULL || x->nranks != n || s / c->esize == 0)
+        return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
+                              "%s (direct): the shm window (%zu bytes per rank) cannot hold one "
+                              "element per rank on rank %d; raise TUTTI_SHM_WINDOW or use the %s "
+                              "algorithm",
+                              c->name, x ? x->region_size : 0, c->rank, alt);
+    return TUTTI_OK;
 }
 
 tutti_status_t tutti__win_barrier(tutti__coll_t *c)
 {
-    tutti__window_t *w = c->comm->wins[c->slice];
+    tutti__window_t *w = c->net->links.wins[c->slice];
     uint64_t e = ++w->epoch;
     __atomic_store_n(w->flags[c->rank], e, __ATOMIC_RELEASE);
     tutti__backoff_t b;
-    tutti__backoff_init(&b, c->comm->oversubscribed);
+    tutti__backoff_init(&b, c->net->oversubscribed);
     /* Epochs only grow, so a rank that has already moved on to the next barrier still counts
      * as arrived here. */
     for (unsigned it = 0;; it++) {
@@ -243,12 +259,12 @@ void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)
 
 tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 {
-    const uint64_t *t = (const uint64_t *)(const void *)(c->comm->wins[c->slice]->regions[r] +
+    const uint64_t *t = (const uint64_t *)(const void *)(c->net->links.wins[c->slice]->regions[r] +
                                                          off + TUTTI__LL_DATA);
     if (__atomic_load_n(t, __ATOMIC_ACQUIRE) == tag)
         return TUTTI_OK;
     tutti__backoff_t b;
-    tutti__backoff_init(&b, c->comm->oversubscribed);
+    tutti__backoff_init(&b, c->net->oversubscribed);
     for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
         if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, &r, 1));
@@ -260,7 +276,7 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
                               uint64_t tag)
 {
-    const char *src = c->comm->wins[c->slice]->regions[r] + off;
+    const char *src = c->net->links.wins[c->slice]->regions[r] + off;
     char *d = dst;
     /* Line by line: the loads of lines that are already there run ahead while the first one
      * is fetched, so a rank's lines cost about one hand-off together. */
@@ -273,20 +289,11 @@ tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, si
     return TUTTI_OK;
 }
 
-void tutti__win_reserve_small(tutti__window_t *w)
-{
-    size_t s = 2 * TUTTI__WIN_SMALL_HALF;
-    if (w->region_size >= 8 * s) {
-        w->region_size -= s;
-        w->small_size = s;
-    }
-}
-
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
 {
-    tutti__slice_t *comm = &c->comm->slices[c->slice];
-    if (bytes <= comm->scratch_size && comm->scratch != NULL)
-        return comm->scratch;
+    tutti__slice_t *sl = &c->net->slices[c->slice];
+    if (bytes <= sl->scratch_size && sl->scratch != NULL)
+        return sl->scratch;
     if (bytes == 0)
         bytes = 1; /* callers take NULL for out of memory */
     size_t sz = (bytes + 4095) & ~(size_t)4095;
@@ -295,8 +302,8 @@ void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
         fail(c, TUTTI_ERR_NO_MEMORY, "out of memory for %zu bytes of scratch", sz);
         return NULL;
     }
-    free(comm->scratch);
-    comm->scratch = p;
-    comm->scratch_size = sz;
+    free(sl->scratch);
+    sl->scratch = p;
+    sl->scratch_size = sz;
     return p;
 }

@@ -12,7 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
+#include "liveness.h"
+#include "sock.h"
 
 #define BYE 'G'
 #define HELLO_MAGIC 0x54544c31u /* "TTL1" */
@@ -88,22 +89,20 @@ static void reg_remove(tutti__liveness_t *l)
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-static int ms_until(double deadline, int cap_ms)
-{
-    double left = deadline - tutti__now();
-    if (left <= 0)
-        return 0;
-    return left * 1000.0 > cap_ms ? cap_ms : (int)(left * 1000.0) + 1;
-}
+static bool unconnected(const peer_t *p) { return p->fd < 0; }
+static bool still_alive(const peer_t *p) { return p->state == PEER_ALIVE; }
 
-static void append_rank(char *list, size_t cap, int *n, int r)
+/* list_peers writes the ranks from `from` up, this one excepted, whose peer want() picks, into
+ * buf (for messages); returns how many there are. */
+static int list_peers(const tutti__liveness_t *l, int from, bool (*want)(const peer_t *),
+                      char *buf, size_t cap)
 {
-    size_t off = strlen(list);
-    if (*n < LIST_MAX && off < cap)
-        snprintf(list + off, cap - off, "%s%d", *n ? ", " : "", r);
-    else if (*n == LIST_MAX && off < cap)
-        snprintf(list + off, cap - off, ", ...");
-    (*n)++;
+    int listed[LIST_MAX] = {0}, n = 0;
+    for (int r = from; r < l->size; r++)
+        if (r != l->rank && want(&l->peers[r]) && n++ < LIST_MAX)
+            listed[n - 1] = r;
+    tutti__format_ranks(buf, cap, listed, n < LIST_MAX ? n : LIST_MAX, n);
+    return n;
 }
 
 static void set_keepalive(int fd)
@@ -142,62 +141,16 @@ static uint32_t make_nonce(void)
     return (uint32_t)x;
 }
 
-/* send_all_by sends len bytes on a non-blocking socket before deadline; 0 or an errno. */
-static int send_all_by(int fd, const void *buf, size_t len, double deadline)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return errno;
-        struct pollfd q = {.fd = fd, .events = POLLOUT};
-        int ms = ms_until(deadline, 1000);
-        if (ms == 0)
-            return ETIMEDOUT;
-        poll(&q, 1, ms);
-    }
-    return 0;
-}
-
 /* connect_by connects a non-blocking socket to sa before deadline, retrying a refusal (the peer
  * listens before it publishes, so that is rare); returns the fd or -1 with *err set. */
 static int connect_by(const struct sockaddr_storage *sa, socklen_t salen, double deadline,
                       int *err)
 {
     for (;;) {
-        int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            *err = errno;
-            return -1;
-        }
-        int e = 0;
-        if (connect(fd, (const struct sockaddr *)sa, salen) < 0) {
-            e = errno;
-            while (e == EINPROGRESS || e == EINTR) {
-                struct pollfd q = {.fd = fd, .events = POLLOUT};
-                int ms = ms_until(deadline, 1000);
-                if (ms == 0) {
-                    e = ETIMEDOUT;
-                    break;
-                }
-                if (poll(&q, 1, ms) > 0) {
-                    socklen_t el = sizeof e;
-                    getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el);
-                }
-            }
-        }
-        if (e == 0)
+        int fd = tutti__sock_connect((const struct sockaddr *)sa, salen, deadline, err);
+        if (fd >= 0 || *err != ECONNREFUSED || tutti__sock_ms_until(deadline, 20) == 0)
             return fd;
-        close(fd);
-        *err = e;
-        if (e != ECONNREFUSED || ms_until(deadline, 20) == 0)
-            return -1;
-        tutti__sleep_us((unsigned)ms_until(deadline, 20) * 1000u);
+        tutti__sleep_us((unsigned)tutti__sock_ms_until(deadline, 20) * 1000u);
     }
 }
 
@@ -292,13 +245,10 @@ static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint32_t nonc
         goto out;
     }
     while (have < expect) {
-        int ms = ms_until(deadline, 1000);
+        int ms = tutti__sock_ms_until(deadline, 1000);
         if (ms == 0) {
-            char list[256] = "";
-            int n = 0;
-            for (int r = l->rank + 1; r < l->size; r++)
-                if (l->peers[r].fd < 0)
-                    append_rank(list, sizeof list, &n, r);
+            char list[256];
+            list_peers(l, l->rank + 1, unconnected, list, sizeof list);
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "bootstrap: rank %d waited %.3g s for rank(s) %s (of %d) to open "
                                   "their liveness connections; they never did: a rank died or is "
@@ -435,7 +385,7 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
         }
         int fd = connect_by(&pa, palen, bs->deadline, &err);
         uint32_t hello[3] = {htonl(HELLO_MAGIC), htonl((uint32_t)rank), htonl(pnonce)};
-        if (fd >= 0 && (err = send_all_by(fd, hello, sizeof hello, bs->deadline)) != 0) {
+        if (fd >= 0 && (err = tutti__sock_send(fd, hello, sizeof hello, bs->deadline)) != 0) {
             close(fd);
             fd = -1;
         }
@@ -533,13 +483,10 @@ tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadl
         }
         if (!pending)
             break;
-        int ms = ms_until(deadline, 100);
+        int ms = tutti__sock_ms_until(deadline, 100);
         if (ms == 0) {
-            char list[256] = "";
-            int n = 0;
-            for (int r = 0; r < l->size; r++)
-                if (r != l->rank && l->peers[r].state == PEER_ALIVE)
-                    append_rank(list, sizeof list, &n, r);
+            char list[256];
+            int n = list_peers(l, 0, still_alive, list, sizeof list);
             st = tutti__set_error(TUTTI_ERR_TIMEOUT,
                                   "rank %d waited %.3g s for rank(s) %s (of %d) to destroy the "
                                   "communicator too; they neither did nor died: every rank must "

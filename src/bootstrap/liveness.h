@@ -1,0 +1,40 @@
+/* liveness.h: the liveness mesh, a TCP connection between every pair of ranks that later turns a
+ * dead peer into an error. */
+#ifndef TUTTI_BOOTSTRAP_LIVENESS_H
+#define TUTTI_BOOTSTRAP_LIVENESS_H
+
+#include "oob.h"
+
+typedef struct tutti__liveness tutti__liveness_t;
+
+/*
+ * tutti__live_create opens a TCP connection to every other rank (addresses exchanged through bs;
+ * ip is the local address to listen on and publish). The kernel closes these when a process
+ * dies, however it dies, so a closed connection without a goodbye means a dead peer.
+ */
+tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti__liveness_t **out);
+
+/*
+ * tutti__live_check polls every connection without blocking. Returns TUTTI_OK, or
+ * TUTTI_ERR_PEER_FAILED with *dead set to the lowest rank whose connection closed without a
+ * goodbye. Safe to call often; a syscall each call, so callers rate-limit it.
+ */
+tutti_status_t tutti__live_check(tutti__liveness_t *l, int *dead);
+
+/* tutti__live_left tells whether rank has said goodbye (destroyed its communicator). */
+bool tutti__live_left(const tutti__liveness_t *l, int rank);
+
+/* tutti__live_pid is rank's process id, as it announced it. */
+int tutti__live_pid(const tutti__liveness_t *l, int rank);
+
+/*
+ * tutti__live_goodbye sends a goodbye to every peer and, if wait is true, waits until every peer
+ * has said goodbye or died, or until deadline; returns TUTTI_ERR_TIMEOUT naming the peers that
+ * did neither.
+ */
+tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadline);
+
+/* tutti__live_destroy closes every connection and frees l (NULL is fine). */
+void tutti__live_destroy(tutti__liveness_t *l);
+
+#endif /* TUTTI_BOOTSTRAP_LIVENESS_H */

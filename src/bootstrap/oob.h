@@ -1,0 +1,35 @@
+/* oob.h: put, get, allgather and group barrier over an out-of-band key-value store (the TCP
+ * store, or the caller's tutti_oob_t) while a communicator is created. */
+#ifndef TUTTI_BOOTSTRAP_OOB_H
+#define TUTTI_BOOTSTRAP_OOB_H
+
+#include "../common/common.h"
+
+typedef struct tutti__bootstrap {
+    int rank, size;
+    double deadline;    /* absolute, tutti__now() clock */
+    tutti_oob_t oob;
+    unsigned round;     /* allgather rounds so far; the same on every rank */
+    const char *where;  /* for messages: "the TCP store at 127.0.0.1:29500", "the caller's store" */
+} tutti__bootstrap_t;
+
+/* tutti__bs_put stores a value under a key; keys are unique per communicator creation. */
+tutti_status_t tutti__bs_put(tutti__bootstrap_t *bs, const char *key, const void *val, size_t len);
+
+/* tutti__bs_get waits until bs->deadline for key and copies exactly len bytes (a value of another
+ * length is TUTTI_ERR_BOOTSTRAP). */
+tutti_status_t tutti__bs_get(tutti__bootstrap_t *bs, const char *key, void *val, size_t len);
+
+/*
+ * tutti__bs_allgather: every rank contributes len bytes; all[] receives size * len bytes in rank
+ * order. A rank missing at the deadline is TUTTI_ERR_BOOTSTRAP whose text names the missing
+ * ranks.
+ */
+tutti_status_t tutti__bs_allgather(tutti__bootstrap_t *bs, const void *mine, size_t len, void *all);
+
+/* tutti__bs_group_barrier: the n ranks in ranks[] (all calling with the same list and name)
+ * wait for each other; name makes the keys unique. */
+tutti_status_t tutti__bs_group_barrier(tutti__bootstrap_t *bs, const char *name, const int *ranks,
+                                       int n);
+
+#endif /* TUTTI_BOOTSTRAP_OOB_H */

@@ -1,0 +1,57 @@
+/* config.c: how a communicator is asked for: the caller's tutti_comm_config_t over the
+ * environment's knobs (timeout, transport, workers, inline size), checked and kept. */
+#include <limits.h>
+#include <stddef.h>
+
+#include "comm.h"
+
+tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_t *out)
+{
+    double t = 300.0;
+    long workers = 1, worker_wait = 1, inline_max = 65536;
+    TUTTI__CHECK(tutti__env_long("CCL_WORKER_COUNT", 1, 16, &workers));
+    TUTTI__CHECK(tutti__env_long("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
+    TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));
+    TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", &t));
+    const char *transport = tutti__env_get("TUTTI_TRANSPORT");
+    if (cfg != NULL) {
+        if (cfg->struct_size < offsetof(tutti_comm_config_t, timeout_s) + sizeof(double))
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                    "tutti_comm_config_t.struct_size is %zu: initialize the "
+                                    "config with TUTTI_COMM_CONFIG_INIT",
+                                    cfg->struct_size);
+        if (cfg->timeout_s > 0)
+            t = cfg->timeout_s;
+        if (cfg->struct_size >= offsetof(tutti_comm_config_t, transport) + sizeof(char *) &&
+            cfg->transport != NULL)
+            transport = cfg->transport;
+        if (cfg->struct_size >= offsetof(tutti_comm_config_t, worker_count) + sizeof(int) &&
+            cfg->worker_count != 0) {
+            if (cfg->worker_count < 1 || cfg->worker_count > 16)
+                return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                        "tutti_comm_config_t.worker_count is %d: use 1..16, or 0 "
+                                        "for CCL_WORKER_COUNT",
+                                        cfg->worker_count);
+            workers = cfg->worker_count;
+        }
+        if (cfg->struct_size >= offsetof(tutti_comm_config_t, inline_max) + sizeof(long) &&
+            cfg->inline_max != 0) {
+            if (cfg->inline_max < -1)
+                return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                        "tutti_comm_config_t.inline_max is %ld: use a byte count, "
+                                        "0 for TUTTI_INLINE_MAX, or -1 for never",
+                                        cfg->inline_max);
+            inline_max = cfg->inline_max; /* -1: no asynchronous post inline, blocking calls may */
+        }
+    }
+    if (strcmp(transport, "auto") != 0 && strcmp(transport, "shm") != 0 &&
+        strcmp(transport, "ofi") != 0)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "unknown transport \"%s\" (TUTTI_TRANSPORT or config): valid are "
+                                "auto, shm, ofi",
+                                transport);
+    /* Keep a static copy: sub-communicators inherit it after the caller's string is gone. */
+    const char *mode = strcmp(transport, "shm") == 0 ? "shm" : strcmp(transport, "ofi") == 0 ? "ofi" : "auto";
+    *out = (tutti__config_t){t, mode, workers, worker_wait != 0, inline_max};
+    return TUTTI_OK;
+}

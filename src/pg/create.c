@@ -1,0 +1,155 @@
+/* create.c: making a communicator: rank and node discovery, the transports and windows that the
+ * algorithms' network context holds, the overrides, the liveness mesh and the workers; from
+ * the environment (tutti_comm_init_env) or over a caller's store (tutti_comm_init). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm.h"
+
+void tutti__comm_free(tutti_comm_t *c)
+{
+    if (c == NULL)
+        return;
+    tutti__exec_stop(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
+    for (int i = 0; c->net.slices != NULL && i < c->nslices; i++)
+        free(c->net.slices[i].scratch);
+    free(c->net.slices);
+    tutti__links_close(&c->net.links);
+    tutti__live_destroy(c->net.live);
+    tutti__nodes_free(&c->nodes);
+    pthread_mutex_destroy(&c->err_lock);
+    c->magic = 0;
+    free(c);
+}
+
+/* reserve_small keeps the tail of every region of w (2 x TUTTI__WIN_SMALL_HALF bytes) for the
+ * small paths of the direct algorithms, shrinking region_size; a window too small to spare it
+ * is left as it is (small_size stays 0, and those paths are not taken). */
+static void reserve_small(tutti__window_t *w)
+{
+    size_t s = 2 * TUTTI__WIN_SMALL_HALF;
+    if (w->region_size >= 8 * s) {
+        w->region_size -= s;
+        w->small_size = s;
+    }
+}
+
+static tutti_status_t start_workers(tutti_comm_t *c)
+{
+    int cpus[16];
+    TUTTI__CHECK(tutti__worker_cpus(c->nodes.local_rank, c->nodes.local_size, c->nslices, cpus));
+    return tutti__exec_create(c, cpus, c->cfg.worker_sleep, c->cfg.inline_max);
+}
+
+tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
+                                  const tutti__config_t *cfg, tutti_comm_t **out)
+{
+    tutti_status_t st;
+    tutti_comm_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    c->magic = TUTTI__COMM_MAGIC;
+    c->rank = rank;
+    c->size = size;
+    c->cfg = *cfg;
+    c->nslices = (int)cfg->workers;
+    pthread_mutex_init(&c->err_lock, NULL);
+    c->net = (tutti__net_t){
+        .rank = rank,
+        .size = size,
+        .nchan = 1 + c->nslices, /* user send/recv, and one collective channel per slice */
+        .timeout_s = cfg->timeout,
+        .failed = &c->failed,
+    };
+    c->net.slices = calloc((size_t)c->nslices, sizeof *c->net.slices);
+    if (c->net.slices == NULL) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+        goto fail;
+    }
+    TUTTI__CHECK_GOTO(tutti__nodes_discover(bs, &c->nodes), st, fail);
+    /* More busy threads than cores means that waits must give the core away at once. Sleeping
+     * workers do not count (a caller waiting on its worker sleeps too); spinning ones do. */
+    c->net.oversubscribed =
+        c->nodes.local_size * (1 + (cfg->worker_sleep ? 0 : c->nslices)) > c->nodes.ncpus;
+    TUTTI__CHECK_GOTO(tutti__links_open(&c->net.links, rank, size, c->net.nchan, cfg->transport,
+                                        &c->nodes, bs),
+                      st, fail);
+    for (int s = 0; c->net.links.wins != NULL && s < c->nslices; s++)
+        reserve_small(c->net.links.wins[s]);
+    /* Overrides are checked once the transports are known: "direct" needs the window. */
+    TUTTI__CHECK_GOTO(tutti__override_init(c), st, fail);
+    tutti__local_ip(c->nodes.nnodes, store, c->ip);
+    TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, &c->net.live), st, fail);
+    TUTTI__CHECK_GOTO(start_workers(c), st, fail);
+    if (!tutti__comm_register(c)) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+        goto fail;
+    }
+    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d/%d: %d node(s), %d local rank(s), shm %s, ofi %s", rank,
+               size, c->nodes.nnodes, c->nodes.local_size, c->net.links.shm ? "yes" : "no",
+               c->net.links.ofi ? "yes" : "no");
+    *out = c;
+    return TUTTI_OK;
+fail:
+    tutti__comm_free(c);
+    return st;
+}
+
+TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, tutti_comm_t **comm)
+{
+    tutti__tls_error()[0] = '\0';
+    if (comm == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_init_env: comm is NULL");
+    *comm = NULL;
+    tutti__log_init();
+    TUTTI__CHECK(tutti__kernels_init()); /* a forced kernel this CPU lacks fails here */
+    tutti__config_t cfg;
+    const char *how;
+    int rank, size;
+    TUTTI__CHECK(tutti__config_read(config, &cfg));
+    TUTTI__CHECK(tutti__launcher_rank(&rank, &size, &how));
+    const char *addr = tutti__env_get("MASTER_ADDR");
+    long port = 29500;
+    tutti_status_t st = tutti__env_long("MASTER_PORT", 1, 65535, &port);
+    if (st < 0)
+        return st;
+    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld", rank, size, how, addr,
+               port);
+    double deadline = tutti__now() + cfg.timeout;
+    tutti__store_t *store = NULL;
+    TUTTI__CHECK(tutti__store_open(rank, size, addr, (int)port, deadline, &store));
+    char where[128];
+    snprintf(where, sizeof where, "the rendezvous store at %s:%ld", addr, port);
+    tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = deadline,
+                             .oob = tutti__store_oob(store), .where = where};
+    st = tutti__comm_create(rank, size, &bs, store, &cfg, comm);
+    tutti__store_close(store); /* keeps a failure's text */
+    if (st == TUTTI_OK)
+        tutti__tls_error()[0] = '\0';
+    return st;
+}
+
+TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *oob,
+                                         const tutti_comm_config_t *config, tutti_comm_t **comm)
+{
+    tutti__tls_error()[0] = '\0';
+    if (comm == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_init: comm is NULL");
+    *comm = NULL;
+    if (size < 1 || rank < 0 || rank >= size)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_comm_init: rank %d and size %d: need 0 <= rank < size", rank,
+                                size);
+    if (oob == NULL || oob->put == NULL || oob->get == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_comm_init: the out-of-band store (oob, oob->put, oob->get) "
+                                "must not be NULL");
+    tutti__log_init();
+    TUTTI__CHECK(tutti__kernels_init());
+    tutti__config_t cfg;
+    TUTTI__CHECK(tutti__config_read(config, &cfg));
+    tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + cfg.timeout,
+                             .oob = *oob, .where = "the caller's out-of-band store"};
+    return tutti__comm_create(rank, size, &bs, NULL, &cfg, comm);
+}

@@ -1,0 +1,143 @@
+/* shm_impl.h: the shm transport's private types: the shared segment's layout and header, and
+ * the per-channel rings and lanes, shared by its data path (shm.c) and its creation
+ * (shm_segment.c). */
+#ifndef TUTTI_TRANSPORT_SHM_IMPL_H
+#define TUTTI_TRANSPORT_SHM_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "transport.h"
+
+/*
+ * Segment layout (every offset computed by layout_init from the header's parameters, so all
+ * ranks agree even if their environments differ):
+ *
+ *   0            seg_hdr_t (parameters, checked by every rank that maps the segment)
+ *   flags_off    nwin * nlocal barrier flags, one 64-byte line each (window s, rank r at
+ *                s * nlocal + r)
+ *   regions_off  nwin * nlocal window regions, region_stride apart, same order (page aligned:
+ *                first touch by the owner places each on the owner's NUMA node)
+ *   rings_off    channel 0 (send/recv): one ring per ordered pair (i -> j, i != j), then each
+ *                collective channel 1 .. nchan-1 likewise, every ring page aligned
+ *
+ * nwin is nchan - 1 when the windows are wanted (every rank on this node), else 0. A ring is a
+ * line with the producer's counter (head: chunks published), a line with the consumer's counter
+ * (tail: chunks consumed), then nslots slots of slot_stride bytes: a 16-byte chunk header and up
+ * to slot_size bytes of data. Counters only grow (64 bits never wrap in practice), so a full ring
+ * is head - tail == nslots and there is no ABA. The header shares the data's first cache line,
+ * so a small message costs the consumer two line transfers: the head counter and the slot.
+ */
+
+#define SEG_MAGIC 0x74757474736d3031ull /* "tuttsm01" */
+#define SEG_VERSION 2u
+#define LINE 64u
+#define PAGE 4096u
+#define HDR_SPACE 256u
+#define RING_HDR 128u /* head line + tail line */
+#define P2P_SLOTS 2u  /* user send/recv: double buffering is enough and saves memory */
+#define MIN_SLICE_REGION (64u * 1024u) /* smallest region of a window when there are slices */
+#define MAX_LOCAL 4096
+#define NAME_LEN 40 /* "/tutti-" + 32 hex + NUL */
+
+_Static_assert(TUTTI__CHAN_MAX <= 32, "the busy mask has one bit per channel");
+
+typedef struct seg_hdr {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nlocal;
+    uint32_t nchan;
+    uint32_t nwin;
+    uint64_t region_size;
+    uint64_t slot_size;
+    uint32_t nslots_p2p, nslots_coll;
+    uint64_t size;
+} seg_hdr_t;
+
+typedef struct ring {
+    _Alignas(64) _Atomic uint64_t head; /* written by the producer only */
+    char pad0[LINE - sizeof(uint64_t)];
+    _Alignas(64) _Atomic uint64_t tail; /* written by the consumer only */
+    char pad1[LINE - sizeof(uint64_t)];
+} ring_t;
+
+typedef struct slot_hdr {
+    uint64_t total; /* the whole message's length */
+    uint32_t tag;
+    uint32_t chunk; /* this chunk's length */
+} slot_hdr_t;
+
+#define SLOT_DATA sizeof(slot_hdr_t)
+
+_Static_assert(sizeof(ring_t) == RING_HDR, "ring header is two cache lines");
+_Static_assert(sizeof(seg_hdr_t) <= HDR_SPACE, "segment header fits its space");
+
+typedef struct layout {
+    uint32_t nlocal, nchan, nwin;
+    uint64_t region_size, region_stride;
+    uint64_t slot_size, slot_stride;
+    uint32_t nslots_p2p, nslots_coll;
+    uint64_t stride_p2p, stride_coll; /* ring strides */
+    uint64_t flags_off, regions_off, rings_off;
+    uint64_t block_p2p, block_coll;   /* bytes of one channel's rings */
+    uint64_t size;
+} layout_t;
+
+/* What the node's leader publishes through the bootstrap: the name, or why there is none, so
+ * that the other local ranks fail at once instead of waiting for the deadline. */
+typedef struct seg_pub {
+    int32_t status;
+    char name[NAME_LEN];
+    char msg[212];
+} seg_pub_t;
+
+/* One channel with one peer, both directions; every field is process-local and guarded by the
+ * channel's lane lock. */
+typedef struct chan {
+    ring_t *tx, *rx;          /* me -> peer, peer -> me */
+    char *tx_slots, *rx_slots;
+    uint32_t nslots;
+    uint32_t tx_idx, rx_idx;  /* slot index of tx_head / rx_tail, kept to avoid a division */
+    uint64_t tx_head, tx_tail; /* chunks I published; consumer's count as last seen */
+    uint64_t rx_tail, rx_head; /* chunks I consumed; producer's count as last seen */
+    uint64_t discard;          /* bytes of a rejected message still to drop */
+    bool discarding;
+    int pending;               /* queued requests, plus one while discarding */
+    int active_at;             /* index in the lane's active list, -1 when idle */
+    int rank;                  /* the peer's global rank, for messages */
+    tutti__req_t *sq, *sq_last, *rq, *rq_last;
+} chan_t;
+
+/*
+ * A lane is one channel with every peer. Each lane has its own lock and its own list of peers
+ * with pending work, so that threads serving different slices copy at the same time instead of
+ * queueing behind one lock; lanes and their chan_t arrays are allocated apart, so no cache line
+ * is shared between lanes.
+ */
+typedef struct lane {
+    _Alignas(64) pthread_mutex_t lock;
+    int nactive;  /* peers with pending work on this channel */
+    int *active;  /* their local indexes */
+    chan_t *peer; /* [nlocal]; the entry of this rank itself is unused */
+} lane_t;
+
+typedef struct shm_tp {
+    tutti__transport_t base; /* first: the vtable's functions cast back */
+    /* Bit c is set while lane c has pending work (changed under lane c's lock): progress reads
+     * it without any lock to visit only busy lanes, and to return at once when all are idle. */
+    _Atomic uint32_t busy;
+    int nchan;
+    lane_t *lanes;
+    int nlocal, my_local;
+    int *ranks; /* global rank of each local index, increasing */
+    char *base_addr;
+    size_t map_size;
+    uint64_t slot_size, slot_stride;
+    int nwin;
+    tutti__window_t **wins; /* [nwin] */
+} shm_tp_t;
+
+/* The shm transport's operations (shm.c). */
+extern const tutti__transport_ops_t tutti__shm_ops;
+
+#endif /* TUTTI_TRANSPORT_SHM_IMPL_H */

@@ -1,0 +1,451 @@
+/* shm_segment.c: making the shm transport: the leader of a node creates the shared segment
+ * (0600, an unguessable name, unlinked once every local rank has mapped it), the others map it
+ * and check its header, and each lays out its rings and windows. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "shm_impl.h"
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* layout_init computes every offset; false if the sizes overflow. */
+static bool layout_init(layout_t *L, uint32_t nlocal, uint32_t nchan, uint32_t nwin,
+                        uint64_t region_size, uint64_t slot_size, uint32_t nslots_coll,
+                        uint32_t nslots_p2p)
+{
+    memset(L, 0, sizeof *L);
+    L->nlocal = nlocal;
+    L->nchan = nchan;
+    L->nwin = nwin;
+    L->region_size = region_size;
+    L->region_stride = align_up(region_size, PAGE);
+    L->slot_size = slot_size;
+    L->slot_stride = align_up(SLOT_DATA + slot_size, LINE);
+    L->nslots_coll = nslots_coll;
+    L->nslots_p2p = nslots_p2p;
+    L->stride_p2p = align_up(RING_HDR + (uint64_t)nslots_p2p * L->slot_stride, PAGE);
+    L->stride_coll = align_up(RING_HDR + (uint64_t)nslots_coll * L->slot_stride, PAGE);
+    uint64_t nregions = (uint64_t)nwin * nlocal, npairs = (uint64_t)nlocal * (nlocal - 1), part;
+    L->flags_off = HDR_SPACE;
+    uint64_t off = align_up(L->flags_off + nregions * LINE, PAGE);
+    L->regions_off = off;
+    if (__builtin_mul_overflow(nregions, L->region_stride, &part) ||
+        __builtin_add_overflow(off, part, &off))
+        return false;
+    L->rings_off = off;
+    if (__builtin_mul_overflow(npairs, L->stride_p2p, &L->block_p2p) ||
+        __builtin_mul_overflow(npairs, L->stride_coll, &L->block_coll) ||
+        __builtin_add_overflow(off, L->block_p2p, &off) ||
+        __builtin_mul_overflow((uint64_t)(nchan - 1), L->block_coll, &part) ||
+        __builtin_add_overflow(off, part, &off))
+        return false;
+    L->size = off;
+    return off <= (uint64_t)SIZE_MAX / 2 && off <= (uint64_t)INT64_MAX;
+}
+
+static ring_t *ring_at(char *base, const layout_t *L, int c, uint32_t from, uint32_t to)
+{
+    uint64_t idx = (uint64_t)from * (L->nlocal - 1) + (to < from ? to : to - 1);
+    uint64_t off = c == TUTTI__CHAN_P2P
+                       ? L->rings_off + idx * L->stride_p2p
+                       : L->rings_off + L->block_p2p + (uint64_t)(c - 1) * L->block_coll +
+                             idx * L->stride_coll;
+    return (ring_t *)(base + off);
+}
+
+/* ---- creating and mapping the segment ---------------------------------------------------- */
+
+static tutti_status_t sys_error(const char *what, const char *name)
+{
+    int e = errno;
+    return tutti__set_error(TUTTI_ERR_SYSTEM,
+                            "shm: %s %s failed: %s%s", what, name, strerror(e),
+                            e == ENOSPC || e == ENOMEM
+                                ? " (is /dev/shm too small? lower TUTTI_SHM_WINDOW, "
+                                  "TUTTI_SHM_SLOTS or TUTTI_SHM_SLOT)"
+                            : e == EMFILE || e == ENFILE ? " (too many open files)"
+                                                         : "");
+}
+
+static tutti_status_t random_name(char name[NAME_LEN])
+{
+    unsigned char rnd[16];
+    size_t got = 0;
+    while (got < sizeof rnd) {
+        ssize_t n = getrandom(rnd + got, sizeof rnd - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return sys_error("getrandom for", "the segment name");
+        }
+        got += (size_t)n;
+    }
+    int k = snprintf(name, NAME_LEN, "/tutti-");
+    for (size_t i = 0; i < sizeof rnd; i++)
+        k += snprintf(name + k, NAME_LEN - (size_t)k, "%02x", rnd[i]);
+    return TUTTI_OK;
+}
+
+/* read_knobs sizes the segment from the environment (only the leader reads it; the others take
+ * the header). nwin is 0 (no windows) or nchan - 1. */
+static tutti_status_t read_knobs(uint32_t nlocal, uint32_t nchan, uint32_t nwin, layout_t *L)
+{
+    long window = 0, slot = 0, slots = 0;
+    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_WINDOW", 64, 1L << 36, &window));
+    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOT", 64, 1L << 26, &slot));
+    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOTS", 2, 1024, &slots));
+    uint32_t p2p = (uint32_t)slots < P2P_SLOTS ? (uint32_t)slots : P2P_SLOTS;
+    /* One slice keeps the whole window; several share it, but each keeps enough room that a
+     * direct algorithm does not degenerate into tiny rounds. */
+    uint32_t nslices = nchan - 1;
+    uint64_t region = align_up((uint64_t)window, LINE);
+    if (nslices > 1) {
+        region = (uint64_t)window / nslices / PAGE * PAGE;
+        if (region < MIN_SLICE_REGION)
+            region = MIN_SLICE_REGION;
+    }
+    if (!layout_init(L, nlocal, nchan, nwin, region, (uint64_t)slot, (uint32_t)slots, p2p))
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "shm: a segment for %u local ranks and %u channels with "
+                                "TUTTI_SHM_WINDOW=%ld, TUTTI_SHM_SLOT=%ld, TUTTI_SHM_SLOTS=%ld is "
+                                "too large; lower them",
+                                nlocal, nchan, window, slot, slots);
+    return TUTTI_OK;
+}
+
+static void write_header(char *base, const layout_t *L)
+{
+    seg_hdr_t *h = (seg_hdr_t *)base;
+    h->magic = SEG_MAGIC;
+    h->version = SEG_VERSION;
+    h->nlocal = L->nlocal;
+    h->nchan = L->nchan;
+    h->nwin = L->nwin;
+    h->region_size = L->region_size;
+    h->slot_size = L->slot_size;
+    h->nslots_p2p = L->nslots_p2p;
+    h->nslots_coll = L->nslots_coll;
+    h->size = L->size;
+}
+
+/* create_segment: the leader's side. On success *base maps a segment that is still linked
+ * under name; on failure nothing is left linked or mapped. */
+static tutti_status_t create_segment(const layout_t *L, char name[NAME_LEN], char **base)
+{
+    tutti_status_t st;
+    int fd = -1;
+    for (int tries = 0; fd < 0; tries++) {
+        TUTTI__CHECK(random_name(name));
+        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 && (errno != EEXIST || tries == 4))
+            return sys_error("shm_open(O_CREAT|O_EXCL) of", name);
+    }
+    /* tmpfs grants a sparse file larger than its free space, and a later touch of a missing
+     * page is SIGBUS: refuse up front with advice instead. The size grows with the channels
+     * (one set of rings per slice), so the advice names them too. */
+    struct statvfs vfs;
+    if (fstatvfs(fd, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < L->size) {
+        st = tutti__set_error(TUTTI_ERR_SYSTEM,
+                              "shm: the shared segment for %u local ranks and %u channels (1 + "
+                              "%u collective slices) needs %llu MiB but /dev/shm has %llu MiB "
+                              "free; enlarge /dev/shm (docker: --shm-size), use fewer slices "
+                              "(workers), or lower TUTTI_SHM_WINDOW, TUTTI_SHM_SLOTS or "
+                              "TUTTI_SHM_SLOT",
+                              L->nlocal, L->nchan, L->nchan - 1,
+                              (unsigned long long)(L->size >> 20),
+                              (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize >> 20));
+        goto fail;
+    }
+    if (ftruncate(fd, (off_t)L->size) != 0) {
+        st = sys_error("ftruncate of", name);
+        goto fail;
+    }
+    /* No MAP_POPULATE: the segment can be large and mostly unused (a ring algorithm uses two
+     * of the n*(n-1) rings of one channel); pages are placed where they are first touched. */
+    *base = mmap(NULL, L->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (*base == MAP_FAILED) {
+        *base = NULL;
+        st = sys_error("mmap of", name);
+        goto fail;
+    }
+    close(fd);
+    write_header(*base, L);
+    return TUTTI_OK;
+fail:
+    close(fd);
+    shm_unlink(name);
+    return st;
+}
+
+/* map_segment: a non-leader's side; reads the layout from the header, which must be for as many
+ * ranks, channels and windows as this rank expects. */
+static tutti_status_t map_segment(const char *name, uint32_t nlocal, uint32_t nchan,
+                                  uint32_t nwin, int leader, layout_t *L, char **base)
+{
+    tutti_status_t st;
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return sys_error("shm_open of", name);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        st = sys_error("fstat of", name);
+        close(fd);
+        return st;
+    }
+    if ((uint64_t)sb.st_size < HDR_SPACE) {
+        close(fd);
+        return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                "shm: segment %s published by rank %d has only %lld bytes",
+                                name, leader, (long long)sb.st_size);
+    }
+    *base = mmap(NULL, (size_t)sb.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (*base == MAP_FAILED) {
+        *base = NULL;
+        st = sys_error("mmap of", name);
+        close(fd);
+        return st;
+    }
+    close(fd);
+    const seg_hdr_t *h = (const seg_hdr_t *)*base;
+    if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->nlocal != nlocal ||
+        h->size != (uint64_t)sb.st_size) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: segment %s published by rank %d does not hold a tutti "
+                              "header for %u ranks (magic %llx, version %u, %u ranks): mixed "
+                              "tutti versions on one node?",
+                              name, leader, nlocal, (unsigned long long)h->magic, h->version,
+                              h->nlocal);
+    } else if (h->nchan != nchan || h->nwin != nwin) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: rank %d made the shared segment for %u channels and %u "
+                              "windows but this rank expects %u and %u: the ranks of this node "
+                              "disagree on the number of collective slices (worker settings)",
+                              leader, h->nchan, h->nwin, nchan, nwin);
+    } else if (!layout_init(L, nlocal, nchan, nwin, h->region_size, h->slot_size, h->nslots_coll,
+                            h->nslots_p2p) ||
+               L->size != h->size || h->slot_size > UINT32_MAX || h->nslots_coll == 0 ||
+               h->nslots_p2p == 0) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: segment %s published by rank %d has an inconsistent header "
+                              "(%llu bytes, slots of %llu bytes): mixed tutti versions on one "
+                              "node, or the segment was overwritten",
+                              name, leader, (unsigned long long)h->size,
+                              (unsigned long long)h->slot_size);
+    } else {
+        return TUTTI_OK;
+    }
+    munmap(*base, (size_t)sb.st_size);
+    *base = NULL;
+    return st;
+}
+
+/* setup fills t's lanes and the windows once the segment is mapped. */
+static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
+{
+    char *base = t->base_addr;
+    int n = t->nlocal, me = t->my_local;
+    t->slot_size = L->slot_size;
+    t->slot_stride = L->slot_stride;
+    void *mem = NULL;
+    if (posix_memalign(&mem, LINE, (size_t)t->nchan * sizeof(lane_t)) != 0)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for %d channels",
+                                t->nchan);
+    memset(mem, 0, (size_t)t->nchan * sizeof(lane_t));
+    t->lanes = mem;
+    for (int c = 0; c < t->nchan; c++)
+        pthread_mutex_init(&t->lanes[c].lock, NULL);
+    for (int c = 0; c < t->nchan; c++) {
+        lane_t *ln = &t->lanes[c];
+        ln->active = calloc((size_t)n, sizeof *ln->active);
+        ln->peer = calloc((size_t)n, sizeof *ln->peer);
+        if (ln->active == NULL || ln->peer == NULL)
+            return tutti__set_error(TUTTI_ERR_NO_MEMORY,
+                                    "shm: out of memory for %d peers and %d channels", n,
+                                    t->nchan);
+        for (int j = 0; j < n; j++) {
+            chan_t *ch = &ln->peer[j];
+            ch->rank = t->ranks[j];
+            ch->active_at = -1;
+            if (j == me)
+                continue;
+            ch->tx = ring_at(base, L, c, (uint32_t)me, (uint32_t)j);
+            ch->rx = ring_at(base, L, c, (uint32_t)j, (uint32_t)me);
+            ch->tx_slots = (char *)ch->tx + RING_HDR;
+            ch->rx_slots = (char *)ch->rx + RING_HDR;
+            ch->nslots = c == TUTTI__CHAN_P2P ? L->nslots_p2p : L->nslots_coll;
+        }
+    }
+    if (L->nwin == 0)
+        return TUTTI_OK;
+    t->wins = calloc(L->nwin, sizeof *t->wins);
+    if (t->wins == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for the windows");
+    t->nwin = (int)L->nwin;
+    size_t bytes = sizeof(tutti__window_t) + (size_t)n * (sizeof(char *) + sizeof(void *));
+    for (uint32_t s = 0; s < L->nwin; s++) {
+        tutti__window_t *w = calloc(1, bytes);
+        if (w == NULL)
+            return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for the windows");
+        t->wins[s] = w;
+        w->nranks = n;
+        w->region_size = L->region_size;
+        w->regions = (char **)(w + 1);
+        w->flags = (volatile uint64_t **)(w->regions + n);
+        for (int r = 0; r < n; r++) {
+            uint64_t i = (uint64_t)s * (uint64_t)n + (uint64_t)r;
+            w->regions[r] = base + L->regions_off + i * L->region_stride;
+            w->flags[r] = (volatile uint64_t *)(base + L->flags_off + i * LINE);
+        }
+        w->epoch = 0;
+    }
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *local_ranks,
+                                 int nlocal, int my_local, tutti__transport_t **out,
+                                 tutti__window_t **wins)
+{
+    if (out == NULL || local_ranks == NULL || nlocal < 1 || nlocal > MAX_LOCAL || my_local < 0 ||
+        my_local >= nlocal || (nlocal > 1 && bs == NULL) || nchan_ < 2 ||
+        nchan_ > TUTTI__CHAN_MAX)
+        return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                "shm: tutti__shm_create called with bad arguments (%d local "
+                                "ranks, index %d, at most %d; %d channels, 2 to %d)",
+                                nlocal, my_local, MAX_LOCAL, nchan_,
+                                TUTTI__CHAN_MAX);
+    for (int i = 1; i < nlocal; i++)
+        if (local_ranks[i] <= local_ranks[i - 1])
+            return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                    "shm: local ranks are not increasing (%d after %d)",
+                                    local_ranks[i], local_ranks[i - 1]);
+    uint32_t nchan = (uint32_t)nchan_, nwin = wins != NULL ? nchan - 1 : 0;
+    *out = NULL;
+    for (uint32_t s = 0; s < nwin; s++)
+        wins[s] = NULL;
+
+    tutti_status_t st = TUTTI_OK;
+    shm_tp_t *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory");
+    t->base.ops = &tutti__shm_ops;
+    t->nchan = (int)nchan;
+    t->nlocal = nlocal;
+    t->my_local = my_local;
+    t->ranks = malloc((size_t)nlocal * sizeof *t->ranks);
+    if (t->ranks == NULL) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory");
+        goto fail;
+    }
+    memcpy(t->ranks, local_ranks, (size_t)nlocal * sizeof *t->ranks);
+
+    layout_t L;
+    int leader = local_ranks[0];
+    if (nlocal == 1) {
+        /* Alone on the node: no peer to share with, so private memory holds the windows. */
+        TUTTI__CHECK_GOTO(read_knobs(1, nchan, nwin, &L), st, fail);
+        void *m = mmap(NULL, L.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            st = sys_error("mmap of", "the single rank's window");
+            goto fail;
+        }
+        t->base_addr = m;
+        t->map_size = L.size;
+        write_header(t->base_addr, &L);
+    } else {
+        char key[64], barrier_name[64];
+        snprintf(key, sizeof key, "shm/%d", leader);
+        snprintf(barrier_name, sizeof barrier_name, "shm-mapped/%d", leader);
+        seg_pub_t pub;
+        memset(&pub, 0, sizeof pub);
+        if (my_local == 0) {
+            st = read_knobs((uint32_t)nlocal, nchan, nwin, &L);
+            if (st == TUTTI_OK)
+                st = create_segment(&L, pub.name, &t->base_addr);
+            pub.status = st;
+            if (st != TUTTI_OK) {
+                /* Tell the others why, so they fail now rather than at the deadline. */
+                snprintf(pub.msg, sizeof pub.msg, "%s", tutti__tls_error());
+                tutti__saved_error_t saved;
+                tutti__save_error(&saved);
+                tutti__bs_put(bs, key, &pub, sizeof pub);
+                tutti__restore_error(&saved, st);
+                goto fail;
+            }
+            t->map_size = L.size;
+            st = tutti__bs_put(bs, key, &pub, sizeof pub);
+            if (st != TUTTI_OK) {
+                shm_unlink(pub.name);
+                goto fail;
+            }
+        } else {
+            st = tutti__bs_get(bs, key, &pub, sizeof pub);
+            if (st != TUTTI_OK) {
+                tutti__prefix_error(st, "shm: waiting for the shared segment's name from rank %d "
+                                        "(this node's lowest rank)",
+                                    leader);
+                goto fail;
+            }
+            pub.name[NAME_LEN - 1] = '\0';
+            pub.msg[sizeof pub.msg - 1] = '\0';
+            if (pub.status != TUTTI_OK) {
+                st = tutti__set_error(pub.status < 0 ? (tutti_status_t)pub.status
+                                                     : TUTTI_ERR_INTERNAL,
+                                      "shm: rank %d (this node's lowest rank) could not create "
+                                      "the shared segment: %s",
+                                      leader, pub.msg);
+                goto fail;
+            }
+            if (strncmp(pub.name, "/tutti-", 7) != 0 || strchr(pub.name + 1, '/') != NULL) {
+                st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                      "shm: rank %d published a bad segment name under %s",
+                                      leader, key);
+                goto fail;
+            }
+            st = map_segment(pub.name, (uint32_t)nlocal, nchan, nwin, leader, &L, &t->base_addr);
+            if (st != TUTTI_OK) {
+                /* Still meet the others, so that the leader unlinks now; then fail. */
+                tutti__saved_error_t saved;
+                tutti__save_error(&saved);
+                tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
+                tutti__restore_error(&saved, st);
+                goto fail;
+            }
+            t->map_size = L.size;
+        }
+        /* First touch of my own regions, before anyone else can touch them, places their pages
+         * on my NUMA node; rings are touched first by their producer when first used. */
+        for (uint32_t s = 0; s < L.nwin; s++)
+            memset(t->base_addr + L.regions_off +
+                       ((uint64_t)s * (uint64_t)nlocal + (uint64_t)my_local) * L.region_stride,
+                   0, L.region_stride);
+        st = tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
+        if (my_local == 0)
+            shm_unlink(pub.name); /* every local rank has it mapped (or gave up): nothing stays */
+        if (st != TUTTI_OK) {
+            tutti__prefix_error(st, "shm: waiting for the %d ranks of this node to map the shared "
+                                    "segment",
+                                nlocal);
+            goto fail;
+        }
+    }
+    TUTTI__CHECK_GOTO(setup(t, &L), st, fail);
+    TUTTI__LOG(TUTTI__LOG_DEBUG,
+               "shm: rank %d mapped %llu MiB for %d local ranks (%u channels, %u windows of %llu "
+               "B/rank, %u x %llu B slots)",
+               local_ranks[my_local], (unsigned long long)(L.size >> 20), nlocal, L.nchan, L.nwin,
+               (unsigned long long)L.region_size, L.nslots_coll, (unsigned long long)L.slot_size);
+    *out = &t->base;
+    for (uint32_t s = 0; s < nwin; s++)
+        wins[s] = t->wins[s];
+    return TUTTI_OK;
+fail:
+    tutti__shm_ops.destroy(&t->base);
+    return st;
+}

@@ -71,7 +71,7 @@ EOF
 fi
 
 exe=$venv/bin/ccl-bench
-srcs=(bench/ccl-bench.cpp bench/bench_common.h $venv/lib/libccl.so.1 $stamp)
+srcs=(bench/ccl-bench.cpp bench/bench_common.h src/common/parse_size.h $venv/lib/libccl.so.1 $stamp)
 stale=0
 [ -x $exe ] || stale=1
 for s in "${srcs[@]}"; do [ "$s" -nt $exe ] && stale=1; done

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/build.sh
+export PATH="$PWD/.venv/bin:$PATH" # the venv's meson configured build/; its Python has torch
 
 # Open MPI's mpirun refuses to start, even on one node, when it finds neither ssh nor rsh (as in
 # a bare container); its "isolated" launcher starts local ranks without them.

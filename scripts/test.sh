@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# test.sh: builds tutti (installing missing packages first) and runs every test suite, then the
-# same under AddressSanitizer+UBSan (every suite) and ThreadSanitizer (the threading suites).
-# Extra arguments go to `meson test`, e.g. `scripts/test.sh --suite unit`;
-# TUTTI_SANITIZERS=0 skips the sanitizer builds.
+# test.sh: builds tutti (installing missing packages and the venv first) and runs every test
+# suite, the PyTorch backend's (suite 'torch', run by the venv's Python) included, then the
+# same under AddressSanitizer+UBSan (every suite) and ThreadSanitizer (the threading suites);
+# the sanitizer builds leave the Python extension out. Extra arguments go to `meson test`,
+# e.g. `scripts/test.sh --suite unit`; TUTTI_SANITIZERS=0 skips the sanitizer builds.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/build.sh
+# build/ was configured by the venv's meson (build.sh): run meson, ninja and Python from there
+export PATH="$PWD/.venv/bin:$PATH"
 
 # Open MPI's mpirun refuses to start, even on one node, when it finds neither ssh nor rsh (as in
 # a bare container); its "isolated" launcher starts local ranks without them.

@@ -342,6 +342,22 @@ def w_ops(mode):
     same(torch, r, torch.full((3,), float(prv), dtype=torch.bfloat16), "batch_isend_irecv")
     print("send, recv: ok")
 
+    # ---- object collectives (torch.distributed.checkpoint uses them): pickles as bytes ----
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank})
+    assert objs == [{"rank": r, "s": "x" * r} for r in range(n)], objs
+    lst = [{"from": rank}, rank * 2]
+    dist.broadcast_object_list(lst, src=n - 1)
+    assert lst == [{"from": n - 1}, (n - 1) * 2], lst
+    gathered = [None] * n if rank == 0 else None
+    dist.gather_object(("r", rank), gathered, dst=0)
+    if rank == 0:
+        assert gathered == [("r", r) for r in range(n)], gathered
+    out = [None]
+    dist.scatter_object_list(out, [("to", r) for r in range(n)] if rank == 0 else None, src=0)
+    assert out == [("to", rank)], out
+    print("object collectives: ok")
+
     # ---- subgroups (dist.new_group): own communicators through torch's prefixed stores ----
     g = dist.new_group([0, n - 1])
     if rank in (0, n - 1):

@@ -197,6 +197,7 @@ void Work::complete_now()
 void Work::done(std::exception_ptr ex)
 {
     finish(ex);
+    done_.store(true, std::memory_order_release);
     c10::intrusive_ptr<c10::ivalue::Future> f;
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -243,6 +244,15 @@ bool Work::wait(std::chrono::milliseconds timeout)
     if (!armed_.load(std::memory_order_acquire))
         refuse(name_, "waited for inside a coalescing block, before its operations were "
                       "posted: leave the block (endCoalescing) first, then wait");
+    // As tutti_work_wait does: operations often end within microseconds, and waking from the
+    // condition variable costs several; yielding hands the core to the worker doing the work.
+    auto start = std::chrono::steady_clock::now();
+    auto spin = std::chrono::microseconds(200);
+    if (timeout != kNoTimeout && timeout < spin)
+        spin = timeout;
+    while (!done_.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() - start < spin)
+        std::this_thread::yield();
     std::unique_lock<std::mutex> lock(mutex_);
     if (timeout == kNoTimeout) {
         // tutti's own deadline (the group's timeout) ends every operation.

@@ -96,6 +96,7 @@ class Work : public c10d::Work {
     std::shared_ptr<Tracker> tracker_;
     std::atomic<int> pending_{1}; // posts in flight, plus one until arm()
     std::atomic<bool> armed_{false};
+    std::atomic<bool> done_{false}; // completed_, readable without the lock (wait's spin)
     std::mutex err_mu_;
     std::exception_ptr error_; // the first failure of a post (under err_mu_)
     // Under c10d::Work::mutex_: the Future, made on the first getFuture, and whether it has

@@ -1,0 +1,79 @@
+"""test_wheel.py: the pip package. `pip wheel` of the repository (with this Python's torch, no
+build isolation, to keep it quick; scripts/test.sh's plain `pip install .` path differs only in
+where torch comes from) makes a wheel that holds tutti_torch (the extension and __init__.py),
+libtutti.so for it, and the torch.distributed.backends entry point; unpacked into an empty
+directory that alone is on the Python path, `import tutti_torch` runs 2 ranks over tutti, with
+libtutti loaded from the wheel's copy through the extension's RPATH (no LD_LIBRARY_PATH).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+
+def w_installed(target):
+    import torch
+    import torch.distributed as dist
+
+    import tutti_torch
+
+    assert tutti_torch.__file__.startswith(target), tutti_torch.__file__
+    rank, n = harness.init()
+    t = torch.full((1000,), float(rank + 1), dtype=torch.bfloat16)
+    dist.all_reduce(t)
+    assert bool((t == n * (n + 1) / 2).all()), t
+    with open("/proc/self/maps") as f:
+        libs = {line.split()[-1] for line in f if "libtutti" in line}
+    want = os.path.join(target, ".tutti_torch.mesonpy.libs", "libtutti.so")
+    assert libs == {want}, "libtutti loaded from %s, not %s" % (libs, want)
+    dist.destroy_process_group()
+    print("rank %d: wheel ok (%s)" % (rank, want))
+
+
+class TestWheel(unittest.TestCase):
+    def test_wheel_builds_installs_and_runs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, PATH=os.path.dirname(harness.PY) + os.pathsep +
+                       os.environ.get("PATH", ""))
+            env.pop("PYTHONPATH", None)
+            env.pop("LD_LIBRARY_PATH", None)
+            wheels = os.path.join(tmp, "wheels")
+            cmd = [harness.PY, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                   "--disable-pip-version-check", "-q", "-w", wheels, harness.ROOT]
+            res, timed_out = harness.run_cmd(cmd, timeout=600, env=env)
+            self.assertFalse(timed_out, "pip wheel hung: " + harness.report([res], True))
+            self.assertEqual(res.rc, 0, harness.report([res]))
+            made = os.listdir(wheels)
+            self.assertEqual(len(made), 1, made)
+            with zipfile.ZipFile(os.path.join(wheels, made[0])) as z:
+                names = set(z.namelist())
+                self.assertIn("tutti_torch/__init__.py", names)
+                self.assertIn(".tutti_torch.mesonpy.libs/libtutti.so", names)
+                self.assertTrue(any(n.startswith("tutti_torch/_C.") for n in names), names)
+                self.assertFalse(any(n.endswith(".h") or n.endswith(".pc") for n in names),
+                                 "the wheel carries C development files: %s" % names)
+                ep = [n for n in names if n.endswith("entry_points.txt")]
+                self.assertEqual(len(ep), 1, names)
+                text = z.read(ep[0]).decode()
+                self.assertIn("[torch.distributed.backends]", text)
+                self.assertIn("tutti = tutti_torch:register", text)
+                target = os.path.join(tmp, "site")
+                z.extractall(target)
+            results, timed_out = harness.run_ranks(
+                os.path.abspath(__file__), "installed", 2, timeout=120,
+                env={"PYTHONPATH": target, "LD_LIBRARY_PATH": ""}, args=(target,))
+            self.assertFalse(timed_out, harness.report(results, timed_out))
+            for r in results:
+                self.assertEqual(r.rc, 0, harness.report(results))
+            self.assertIn("wheel ok", results[0].out)
+
+
+if __name__ == "__main__":
+    if "--worker" in sys.argv:
+        sys.exit(harness.worker_main({"installed": w_installed}))
+    unittest.main()

@@ -17,7 +17,7 @@ over Gloo (dist.new_group(backend="gloo")), so both see the same machine at the 
 For each collective, dtype and size, the buffers are made once and checked once per backend
 against the exact expected result (inputs are small integers, exact in bf16); then -r
 repetitions each time both backends, the first backend alternating, each for about --budget
-seconds of calls after --warmup untimed ones. A repetition's time per call is the slowest
+seconds of calls (after --warmup untimed calls the first time, one later). A repetition's time per call is the slowest
 rank's mean; the table shows the median over repetitions. tutti's worker threads sleep on a
 condition variable while Gloo is being timed.
 
@@ -73,7 +73,9 @@ def parse_args():
     p.add_argument("-r", type=int, default=5, help="alternating repetitions (default 5)")
     p.add_argument("--budget", type=float, default=0.2,
                    help="seconds of timed calls per size, backend and repetition (default 0.2)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed calls before each timing")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed calls before the first timing of a size (default 3; one "
+                        "before each later one)")
     p.add_argument("--max-iters", type=int, default=2000, help="most timed calls per timing")
     p.add_argument("--colls", default=",".join(COLLS), help="comma-separated subset of %s"
                    % ",".join(COLLS))
@@ -134,10 +136,13 @@ def import_tutti_torch():
 
 
 def sizes(a):
+    """-b, -b*f, -b*f*f, ... up to -e, and -e itself (8 B .. 256 MiB by 4 ends 128M, 256M)."""
     out, s = [], a.b
     while s <= a.e:
         out.append(s)
         s *= a.f
+    if out[-1] != a.e:
+        out.append(a.e)
     return out
 
 
@@ -263,7 +268,9 @@ def main():
                     order = a.backends if rep % 2 == 0 else a.backends[::-1]
                     for b in order:
                         g = groups[b]
-                        for _ in range(a.warmup):
+                        # the first repetition warms up; later ones make one untimed call
+                        # (the other backend ran in between)
+                        for _ in range(a.warmup if rep == 0 else min(1, a.warmup)):
                             case.call(g)
                         if b not in iters:  # from one timed call: about --budget of calls
                             dist.barrier(group=g)

@@ -17,9 +17,10 @@ over Gloo (dist.new_group(backend="gloo")), so both see the same machine at the 
 For each collective, dtype and size, the buffers are made once and checked once per backend
 against the exact expected result (inputs are small integers, exact in bf16); then -r
 repetitions each time both backends, the first backend alternating, each for about --budget
-seconds of calls (after --warmup untimed calls the first time, one later). A repetition's time per call is the slowest
-rank's mean; the table shows the median over repetitions. tutti's worker threads sleep on a
-condition variable while Gloo is being timed.
+seconds of calls (after --warmup untimed calls the first time, one later). A repetition's time
+per call is the slowest rank's mean; the table shows the median over repetitions. tutti's
+worker threads sleep on a condition variable while Gloo is being timed (checked: they take no
+CPU time then).
 
 Sizes follow nccl-tests: "size" is the larger buffer of one rank (all_reduce: the buffer;
 all_gather_into_tensor: the output, n x the input; reduce_scatter_tensor: the input, n x the

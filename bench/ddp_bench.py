@@ -8,7 +8,8 @@ in a pair as often as the other), and the medians compared.
     .venv/bin/python bench/ddp_bench.py                         # 6 launches, BERT-base
     .venv/bin/python bench/ddp_bench.py --launches 2 --layers 2 --steps 3 --warmup 1   # quick
 
-Each launch starts -n fresh rank processes (torchrun's variables, under a deadline) with
+Each launch starts -n fresh rank processes (torchrun's variables, under --timeout; when one
+rank fails the others are stopped: bench/ranks.py) with
 init_process_group(BACKEND), wraps the model in DistributedDataParallel (default buckets, 25
 MB: gradients are fp32 under autocast, ~440 MB allreduced per step), runs --warmup untimed
 steps and then --steps timed ones (forward under torch.autocast(cpu, bf16), backward with DDP's
@@ -29,15 +30,15 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import ranks  # noqa: E402
 
 
 def parse_args():
@@ -126,21 +127,11 @@ def worker(a):
 
 
 def launch(a, backend, result):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    args = [sys.executable, os.path.abspath(__file__)] + [x for x in sys.argv[1:]] + \
+    """One launch of -n ranks over backend; returns (status, why)."""
+    args = [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] + \
         ["--worker", backend, "--result", result, "--threads", str(a.threads)]
-    procs = []
-    for r in range(a.n):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(a.n), LOCAL_RANK=str(r),
-                   LOCAL_WORLD_SIZE=str(a.n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   OMP_NUM_THREADS=str(a.threads), PYTHONWARNINGS="ignore")
-        procs.append(subprocess.Popen(["timeout", "-k", "10", str(a.timeout)] + args, env=env))
-    rc = 0
-    for p in procs:
-        rc = p.wait() or rc
-    return rc
+    return ranks.run(args, a.n, a.timeout, quiet_ranks=False,
+                     env={"OMP_NUM_THREADS": str(a.threads), "PYTHONWARNINGS": "ignore"})
 
 
 def main():
@@ -157,11 +148,10 @@ def main():
         for i, backend in enumerate(order):
             result = os.path.join(tmp, "launch%d.json" % i)
             t0 = time.time()
-            rc = launch(a, backend, result)
+            rc, why = launch(a, backend, result)
             if rc != 0 or not os.path.exists(result):
-                print("ddp_bench.py: launch %d (%s) failed (exit %d%s)" %
-                      (i + 1, backend, rc, ", timed out" if rc in (124, 137) else ""),
-                      file=sys.stderr)
+                print("ddp_bench.py: launch %d (%s) failed: %s" %
+                      (i + 1, backend, why or "rank 0 wrote no result"), file=sys.stderr)
                 return 1
             with open(result) as f:
                 r = json.load(f)

@@ -33,9 +33,7 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -44,6 +42,8 @@ COLLS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_t
 DTYPES = {"fp32": 4, "bf16": 2}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import ranks  # noqa: E402
 
 
 def parse_bytes(s):
@@ -106,23 +106,12 @@ def parse_args():
 
 
 def launch(a):
-    """Starts -n ranks of this script (torchrun's variables) and waits, under --timeout."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for r in range(a.n):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(a.n), LOCAL_RANK=str(r),
-                   LOCAL_WORLD_SIZE=str(a.n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                   OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen(
-            ["timeout", "-k", "10", str(a.timeout), sys.executable] + sys.argv, env=env,
-            stdout=None if r == 0 else subprocess.DEVNULL))
-    rc = 0
-    for p in procs:
-        rc = p.wait() or rc
-    if rc in (124, 137):
-        print("torch_bench.py: timed out after %d s (--timeout)" % a.timeout, file=sys.stderr)
+    """Starts -n ranks of this script (torchrun's variables) and waits, under --timeout; a rank
+    that fails stops the others (bench/ranks.py)."""
+    rc, why = ranks.run([sys.executable] + sys.argv, a.n, a.timeout,
+                        env={"OMP_NUM_THREADS": "1"})
+    if rc:
+        print("torch_bench.py: %s" % why, file=sys.stderr)
     return rc
 
 

@@ -123,19 +123,37 @@ static void finish(struct ofi *t, tutti__req_t *req, tutti_status_t status)
     __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
 }
 
-/* fail ends req with status: pieces still in flight are orphaned (their completions are
- * dropped) and cancelled, pieces not yet posted are never posted. */
+/* fail ends req with status. Pieces not yet posted never will be; pieces libfabric holds are
+ * cancelled, and req is finished only once all of them have come back (complete_ok and
+ * complete_err count them), since until then libfabric may still write its buffer. */
 static void fail(struct ofi *t, tutti__req_t *req, tutti_status_t status)
 {
-    if (st_of(req)->inflight > 0) {
-        for (struct op *op = t->inflight; op; op = op->next) {
-            if (op->req != req)
-                continue;
-            op->req = NULL;
-            fi_cancel(&t->ep->fid, &op->ctx);
-        }
+    struct reqst *st = st_of(req);
+    pend_del(t, req);
+    if (st->inflight == 0) {
+        finish(t, req, status);
+        return;
     }
-    finish(t, req, status);
+    if (st->failed != 0)
+        return; /* failing already; its pieces are cancelled */
+    st->failed = status;
+    for (struct op *op = t->inflight; op; op = op->next)
+        if (op->req == req)
+            fi_cancel(&t->ep->fid, &op->ctx);
+}
+
+/* piece_back counts one of req's pieces come back while req fails or is being cancelled, and
+ * finishes a failing request whose last piece this was. True when req was in such a state. */
+static bool piece_back(struct ofi *t, tutti__req_t *req, bool moved, bool bad)
+{
+    struct reqst *st = st_of(req);
+    if (!st->cancelling && st->failed == 0)
+        return false;
+    st->ndone += moved;
+    st->bad |= bad;
+    if (!st->cancelling && st->inflight == 0)
+        finish(t, req, st->failed);
+    return true;
 }
 
 static bool full(const struct ofi *t, int kind)
@@ -242,10 +260,13 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
     inflight_del(t, op);
     t->busy[op->kind]--;
     op_put(t, op);
-    if (req == NULL) /* a piece of a request that failed earlier */
+    if (req == NULL)
         return;
     struct reqst *st = st_of(req);
     st->inflight--;
+    bool short_recv = req->kind == TUTTI__REQ_RECV && e->len != want;
+    if (piece_back(t, req, !short_recv, short_recv))
+        return;
     st->ndone++;
     if (req->kind == TUTTI__REQ_RECV) {
         uint32_t got_tag = (uint32_t)(e->tag >> t->cbits) & UTAG_MASK;
@@ -293,9 +314,12 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
     inflight_del(t, op);
     t->busy[op->kind]--;
     op_put(t, op);
-    if (req == NULL) /* orphaned or cancelled piece of a request that already failed */
+    if (req == NULL)
         return;
     st_of(req)->inflight--;
+    int err0 = e->err < 0 ? -e->err : e->err;
+    if (piece_back(t, req, false, err0 != FI_ECANCELED))
+        return;
     tutti_status_t status;
     const char *dir = req->kind == TUTTI__REQ_SEND ? "send to" : "receive from";
     int err = e->err < 0 ? -e->err : e->err; /* shm reports some errors negated */
@@ -310,8 +334,8 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
                                   "receiver must post the same length (a bug in the caller)",
                                   t->prov, want, req->peer, chan_name(req->chan), sent);
     } else if (err == FI_ECANCELED) {
-        /* Only orphans are cancelled by us, and their completions never get here; rxm cancels
-         * receives itself when the connection to their peer breaks, i.e. the peer died. */
+        /* Pieces we cancel come back through piece_back; rxm cancels receives itself when
+         * the connection to their peer breaks, i.e. the peer died. */
         status = tutti__fmt_error(t->base.err, TUTTI_ERR_PEER_FAILED,
                                   "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled by "
                                   "the provider; the connection to that rank probably broke",
@@ -396,8 +420,22 @@ static tutti_status_t ofi_post(tutti__transport_t *tp, tutti__req_t *req)
                                 t->prov, req->len, nchunks, t->chunk);
 
     pthread_mutex_lock(&t->lock);
-    uint32_t *ctr = &t->ctr[((size_t)req->peer * (size_t)t->nchan + (size_t)req->chan) * 2 +
-                            (size_t)req->kind];
+    size_t sidx = ((size_t)req->peer * (size_t)t->nchan + (size_t)req->chan) * 2 +
+                  (size_t)req->kind;
+    if (t->broken || t->broken_stream[sidx]) {
+        tutti_status_t rc = tutti__fmt_error(
+            tp->err, TUTTI_ERR_TRANSPORT,
+            "ofi (%s): cannot post a %s rank %d (%s channel): %s", t->prov,
+            req->kind == TUTTI__REQ_SEND ? "send to" : "receive from", req->peer,
+            chan_name(req->chan),
+            t->broken ? "the endpoint was closed after a cancel that libfabric could not finish; "
+                        "destroy the communicator"
+                      : "a cancelled request left that stream out of step; destroy the "
+                        "communicator");
+        pthread_mutex_unlock(&t->lock);
+        return rc;
+    }
+    uint32_t *ctr = &t->ctr[sidx];
     struct reqst *st = st_of(req);
     memset(st, 0, sizeof *st);
     st->base = *ctr;
@@ -442,9 +480,134 @@ static tutti_status_t ofi_progress(tutti__transport_t *tp)
     struct ofi *t = (struct ofi *)tp;
     if (pthread_mutex_trylock(&t->lock) != 0)
         return TUTTI_OK;
-    tutti_status_t st = progress_locked(t);
+    tutti_status_t st = t->broken ? TUTTI_ERR_TRANSPORT : progress_locked(t);
     pthread_mutex_unlock(&t->lock);
     return st;
+}
+
+/* ---- cancel ------------------------------------------------------------------------------- */
+
+/* break_transport closes the endpoint, after which libfabric touches no buffer, and fails
+ * every request still open: the price of keeping a cancel's promise when libfabric would not
+ * give a piece back in time (rxm cannot cancel a send whose receiver never posts). */
+static void break_transport(struct ofi *t, const tutti__req_t *req)
+{
+    tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
+                     "ofi (%s): a cancelled %zu-byte %s rank %d (%s channel) was still held by "
+                     "libfabric after %.0f s, so the endpoint was closed: every operation of "
+                     "this communicator over ofi fails from now on; destroy it",
+                     t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
+                     req->peer, chan_name(req->chan), CANCEL_WAIT_S);
+    TUTTI__LOG(TUTTI__LOG_WARN, "%s", t->base.err);
+    fi_close(&t->ep->fid);
+    t->ep = NULL;
+    t->broken = true;
+    while (t->inflight) {
+        struct op *op = t->inflight;
+        inflight_del(t, op);
+        if (op->req != NULL && !op->req->done)
+            finish(t, op->req, TUTTI_ERR_TRANSPORT);
+        op_put(t, op);
+    }
+    t->busy[0] = t->busy[1] = 0;
+    while (t->pend_head)
+        finish(t, t->pend_head, TUTTI_ERR_TRANSPORT);
+}
+
+/*
+ * cancel_locked: req's pieces that libfabric holds are cancelled and waited for (reading the
+ * completion queue, which also moves every other request on), pieces not yet posted are
+ * dropped. If every piece had completed with its data, req completed first. Otherwise it is
+ * withdrawn, and its stream stays in step only if none of its pieces moved data and it was the
+ * last request posted there: then its counters are handed back, for the next request to use.
+ */
+static tutti_status_t cancel_locked(struct ofi *t, tutti__req_t *req)
+{
+    if (t->broken)
+        return req->done ? TUTTI_OK : TUTTI_ERR_TRANSPORT; /* broken: every request is done */
+    if (req->done)
+        return TUTTI_OK;
+    struct reqst *st = st_of(req);
+    pend_del(t, req);
+    st->cancelling = 1;
+    for (struct op *op = t->inflight; op; op = op->next)
+        if (op->req == req)
+            fi_cancel(&t->ep->fid, &op->ctx);
+    double deadline = tutti__now() + CANCEL_WAIT_S;
+    unsigned spins = 0;
+    while (st->inflight > 0) {
+        tutti_status_t d = drain(t);
+        if (st->inflight == 0)
+            break;
+        if (d < 0 || tutti__now() > deadline) {
+            break_transport(t, req);
+            return TUTTI_ERR_TRANSPORT;
+        }
+        if (++spins > 64)
+            tutti__sleep_us(50);
+    }
+    if (st->failed != 0) {
+        finish(t, req, st->failed);
+        return TUTTI_OK;
+    }
+    if (!st->bad && st->ndone == st->nchunks) {
+        finish(t, req, TUTTI_OK);
+        return TUTTI_OK;
+    }
+    size_t sidx = ((size_t)req->peer * (size_t)t->nchan + (size_t)req->chan) * 2 +
+                  (size_t)req->kind;
+    tutti_status_t rc = TUTTI_OK;
+    if (st->ndone == 0 && !st->bad && t->ctr[sidx] == st->base + st->nchunks) {
+        t->ctr[sidx] = st->base;
+    } else {
+        t->broken_stream[sidx] = 1;
+        rc = tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
+                              "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled %s; "
+                              "that stream is out of step from now on",
+                              t->prov, req->len,
+                              req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
+                              req->peer, chan_name(req->chan),
+                              st->ndone > 0 || st->bad ? "after part of it had moved"
+                                                       : "behind later requests");
+    }
+    finish(t, req, TUTTI_ERR_ABORTED);
+    return rc;
+}
+
+static tutti_status_t ofi_cancel(tutti__transport_t *tp, tutti__req_t *req)
+{
+    struct ofi *t = (struct ofi *)tp;
+    pthread_mutex_lock(&t->lock);
+    tutti_status_t rc = cancel_locked(t, req);
+    pthread_mutex_unlock(&t->lock);
+    return rc;
+}
+
+/* first_on finds a request of channel chan that libfabric holds or that waits to be posted. */
+static tutti__req_t *first_on(struct ofi *t, int chan)
+{
+    for (struct op *op = t->inflight; op; op = op->next)
+        if (op->req != NULL && op->req->chan == chan && !op->req->done)
+            return op->req;
+    for (tutti__req_t *r = t->pend_head; r; r = r->next)
+        if (r->chan == chan)
+            return r;
+    return NULL;
+}
+
+static tutti_status_t ofi_cancel_chan(tutti__transport_t *tp, int chan)
+{
+    struct ofi *t = (struct ofi *)tp;
+    tutti_status_t rc = TUTTI_OK;
+    pthread_mutex_lock(&t->lock);
+    tutti__req_t *req;
+    /* Each cancel takes its request off both lists (or breaks the transport, emptying them). */
+    while (!t->broken && (req = first_on(t, chan)) != NULL) {
+        tutti_status_t st = cancel_locked(t, req);
+        rc = rc < 0 ? rc : st;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return rc;
 }
 
 void tutti__ofi_close(struct ofi *t)
@@ -468,6 +631,7 @@ void tutti__ofi_close(struct ofi *t)
     }
     free(t->addrs);
     free(t->ctr);
+    free(t->broken_stream);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -478,7 +642,7 @@ static void ofi_destroy(tutti__transport_t *tp)
     if (t == NULL)
         return;
     pthread_mutex_lock(&t->lock);
-    for (struct op *op = t->inflight; op; op = op->next)
+    for (struct op *op = t->inflight; op && t->ep; op = op->next)
         fi_cancel(&t->ep->fid, &op->ctx);
     pthread_mutex_unlock(&t->lock);
     tutti__ofi_close(t);
@@ -488,5 +652,7 @@ const tutti__transport_ops_t tutti__ofi_ops = {
     .name = "ofi",
     .post = ofi_post,
     .progress = ofi_progress,
+    .cancel = ofi_cancel,
+    .cancel_chan = ofi_cancel_chan,
     .destroy = ofi_destroy,
 };

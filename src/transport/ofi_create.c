@@ -147,8 +147,9 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
     t->nchan = nchan;
     t->addrs = malloc((size_t)t->size * sizeof *t->addrs);
     t->ctr = calloc((size_t)t->size * (size_t)t->nchan * 2, sizeof *t->ctr);
+    t->broken_stream = calloc((size_t)t->size * (size_t)t->nchan * 2, 1);
     all = calloc((size_t)t->size, sizeof *all);
-    if (t->addrs == NULL || t->ctr == NULL || all == NULL) {
+    if (t->addrs == NULL || t->ctr == NULL || t->broken_stream == NULL || all == NULL) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "ofi: out of memory for %d ranks", t->size);
         goto fail;
     }

@@ -45,6 +45,7 @@
 #define CQ_BATCH 16  /* completions read per fi_cq_read */
 #define EAGAIN_TRIES 4 /* progress-and-retry rounds in post() before leaving a request pending */
 #define SLAB_OPS 64
+#define CANCEL_WAIT_S 1.0 /* how long a cancel waits for libfabric to give its pieces back */
 #define REC_SIZE 512 /* bytes per rank in the endpoint-name exchange */
 #define REC_MAGIC 0x6f666931u /* "ofi1" */
 
@@ -63,14 +64,19 @@ struct slab {
     struct op ops[SLAB_OPS];
 };
 
-/* A request's state, kept in its priv bytes. */
+/* A request's state, kept in its priv bytes. A request that fails, or is being cancelled,
+ * stays not done until every piece libfabric holds has come back (completed or cancelled), so
+ * that no buffer is written after done is set. */
 struct reqst {
     uint32_t base;     /* counter of the first piece */
     uint32_t nchunks;  /* pieces in all (1 unless the message is split) */
     uint32_t posted;   /* pieces handed to libfabric */
-    uint32_t ndone;    /* pieces completed */
-    uint32_t inflight; /* posted - completed */
+    uint32_t ndone;    /* pieces completed with their data */
+    uint32_t inflight; /* posted - come back */
     uint32_t pending;  /* on the pending list (pieces left to post) */
+    int32_t failed;    /* the status it fails with once its pieces are back; 0: none */
+    uint8_t cancelling; /* ofi_cancel waits for its pieces */
+    uint8_t bad;       /* a piece came back with an error other than "cancelled" */
 };
 _Static_assert(sizeof(struct reqst) <= sizeof(((tutti__req_t *)0)->priv), "priv too small");
 
@@ -87,6 +93,8 @@ struct ofi {
     fi_addr_t *addrs;  /* by global rank; FI_ADDR_NOTAVAIL for ranks not in peers[] */
     int nchan;         /* channels, fixed at creation */
     uint32_t *ctr;     /* [rank][chan][kind]: next counter value of each stream */
+    uint8_t *broken_stream; /* [rank][chan][kind]: a cancel left the stream out of step */
+    bool broken;       /* the endpoint was closed to keep a cancel's promise: nothing works */
     unsigned cbits;    /* counter bits in the tag */
     uint32_t cmask;
     size_t chunk;      /* largest piece, the same on every rank */

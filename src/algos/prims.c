@@ -17,9 +17,6 @@
 /* describe writes "allreduce #12 (ring, 4096 bytes of fp32)" for error texts. */
 static int describe(const tutti__coll_t *c, char *buf, size_t cap)
 {
-    if (c->kind == TUTTI_COLL_COUNT)
-        return snprintf(buf, cap, "%s #%llu (%zu bytes, tag %d, peer %d)", c->name,
-                        (unsigned long long)c->seq, c->count * c->esize, c->tag, c->root);
     return snprintf(buf, cap, "%s #%llu (%s, %zu bytes of %s)", c->name,
                     (unsigned long long)c->seq, c->algo ? c->algo->name : "-",
                     c->count * c->esize, tutti_dtype_name(c->dtype));
@@ -78,8 +75,8 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int peer, const void *buf
     tutti__transport_t *tp = c->net->links.peer_tp[peer];
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
-    req->chan = c->kind == TUTTI_COLL_COUNT ? TUTTI__CHAN_P2P : TUTTI__CHAN_COLL + c->slice;
-    req->tag = req->chan == TUTTI__CHAN_P2P ? (uint32_t)c->tag : 0u;
+    req->chan = TUTTI__CHAN_COLL + c->slice;
+    req->tag = 0u;
     req->peer = peer;
     req->buf = (char *)buf;
     req->len = bytes;

@@ -128,14 +128,16 @@ static bool post_op_req(tutti__p2p_t *e, tutti__p2p_op_t *op, int i, int kind, v
     return op->posted[i];
 }
 
-/* need_env: the engine listens to p only while it has something to hear from it. */
+/* need_env: the engine listens to p only while it has something to hear from it (a send of
+ * which p may still ask, though it was withdrawn here, included: p must be told). */
 static bool need_env(const tutti__p2p_t *e, int p)
 {
     const tutti__p2p_peer_t *q = &e->peers[p];
-    return p != e->rank && !q->broken && (q->nposted > 0 || q->nwait > 0 || e->nany > 0);
+    return p != e->rank && !q->broken &&
+           (q->nposted > 0 || q->nwait > 0 || e->nany > 0 || q->nwithdrawn > 0);
 }
 
-static void refresh_env(tutti__p2p_t *e, int p)
+void tutti__p2p_listen(tutti__p2p_t *e, int p)
 {
     tutti__p2p_peer_t *q = &e->peers[p];
     if (q->env_posted || !need_env(e, p))
@@ -194,7 +196,7 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
         op->state = S_RTS;
         wait_on(e, op);
         post_op_req(e, op, 0, TUTTI__REQ_SEND, env, sizeof *env);
-        refresh_env(e, p);
+        tutti__p2p_listen(e, p);
         return;
     }
     bool inl = op->len <= TUTTI__P2P_INLINE;
@@ -228,7 +230,7 @@ static void send_cts(tutti__p2p_t *e, tutti__p2p_op_t *op)
     tutti__p2p_env_seal(&op->env[0], e->rank, op->mpeer);
     wait_on(e, op);
     if (post_op_req(e, op, 0, TUTTI__REQ_SEND, &op->env[0], sizeof op->env[0]))
-        refresh_env(e, op->mpeer);
+        tutti__p2p_listen(e, op->mpeer);
 }
 
 /* bind makes p the source of receive op (matched now). */
@@ -301,11 +303,11 @@ static void post_recv(tutti__p2p_t *e, tutti__p2p_op_t *op)
     e->posted_last = op;
     if (p != TUTTI_ANY_SOURCE) {
         e->peers[p].nposted++;
-        refresh_env(e, p);
+        tutti__p2p_listen(e, p);
     } else {
         e->nany++;
         for (int r = 0; r < e->size; r++)
-            refresh_env(e, r);
+            tutti__p2p_listen(e, r);
     }
 }
 
@@ -522,7 +524,7 @@ static void arrive(tutti__p2p_t *e, int p)
     case TUTTI__P2P_CTS: arrive_cts(e, p, &env); break;
     default: arrive_data(e, p, &env); break;
     }
-    refresh_env(e, p);
+    tutti__p2p_listen(e, p);
 }
 
 /* ---- progress ------------------------------------------------------------------------------- */

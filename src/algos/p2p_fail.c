@@ -79,6 +79,7 @@ static void add_withdrawn(tutti__p2p_t *e, int p, uint64_t seq)
         q->capwithdrawn = cap;
     }
     q->withdrawn[q->nwithdrawn++] = seq;
+    tutti__p2p_listen(e, p); /* for the CTS that may still come, to answer it */
 }
 
 /*
@@ -99,7 +100,7 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
             tutti__p2p_cancel(e, p, &op->req[i]);
         sent[i] = op->req[i].status == TUTTI_OK;
     }
-    bool ok = p >= 0 && !e->peers[p].broken;
+    bool ok = p >= 0 && !e->peers[p].broken && !e->closing;
     switch (op->state) {
     case R_POSTED: tutti__p2p_unpost(e, op); break;
     case R_ARRIVING: /* its message drains into the entry, which then goes */
@@ -237,6 +238,7 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
 {
     tutti__net_t *net = e->net;
     if (__atomic_load_n(net->failed, __ATOMIC_ACQUIRE) == TUTTI_ERR_ABORTED) {
+        e->closing = true;
         while (e->live != NULL)
             tutti__p2p_fail(e, e->live, TUTTI_ERR_ABORTED,
                             "aborted (tutti_comm_abort) while it was in progress");
@@ -280,6 +282,7 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
 
 tutti__p2p_op_t *tutti__p2p_fail_all(tutti__p2p_t *e, tutti_status_t status, const char *why)
 {
+    e->closing = true;
     while (e->live != NULL)
         tutti__p2p_fail(e, e->live, status, "%s", why);
     tutti__p2p_sweep(e);

@@ -68,6 +68,7 @@ struct tutti__p2p {
     uint64_t any_fail_gen;            /* receives from any source posted before it fail */
     int last_broken;                  /* the peer that failed last, for their message */
     bool sweep;                       /* a peer failed: ops and entries that involve it go */
+    bool closing;                     /* aborted or destroyed: withdraw, tell peers nothing */
     double next_slow, next_live;
 };
 
@@ -85,6 +86,10 @@ void tutti__p2p_unpost(tutti__p2p_t *e, tutti__p2p_op_t *op);
 
 /* tutti__p2p_unwait takes op off its peer's wait list. */
 void tutti__p2p_unwait(tutti__p2p_t *e, tutti__p2p_op_t *op);
+
+/* tutti__p2p_listen posts the envelope receive towards p if something needs it and none is
+ * posted. */
+void tutti__p2p_listen(tutti__p2p_t *e, int p);
 
 /* tutti__p2p_ctrl_send sends a control envelope (kind, flags, seq) to peer on its own. */
 void tutti__p2p_ctrl_send(tutti__p2p_t *e, int peer, int kind, int flags, uint64_t seq);

@@ -137,15 +137,27 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
         finish(comm, done);
         tutti__backoff_t b;
         tutti__backoff_init(&b, comm->net.oversubscribed);
+        bool busy = true;
         while (!__atomic_load_n(&op.done, __ATOMIC_ACQUIRE)) {
             if (pthread_mutex_trylock(&pg->lock) == 0) {
                 done = tutti__p2p_progress(pg->eng);
+                busy = tutti__p2p_busy(pg->eng);
                 pthread_mutex_unlock(&pg->lock);
                 finish(comm, done);
                 if (__atomic_load_n(&op.done, __ATOMIC_ACQUIRE))
                     break;
             }
             tutti__backoff_pause(&b);
+        }
+        /* Work of the engine's own left over (answering for a send that failed, draining a
+         * message whose receive failed) must not wait for the next call: hand it to the
+         * progress thread. A plain send or receive leaves none. */
+        if (busy) {
+            pthread_mutex_lock(&pg->lock);
+            busy = tutti__p2p_busy(pg->eng);
+            pthread_mutex_unlock(&pg->lock);
+            if (busy)
+                kick(comm);
         }
         if (op.status < 0)
             return tutti__comm_error(comm, op.status, "%s", err);

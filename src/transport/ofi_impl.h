@@ -34,9 +34,9 @@
 #define UTAG_MASK ((1u << UTAG_BITS) - 1u)
 #define MIN_CTR_BITS 16
 
-/* Largest piece one tagged message carries. Providers advertise max_msg_size, but some that
- * claim 2^64 mishandle lengths past 2^31; 1 GiB pieces already amortize per-message costs.
- * Tests define TUTTI__OFI_MAX_CHUNK small to exercise the splitting. */
+/* Largest piece one tagged message carries (TUTTI_OFI_CHUNK may ask for less). Providers
+ * advertise max_msg_size, but some that claim 2^64 mishandle lengths past 2^31; 1 GiB pieces
+ * already amortize per-message costs. */
 #ifndef TUTTI__OFI_MAX_CHUNK
 #define TUTTI__OFI_MAX_CHUNK ((size_t)1 << 30)
 #endif

@@ -400,9 +400,10 @@ TUTTI_API const char *tutti_work_error(const tutti_work_t *work);
 /**
  * Run fn(work, arg) once when the operation completes, on the thread that completes it (a
  * worker; for a send or receive, the progress thread or whichever thread was driving the
- * point-to-point engine); if it has completed already, at once in the calling thread. At most one callback per handle
- * (a second call returns TUTTI_ERR_INVALID_ARG). The callback may query the handle and post new
- * operations, but must not wait on operations of the same communicator.
+ * point-to-point engine); if it has completed already, at once in the calling thread. At
+ * most one callback per handle (a second call returns TUTTI_ERR_INVALID_ARG). The callback may
+ * query the handle and post new operations, but must not wait on operations of the same
+ * communicator.
  */
 TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *work,
                                                 void (*fn)(tutti_work_t *work, void *arg),

@@ -126,7 +126,8 @@ static void run_p2p(ctx_t *c, const cm_case_t *k)
  * wrong receive, or out of order, shows. */
 static unsigned char pat(int src, int dst, unsigned id, size_t i)
 {
-    return (unsigned char)(th_hash64((uint64_t)src << 32 | (uint32_t)dst, id, i / 8) >> (8 * (i % 8)));
+    uint64_t h = th_hash64((uint64_t)src << 32 | (uint32_t)dst, id, i / 8);
+    return (unsigned char)(h >> (8 * (i % 8)));
 }
 
 static void fill(unsigned char *b, size_t len, int src, int dst, unsigned id)

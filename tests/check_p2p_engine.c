@@ -516,7 +516,7 @@ START_TEST(test_hostile_envelope)
         ck_assert_msg(r->op.status == TUTTI_OK, "%s", r->err);
         expect_data(r, 0x55);
         top_free(r);
-        r = post(0, TUTTI__P2P_RECV, 1, 1, 8, 0);
+        r = all[0] = post(0, TUTTI__P2P_RECV, 1, 1, 8, 0);
         run(&r, 1);
     }
     ck_assert_int_eq(r->op.status, TUTTI_ERR_TRANSPORT);
@@ -585,7 +585,8 @@ START_TEST(test_abort)
     job_start(2, 30);
     top_t *ts[4] = {post(0, TUTTI__P2P_RECV, 1, 1, 8, 0),
                     post(0, TUTTI__P2P_RECV, TUTTI_ANY_SOURCE, 2, 8, 0),
-                    post(0, TUTTI__P2P_SEND, 1, 3, 100000, 1), post(1, TUTTI__P2P_RECV, 0, 9, 8, 0)};
+                    post(0, TUTTI__P2P_SEND, 1, 3, 100000, 1),
+                    post(1, TUTTI__P2P_RECV, 0, 9, 8, 0)};
     J.failed[0] = TUTTI_ERR_ABORTED;
     J.failed[1] = TUTTI_ERR_ABORTED;
     double t0 = tutti__now();

@@ -1,6 +1,6 @@
 /* p2p_impl.h: the point-to-point engine's private state, shared by its data path (p2p.c: posts,
- * arrivals, matching, progress) and its failure paths (p2p_fail.c: withdrawing ops, failed and
- * departed peers, deadlines, abort). */
+ * arrivals, matching), its progress (p2p_progress.c) and its failure paths (p2p_fail.c:
+ * withdrawing ops, failed and departed peers, deadlines, abort). */
 #ifndef TUTTI_ALGOS_P2P_IMPL_H
 #define TUTTI_ALGOS_P2P_IMPL_H
 
@@ -86,6 +86,14 @@ void tutti__p2p_unpost(tutti__p2p_t *e, tutti__p2p_op_t *op);
 
 /* tutti__p2p_unwait takes op off its peer's wait list. */
 void tutti__p2p_unwait(tutti__p2p_t *e, tutti__p2p_op_t *op);
+
+/* tutti__p2p_need_env: the engine listens to p only while it has something to hear from it
+ * (a send of which p may still ask, though it was withdrawn here, included: p must be told). */
+bool tutti__p2p_need_env(const tutti__p2p_t *e, int p);
+
+/* tutti__p2p_arrive handles the envelope that p's envelope receive brought (it is done, with
+ * TUTTI_OK), and listens to p again if something needs it. */
+void tutti__p2p_arrive(tutti__p2p_t *e, int p);
 
 /* tutti__p2p_listen posts the envelope receive towards p if something needs it and none is
  * posted. */

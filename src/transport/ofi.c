@@ -7,10 +7,9 @@
 
 #include "ofi_impl.h"
 
-static inline struct reqst *st_of(tutti__req_t *req) { return (struct reqst *)(void *)req->priv; }
 
 /* chan_name says which stream a channel is, for messages ("send/recv", "collective slice 2"). */
-static const char *chan_name(int chan)
+const char *tutti__ofi_chan_name(int chan)
 {
     static const char *const names[] = {
         "send/recv",           "collective slice 0",  "collective slice 1",
@@ -43,7 +42,7 @@ static struct op *op_get(struct ofi *t)
     return op;
 }
 
-static void op_put(struct ofi *t, struct op *op)
+void tutti__ofi_op_put(struct ofi *t, struct op *op)
 {
     op->req = NULL;
     op->next = t->freeops;
@@ -59,7 +58,7 @@ static void inflight_add(struct ofi *t, struct op *op)
     t->inflight = op;
 }
 
-static void inflight_del(struct ofi *t, struct op *op)
+void tutti__ofi_inflight_del(struct ofi *t, struct op *op)
 {
     if (op->prev)
         op->prev->next = op->next;
@@ -84,7 +83,7 @@ static void pend_add(struct ofi *t, tutti__req_t *req)
     t->pend_tail = req;
 }
 
-static void pend_del(struct ofi *t, tutti__req_t *req)
+void tutti__ofi_pend_del(struct ofi *t, tutti__req_t *req)
 {
     if (!st_of(req)->pending)
         return;
@@ -116,9 +115,9 @@ static uint64_t make_tag(const struct ofi *t, int chan, int src, uint32_t utag, 
 
 /* finish sets the request's final status and hands it back to its owner; the request must not
  * be touched after this. */
-static void finish(struct ofi *t, tutti__req_t *req, tutti_status_t status)
+void tutti__ofi_finish(struct ofi *t, tutti__req_t *req, tutti_status_t status)
 {
-    pend_del(t, req);
+    tutti__ofi_pend_del(t, req);
     req->status = status;
     __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
 }
@@ -129,9 +128,9 @@ static void finish(struct ofi *t, tutti__req_t *req, tutti_status_t status)
 static void fail(struct ofi *t, tutti__req_t *req, tutti_status_t status)
 {
     struct reqst *st = st_of(req);
-    pend_del(t, req);
+    tutti__ofi_pend_del(t, req);
     if (st->inflight == 0) {
-        finish(t, req, status);
+        tutti__ofi_finish(t, req, status);
         return;
     }
     if (st->failed != 0)
@@ -152,7 +151,7 @@ static bool piece_back(struct ofi *t, tutti__req_t *req, bool moved, bool bad)
     st->ndone += moved;
     st->bad |= bad;
     if (!st->cancelling && st->inflight == 0)
-        finish(t, req, st->failed);
+        tutti__ofi_finish(t, req, st->failed);
     return true;
 }
 
@@ -189,7 +188,7 @@ static int post_pieces(struct ofi *t, tutti__req_t *req)
             ret = fi_trecv(t->ep, buf, n, NULL, FI_ADDR_UNSPEC, tag, ignore, &op->ctx);
         }
         if (ret != 0) {
-            op_put(t, op);
+            tutti__ofi_op_put(t, op);
             /* shm says -FI_ENOMEM when its pool of receive entries, which unexpected messages
              * share, runs dry: like -FI_EAGAIN, it clears as completions are read. */
             return ret == -FI_ENOMEM ? -FI_EAGAIN : (int)ret;
@@ -208,7 +207,7 @@ static void post_failed(struct ofi *t, tutti__req_t *req, int ret)
                      "ofi (%s): posting a %zu-byte %s %s rank %d failed: %s; the provider may be "
                      "out of resources or the endpoint broken",
                      t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                     chan_name(req->chan), req->peer, fi_strerror(-ret));
+                     tutti__ofi_chan_name(req->chan), req->peer, fi_strerror(-ret));
 }
 
 /* retry_pending posts what it can of every pending request, oldest first. */
@@ -224,7 +223,7 @@ static void retry_pending(struct ofi *t)
         }
         int ret = post_pieces(t, req);
         if (ret == 0 && st_of(req)->posted == st_of(req)->nchunks) {
-            pend_del(t, req);
+            tutti__ofi_pend_del(t, req);
         } else if (ret != 0 && ret != -FI_EAGAIN) {
             post_failed(t, req, ret);
             fail(t, req, TUTTI_ERR_TRANSPORT);
@@ -257,9 +256,9 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
 {
     tutti__req_t *req = op->req;
     size_t want = op->len;
-    inflight_del(t, op);
+    tutti__ofi_inflight_del(t, op);
     t->busy[op->kind]--;
-    op_put(t, op);
+    tutti__ofi_op_put(t, op);
     if (req == NULL)
         return;
     struct reqst *st = st_of(req);
@@ -275,7 +274,7 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
                              "ofi (%s): a receive of %zu bytes from rank %d (%s channel) got a "
                              "message of %zu bytes: the sizes differ, sender and receiver must "
                              "post the same length (a bug in the caller)",
-                             t->prov, want, req->peer, chan_name(req->chan), e->len);
+                             t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), e->len);
             fail(t, req, TUTTI_ERR_INTERNAL);
             return;
         }
@@ -284,15 +283,15 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
                              "ofi (%s): a receive from rank %d (%s channel) expected tag %u but "
                              "the matching message has tag %u (low %d bits compared): sender "
                              "and receiver disagree on the order or tags of their messages",
-                             t->prov, req->peer, chan_name(req->chan), req->tag & UTAG_MASK,
-                             got_tag, UTAG_BITS);
+                             t->prov, req->peer, tutti__ofi_chan_name(req->chan),
+                             req->tag & UTAG_MASK, got_tag, UTAG_BITS);
             fail(t, req, TUTTI_ERR_INTERNAL);
             return;
         }
     }
     req->off += want;
     if (st->ndone == st->nchunks)
-        finish(t, req, TUTTI_OK);
+        tutti__ofi_finish(t, req, TUTTI_OK);
 }
 
 static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
@@ -311,9 +310,9 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
     }
     tutti__req_t *req = op->req;
     size_t want = op->len;
-    inflight_del(t, op);
+    tutti__ofi_inflight_del(t, op);
     t->busy[op->kind]--;
-    op_put(t, op);
+    tutti__ofi_op_put(t, op);
     if (req == NULL)
         return;
     st_of(req)->inflight--;
@@ -332,19 +331,20 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
                                   "ofi (%s): a receive of %zu bytes from rank %d (%s channel) was "
                                   "truncated: the sender sent %s; the sizes differ, sender and "
                                   "receiver must post the same length (a bug in the caller)",
-                                  t->prov, want, req->peer, chan_name(req->chan), sent);
+                                  t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), sent);
     } else if (err == FI_ECANCELED) {
         /* Pieces we cancel come back through piece_back; rxm cancels receives itself when
          * the connection to their peer breaks, i.e. the peer died. */
         status = tutti__fmt_error(t->base.err, TUTTI_ERR_PEER_FAILED,
                                   "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled by "
                                   "the provider; the connection to that rank probably broke",
-                                  t->prov, req->len, dir, req->peer, chan_name(req->chan));
+                                  t->prov, req->len, dir, req->peer,
+                                  tutti__ofi_chan_name(req->chan));
     } else {
         status = classify(err);
         tutti__fmt_error(t->base.err, status,
                          "ofi (%s): a %zu-byte %s rank %d (%s channel) failed: %s (provider: %s)%s",
-                         t->prov, req->len, dir, req->peer, chan_name(req->chan),
+                         t->prov, req->len, dir, req->peer, tutti__ofi_chan_name(req->chan),
                          fi_strerror(err), ptxt,
                          status == TUTTI_ERR_PEER_FAILED
                              ? "; the peer probably died or its host is unreachable"
@@ -354,7 +354,7 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
 }
 
 /* drain reads the completion queue until it is empty. */
-static tutti_status_t drain(struct ofi *t)
+tutti_status_t tutti__ofi_drain(struct ofi *t)
 {
     struct fi_cq_tagged_entry ent[CQ_BATCH];
     for (;;) {
@@ -387,7 +387,7 @@ static tutti_status_t drain(struct ofi *t)
 
 static tutti_status_t progress_locked(struct ofi *t)
 {
-    tutti_status_t st = drain(t);
+    tutti_status_t st = tutti__ofi_drain(t);
     if (t->pend_head)
         retry_pending(t);
     return st;
@@ -427,7 +427,7 @@ static tutti_status_t ofi_post(tutti__transport_t *tp, tutti__req_t *req)
             tp->err, TUTTI_ERR_TRANSPORT,
             "ofi (%s): cannot post a %s rank %d (%s channel): %s", t->prov,
             req->kind == TUTTI__REQ_SEND ? "send to" : "receive from", req->peer,
-            chan_name(req->chan),
+            tutti__ofi_chan_name(req->chan),
             t->broken ? "the endpoint was closed after a cancel that libfabric could not finish; "
                         "destroy the communicator"
                       : "a cancelled request left that stream out of step; destroy the "
@@ -485,131 +485,6 @@ static tutti_status_t ofi_progress(tutti__transport_t *tp)
     return st;
 }
 
-/* ---- cancel ------------------------------------------------------------------------------- */
-
-/* break_transport closes the endpoint, after which libfabric touches no buffer, and fails
- * every request still open: the price of keeping a cancel's promise when libfabric would not
- * give a piece back in time (rxm cannot cancel a send whose receiver never posts). */
-static void break_transport(struct ofi *t, const tutti__req_t *req)
-{
-    tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
-                     "ofi (%s): a cancelled %zu-byte %s rank %d (%s channel) was still held by "
-                     "libfabric after %.0f s, so the endpoint was closed: every operation of "
-                     "this communicator over ofi fails from now on; destroy it",
-                     t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                     req->peer, chan_name(req->chan), CANCEL_WAIT_S);
-    TUTTI__LOG(TUTTI__LOG_WARN, "%s", t->base.err);
-    fi_close(&t->ep->fid);
-    t->ep = NULL;
-    t->broken = true;
-    while (t->inflight) {
-        struct op *op = t->inflight;
-        inflight_del(t, op);
-        if (op->req != NULL && !op->req->done)
-            finish(t, op->req, TUTTI_ERR_TRANSPORT);
-        op_put(t, op);
-    }
-    t->busy[0] = t->busy[1] = 0;
-    while (t->pend_head)
-        finish(t, t->pend_head, TUTTI_ERR_TRANSPORT);
-}
-
-/*
- * cancel_locked: req's pieces that libfabric holds are cancelled and waited for (reading the
- * completion queue, which also moves every other request on), pieces not yet posted are
- * dropped. If every piece had completed with its data, req completed first. Otherwise it is
- * withdrawn, and its stream stays in step only if none of its pieces moved data and it was the
- * last request posted there: then its counters are handed back, for the next request to use.
- */
-static tutti_status_t cancel_locked(struct ofi *t, tutti__req_t *req)
-{
-    if (t->broken)
-        return req->done ? TUTTI_OK : TUTTI_ERR_TRANSPORT; /* broken: every request is done */
-    if (req->done)
-        return TUTTI_OK;
-    struct reqst *st = st_of(req);
-    pend_del(t, req);
-    st->cancelling = 1;
-    for (struct op *op = t->inflight; op; op = op->next)
-        if (op->req == req)
-            fi_cancel(&t->ep->fid, &op->ctx);
-    double deadline = tutti__now() + CANCEL_WAIT_S;
-    unsigned spins = 0;
-    while (st->inflight > 0) {
-        tutti_status_t d = drain(t);
-        if (st->inflight == 0)
-            break;
-        if (d < 0 || tutti__now() > deadline) {
-            break_transport(t, req);
-            return TUTTI_ERR_TRANSPORT;
-        }
-        if (++spins > 64)
-            tutti__sleep_us(50);
-    }
-    if (st->failed != 0) {
-        finish(t, req, st->failed);
-        return TUTTI_OK;
-    }
-    if (!st->bad && st->ndone == st->nchunks) {
-        finish(t, req, TUTTI_OK);
-        return TUTTI_OK;
-    }
-    size_t sidx = ((size_t)req->peer * (size_t)t->nchan + (size_t)req->chan) * 2 +
-                  (size_t)req->kind;
-    tutti_status_t rc = TUTTI_OK;
-    if (st->ndone == 0 && !st->bad && t->ctr[sidx] == st->base + st->nchunks) {
-        t->ctr[sidx] = st->base;
-    } else {
-        t->broken_stream[sidx] = 1;
-        rc = tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
-                              "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled %s; "
-                              "that stream is out of step from now on",
-                              t->prov, req->len,
-                              req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                              req->peer, chan_name(req->chan),
-                              st->ndone > 0 || st->bad ? "after part of it had moved"
-                                                       : "behind later requests");
-    }
-    finish(t, req, TUTTI_ERR_ABORTED);
-    return rc;
-}
-
-static tutti_status_t ofi_cancel(tutti__transport_t *tp, tutti__req_t *req)
-{
-    struct ofi *t = (struct ofi *)tp;
-    pthread_mutex_lock(&t->lock);
-    tutti_status_t rc = cancel_locked(t, req);
-    pthread_mutex_unlock(&t->lock);
-    return rc;
-}
-
-/* first_on finds a request of channel chan that libfabric holds or that waits to be posted. */
-static tutti__req_t *first_on(struct ofi *t, int chan)
-{
-    for (struct op *op = t->inflight; op; op = op->next)
-        if (op->req != NULL && op->req->chan == chan && !op->req->done)
-            return op->req;
-    for (tutti__req_t *r = t->pend_head; r; r = r->next)
-        if (r->chan == chan)
-            return r;
-    return NULL;
-}
-
-static tutti_status_t ofi_cancel_chan(tutti__transport_t *tp, int chan)
-{
-    struct ofi *t = (struct ofi *)tp;
-    tutti_status_t rc = TUTTI_OK;
-    pthread_mutex_lock(&t->lock);
-    tutti__req_t *req;
-    /* Each cancel takes its request off both lists (or breaks the transport, emptying them). */
-    while (!t->broken && (req = first_on(t, chan)) != NULL) {
-        tutti_status_t st = cancel_locked(t, req);
-        rc = rc < 0 ? rc : st;
-    }
-    pthread_mutex_unlock(&t->lock);
-    return rc;
-}
-
 void tutti__ofi_close(struct ofi *t)
 {
     if (t->ep)
@@ -652,7 +527,7 @@ const tutti__transport_ops_t tutti__ofi_ops = {
     .name = "ofi",
     .post = ofi_post,
     .progress = ofi_progress,
-    .cancel = ofi_cancel,
-    .cancel_chan = ofi_cancel_chan,
+    .cancel = tutti__ofi_cancel,
+    .cancel_chan = tutti__ofi_cancel_chan,
     .destroy = ofi_destroy,
 };

@@ -1,5 +1,5 @@
 /* ofi_impl.h: the libfabric transport's private types and tag layout, shared by its data path
- * (ofi.c) and its creation (ofi_create.c). */
+ * (ofi.c), its cancel (ofi_cancel.c) and its creation (ofi_create.c). */
 #ifndef TUTTI_TRANSPORT_OFI_IMPL_H
 #define TUTTI_TRANSPORT_OFI_IMPL_H
 
@@ -106,8 +106,27 @@ struct ofi {
     char prov[64];
 };
 
+static inline struct reqst *st_of(tutti__req_t *req) { return (struct reqst *)(void *)req->priv; }
+
 /* The ofi transport's operations (ofi.c). */
 extern const tutti__transport_ops_t tutti__ofi_ops;
+
+/* The data path's pieces that cancel uses (ofi.c), all with t->lock held: tutti__ofi_finish
+ * sets req's final status and hands it back (it must not be touched after); tutti__ofi_drain
+ * reads the completion queue until it is empty; tutti__ofi_pend_del takes req off the pending
+ * list; tutti__ofi_inflight_del and tutti__ofi_op_put take an op off the in-flight list and
+ * return it to the pool; tutti__ofi_chan_name names a channel for messages. */
+void tutti__ofi_finish(struct ofi *t, tutti__req_t *req, tutti_status_t status);
+tutti_status_t tutti__ofi_drain(struct ofi *t);
+void tutti__ofi_pend_del(struct ofi *t, tutti__req_t *req);
+void tutti__ofi_inflight_del(struct ofi *t, struct op *op);
+void tutti__ofi_op_put(struct ofi *t, struct op *op);
+const char *tutti__ofi_chan_name(int chan);
+
+/* tutti__ofi_cancel and tutti__ofi_cancel_chan are the vtable's cancel and cancel_chan
+ * (ofi_cancel.c; see transport.h). */
+tutti_status_t tutti__ofi_cancel(tutti__transport_t *tp, tutti__req_t *req);
+tutti_status_t tutti__ofi_cancel_chan(tutti__transport_t *tp, int chan);
 
 /* tutti__ofi_close closes whatever of t is open, endpoint first, and frees t. Closing the
  * endpoint discards its outstanding operations, so nothing waits for peers (dead or alive). */

@@ -749,6 +749,54 @@ START_TEST(test_timeout)
 }
 END_TEST
 
+/* A peer that sends and then destroys its communicator: its eager message is still received
+ * after it has left (it arrived whole), and a receive for what it never sent fails within about
+ * a second with TUTTI_ERR_PEER_FAILED saying it destroyed its communicator, not at the 60 s
+ * timeout. */
+static int left_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    unsigned char b[1000];
+    if (rank == 1) {
+        fill(b, sizeof b, 1, 0, 950);
+        if (tutti_send(b, sizeof b, TUTTI_UINT8, 0, 30, comm, NULL) != TUTTI_OK)
+            bad = th_fail("send before leaving: %s", tutti_last_error());
+        tutti_comm_destroy(comm); /* waits for rank 0's destroy */
+        return bad;
+    }
+    sleep(2); /* rank 1 has long left */
+    tutti_status_t st = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 30, comm, NULL);
+    if (st != TUTTI_OK)
+        bad |= th_fail("the message rank 1 sent before it left: %d (%s): %s", st,
+                       tutti_strerror(st), tutti_last_error());
+    else
+        bad |= check(b, sizeof b, 1, 0, 950, "sent before leaving");
+    double t0 = th_now();
+    st = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 31, comm, NULL);
+    const char *msg = tutti_comm_last_error(comm);
+    if (st != TUTTI_ERR_PEER_FAILED || th_now() - t0 > 5 || !strstr(msg, "destroyed"))
+        bad |= th_fail("a receive from a rank that left: %d (%s) after %.1f s: %s", st,
+                       tutti_strerror(st), th_now() - t0, msg);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_left)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 60;
+    ck_assert_msg(th_run_opts(2, &o, left_body, NULL) == 0, "a peer that left, on %s: see stderr",
+                  tps[_i]);
+}
+END_TEST
+
 /* Abort with operations open (and one blocking receive in another thread) ends each with
  * TUTTI_ERR_ABORTED at once; destroy with a receive open ends it with TUTTI_ERR_ABORTED too,
  * and the handle outlives the communicator. */
@@ -851,6 +899,7 @@ static void add_tcases(Suite *s)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_dead_peer, 0, (int)(sizeof dead_cases / sizeof dead_cases[0]));
     tcase_add_loop_test(tc, test_timeout, 0, 2);
+    tcase_add_loop_test(tc, test_left, 0, 2);
     tcase_add_loop_test(tc, test_abort, 0, 2);
     suite_add_tcase(s, tc);
 }

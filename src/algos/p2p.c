@@ -273,20 +273,22 @@ static void post_recv(tutti__p2p_t *e, tutti__p2p_op_t *op)
     if (p != TUTTI_ANY_SOURCE) {
         op->mpeer = p;
         e->peers[p].nops++;
-        if (e->peers[p].broken) {
-            tutti__p2p_fail(e, op, e->peers[p].broken_status, "%s", e->peers[p].why);
-            return;
-        }
-    } else if (tutti__p2p_no_sender(e)) {
-        tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
-                        "no other rank can send to it: every one has failed or left");
-        return;
     }
+    /* A message that arrived whole before its sender failed is still good. */
     for (tutti__p2p_unexp_t *u = e->ux; u; u = u->next)
         if (!u->matched && (p == TUTTI_ANY_SOURCE || u->peer == p) && u->tag == op->tag) {
             take(e, op, u);
             return;
         }
+    if (p != TUTTI_ANY_SOURCE && e->peers[p].broken) {
+        tutti__p2p_fail(e, op, e->peers[p].broken_status, "%s", e->peers[p].why);
+        return;
+    }
+    if (p == TUTTI_ANY_SOURCE && tutti__p2p_no_sender(e)) {
+        tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
+                        "no other rank can send to it: every one has failed or left");
+        return;
+    }
     op->state = R_POSTED;
     op->pprev = e->posted_last;
     op->pnext = NULL;
@@ -493,6 +495,7 @@ void tutti__p2p_arrive(tutti__p2p_t *e, int p)
     tutti__p2p_peer_t *q = &e->peers[p];
     tutti__p2p_env_t env = q->env_in;
     q->env_posted = false;
+    q->nrx++;
     char why[400];
     if (tutti__p2p_env_check(&env, p, e->rank, why, sizeof why) < 0) {
         tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,

@@ -257,9 +257,10 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
             tutti__p2p_peer_t *q = &e->peers[p];
             if (p == e->rank || q->broken || !tutti__live_left(net->live, p))
                 continue;
-            if (q->left_seen == 0.0)
+            if (q->left_seen == 0.0 || q->nrx != q->nrx_seen) { /* its data still comes */
                 q->left_seen = now;
-            else if (now - q->left_seen > LEFT_GRACE_S && q->nops > 0)
+                q->nrx_seen = q->nrx;
+            } else if (now - q->left_seen > LEFT_GRACE_S && q->nops > 0)
                 peer_left(e, p,
                           "rank %d destroyed its communicator while this rank still had "
                           "point-to-point operations with it: a rank must finish its sends and "

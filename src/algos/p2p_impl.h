@@ -50,7 +50,9 @@ typedef struct tutti__p2p_peer {
     int nwithdrawn, capwithdrawn;
     bool broken;              /* failed, died, left, or its stream is out of step */
     tutti_status_t broken_status;
-    double left_seen;         /* when it was first seen gone (destroyed its communicator) */
+    double left_seen;         /* when it was seen gone (destroyed its communicator), or last
+                                 brought anything after that */
+    uint64_t nrx, nrx_seen;   /* envelopes and payloads it brought; as of the last check */
     char why[512];
 } tutti__p2p_peer_t;
 

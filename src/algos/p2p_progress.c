@@ -20,6 +20,8 @@ static void check_reqs(tutti__p2p_t *e, tutti__p2p_op_t *op)
             continue;
         if (!req_done(&op->req[i]))
             return;
+        if (op->kind == TUTTI__P2P_RECV && i == 2) /* its payload came */
+            e->peers[op->mpeer].nrx++;
         if (op->req[i].status < 0) {
             tutti__transport_t *tp = e->peers[op->mpeer].tp;
             tutti__p2p_break(e, op->mpeer, op->req[i].status, "%s", tp->err);
@@ -49,6 +51,7 @@ static void arrivals(tutti__p2p_t *e)
         if (!u->arriving || !req_done(&u->req))
             continue;
         u->arriving = false;
+        e->peers[u->peer].nrx++;
         if (u->req.status < 0) { /* the sweep drops it with its peer */
             tutti__p2p_break(e, u->peer, u->req.status, "%s", e->peers[u->peer].tp->err);
         } else if (u->op != NULL) {

@@ -2,7 +2,6 @@
  * point-to-point engine (algos/p2p.c), apart from the queue of collectives and from each other;
  * a blocking call drives the engine in the caller's thread, an asynchronous one gets a work
  * handle that a progress thread (started at the first asynchronous post) completes. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -19,8 +19,8 @@ typedef struct tutti__algo tutti__algo_t;
 typedef struct tutti__coll {
     tutti__net_t *net;    /* the network it runs on (the communicator's) */
     int rank, size;
-    tutti_coll_t kind;    /* which collective; TUTTI_COLL_COUNT for send/recv */
-    const char *name;     /* "allreduce", "allgatherv", "send", ... for messages */
+    tutti_coll_t kind;    /* which collective */
+    const char *name;     /* "allreduce", "allgatherv", ... for messages */
     uint64_t seq;         /* sequence number on the communicator */
     const tutti__algo_t *algo;
     int slice;            /* which slice of execution runs it: its channel, window and scratch */
@@ -41,8 +41,7 @@ typedef struct tutti__coll {
     tutti_dtype_t dtype;
     size_t esize;         /* bytes per element */
     tutti_op_t op;
-    int root;             /* bcast, reduce; the peer for send/recv */
-    int tag;              /* send/recv */
+    int root;             /* bcast, reduce */
     const size_t *counts;  /* allgatherv: recvcounts; alltoallv: recvcounts */
     const size_t *displs;  /* allgatherv, alltoallv: recv displacements (never NULL here) */
     const size_t *scounts; /* alltoallv: sendcounts */
@@ -70,8 +69,9 @@ struct tutti__algo {
 tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* tutti__isend / tutti__irecv post bytes to / from peer on the collective channel (chan of c:
- * P2P for send/recv). req must stay alive until tutti__waitall returns for it. */
+/* tutti__isend / tutti__irecv post bytes to / from peer on c's channel (its slice's). req must
+ * stay alive until tutti__waitall returns for it; a post that fails withdraws everything else
+ * c has posted (see tutti__waitall). */
 tutti_status_t tutti__isend(tutti__coll_t *c, int peer, const void *buf, size_t bytes,
                             tutti__req_t *req);
 tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes, tutti__req_t *req);
@@ -80,7 +80,10 @@ tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes,
  * tutti__waitall progresses until all n requests are done. Every wait has c->deadline, checks
  * that no peer has died and that the communicator was not aborted, and backs off when ranks
  * outnumber cores. On failure the text in c->err names the collective, its sequence number and
- * the peers still missing; what the failure means is the executor's to decide.
+ * the peers still missing; what the failure means is the executor's to decide. Before it
+ * returns an error it withdraws (transport cancel) everything c still has posted, these
+ * requests and any other of c's channel, so that nothing on the failing algorithm's stack is
+ * touched afterwards.
  */
 tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n);
 
@@ -207,8 +210,6 @@ extern const tutti__algo_t tutti__reduce_scatter_ring, tutti__reduce_scatter_dir
 extern const tutti__algo_t tutti__bcast_tree, tutti__bcast_direct;
 extern const tutti__algo_t tutti__reduce_tree, tutti__reduce_direct;
 extern const tutti__algo_t tutti__barrier_dissemination, tutti__barrier_direct;
-/* point-to-point send and recv (algos/p2p.c); not selectable */
-extern const tutti__algo_t tutti__p2p_send, tutti__p2p_recv;
 
 /* ---- the choice (select.c) ---- */
 

@@ -17,9 +17,6 @@
 /* describe writes "allreduce #12 (ring, 4096 bytes of fp32)" for error texts. */
 static int describe(const tutti__coll_t *c, char *buf, size_t cap)
 {
-    if (c->kind == TUTTI_COLL_COUNT)
-        return snprintf(buf, cap, "%s #%llu (%zu bytes, tag %d, peer %d)", c->name,
-                        (unsigned long long)c->seq, c->count * c->esize, c->tag, c->root);
     return snprintf(buf, cap, "%s #%llu (%s, %zu bytes of %s)", c->name,
                     (unsigned long long)c->seq, c->algo ? c->algo->name : "-",
                     c->count * c->esize, tutti_dtype_name(c->dtype));
@@ -51,20 +48,43 @@ tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t st, const char *f
     return st;
 }
 
+/*
+ * abandon withdraws everything the failing call c still has posted, since all of it lives on
+ * its algorithm's stack, which is about to go: first reqs[0..n) (the failing wait's own; every
+ * one was posted), then whatever else c's channel holds (an algorithm that pipelines keeps
+ * requests in flight outside the wait). Only c's slice posts on c's channel, so nothing of
+ * another call is touched. A stream a cancel breaks does not matter here: the executor fails
+ * the communicator for any error of a run.
+ */
+static void abandon(tutti__coll_t *c, tutti__req_t *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        tutti__transport_t *tp = c->net->links.peer_tp[reqs[i].peer];
+        if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE) && tp != NULL)
+            tp->ops->cancel(tp, &reqs[i]);
+    }
+    tutti__transport_t *tps[2] = {c->net->links.shm, c->net->links.ofi};
+    for (int i = 0; i < 2; i++)
+        if (tps[i] != NULL)
+            tps[i]->ops->cancel_chan(tps[i], TUTTI__CHAN_COLL + c->slice);
+}
+
 static tutti_status_t post(tutti__coll_t *c, int kind, int peer, const void *buf, size_t bytes,
                            tutti__req_t *req)
 {
     tutti__transport_t *tp = c->net->links.peer_tp[peer];
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
-    req->chan = c->kind == TUTTI_COLL_COUNT ? TUTTI__CHAN_P2P : TUTTI__CHAN_COLL + c->slice;
-    req->tag = req->chan == TUTTI__CHAN_P2P ? (uint32_t)c->tag : 0u;
+    req->chan = TUTTI__CHAN_COLL + c->slice;
+    req->tag = 0u;
     req->peer = peer;
     req->buf = (char *)buf;
     req->len = bytes;
     if (tp == NULL)
         return fail(c, TUTTI_ERR_INTERNAL, "no transport reaches rank %d", peer);
     tutti_status_t st = tp->ops->post(tp, req);
+    if (st < 0)
+        abandon(c, NULL, 0);
     if (st < 0)
         return fail(c, st, "%s could not post a %s of %zu bytes %s rank %d: %s", tp->ops->name,
                     kind == TUTTI__REQ_SEND ? "send" : "receive", bytes,
@@ -147,7 +167,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 left ? " (some had already destroyed the communicator)" : "");
 }
 
-tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
+static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
@@ -182,6 +202,14 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
         }
         tutti__backoff_pause(&b);
     }
+}
+
+tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
+{
+    tutti_status_t st = wait_reqs(c, reqs, n);
+    if (__builtin_expect(st < 0, 0))
+        abandon(c, reqs, n);
+    return st;
 }
 
 tutti_status_t tutti__send(tutti__coll_t *c, int peer, const void *buf, size_t bytes)

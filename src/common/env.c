@@ -64,6 +64,10 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"TUTTI_SHM_WINDOW", "4194304",
      "bytes per rank of the shared window the direct algorithms use (split between the slices "
      "when `CCL_WORKER_COUNT` > 1)"},
+    {"TUTTI_OFI_CHUNK", "1073741824",
+     "largest piece of one ofi message in bytes, 4096 to 1 GiB (the ranks use the smallest "
+     "any of them asks for): a larger message travels as several tagged messages, up to 8 of "
+     "them in flight; lower it only for a provider that mishandles large messages"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
 };
 const size_t tutti__env_knob_count = sizeof tutti__env_knobs / sizeof tutti__env_knobs[0];

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "../algos/algos.h"
+#include "../algos/p2p.h"
 #include "../bootstrap/bootstrap.h"
 #include "../common/common.h"
 #include "../transport/transport.h"
@@ -14,6 +15,7 @@
 #define TUTTI__COMM_MAGIC 0x74757474u /* "tutt" */
 
 typedef struct tutti__exec tutti__exec_t;
+typedef struct tutti__p2p_pg tutti__p2p_pg_t;
 
 /* How a communicator was asked for (config.c); sub-communicators inherit it. */
 typedef struct tutti__config {
@@ -34,6 +36,7 @@ struct tutti_comm {
 
     uint64_t seq;              /* collectives posted so far (atomic) */
     uint64_t p2p_seq;          /* send/recv calls so far, for messages (atomic) */
+    tutti__p2p_pg_t *p2p;      /* the point-to-point engine and its progress thread (p2p.c) */
     pthread_mutex_t err_lock;  /* guards failed, failed_msg and last_error */
     volatile tutti_status_t failed; /* TUTTI_OK, or the error that broke the communicator */
     char failed_msg[TUTTI__ERRLEN];
@@ -61,6 +64,7 @@ struct tutti_work {
     void (*cb)(tutti_work_t *, void *);
     void *cb_arg;
     tutti_status_t status;
+    int source;              /* a receive's sender once it completed, else -1 */
     void *owned;             /* memory the operation needs (copied layouts, packed data) */
     void (*post_fn)(tutti_work_t *); /* run on success before completion (unpacking) */
     char error[TUTTI__ERRLEN];
@@ -107,6 +111,24 @@ void tutti__work_complete(tutti_work_t *w, tutti_status_t st);
 
 /* tutti__work_release drops one reference to w, freeing it at zero. */
 void tutti__work_release(tutti_work_t *w);
+
+/* ---- point-to-point (p2p.c) ---- */
+
+/* tutti__p2p_open gives comm its point-to-point state (the engine itself comes with the first
+ * send or receive). */
+tutti_status_t tutti__p2p_open(tutti_comm_t *comm);
+
+/* tutti__p2p_submit runs a checked send or receive (kind TUTTI__P2P_SEND or _RECV, len bytes,
+ * peer a rank or TUTTI_ANY_SOURCE, tag >= 0) in comm's engine, apart from the collectives'
+ * queue: with work NULL it returns once the op is done (driving the engine in this thread),
+ * else it stores a handle the progress thread completes. Failures are recorded as comm's and
+ * the thread's last error; they never fail the communicator. */
+tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t len, int peer,
+                                 int tag, tutti_work_t **work);
+
+/* tutti__p2p_close ends every open send and receive of comm with status and why, stops the
+ * progress thread and frees the engine (destroy, and a half-made communicator). */
+void tutti__p2p_close(tutti_comm_t *comm, tutti_status_t status, const char *why);
 
 /* ---- affinity (affinity.c) ---- */
 

@@ -12,6 +12,7 @@ void tutti__comm_free(tutti_comm_t *c)
     if (c == NULL)
         return;
     tutti__exec_stop(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
+    tutti__p2p_close(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
     for (int i = 0; c->net.slices != NULL && i < c->nslices; i++)
         free(c->net.slices[i].scratch);
     free(c->net.slices);
@@ -82,6 +83,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     tutti__local_ip(c->nodes.nnodes, store, c->ip);
     TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, &c->net.live), st, fail);
     TUTTI__CHECK_GOTO(start_workers(c), st, fail);
+    TUTTI__CHECK_GOTO(tutti__p2p_open(c), st, fail);
     if (!tutti__comm_register(c)) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto fail;

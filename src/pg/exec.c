@@ -205,14 +205,10 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-/* number gives c its sequence number and, for a collective, its algorithm. Posts take numbers
+/* number gives c its sequence number and its algorithm. Posts take numbers
  * under the exec lock and the blocking fast path without it, so the counters are atomic. */
 static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes)
 {
-    if (c->kind == TUTTI_COLL_COUNT) {
-        c->seq = __atomic_fetch_add(&comm->p2p_seq, 1, __ATOMIC_RELAXED);
-        return;
-    }
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
     if (c->algo == NULL)
         c->algo = tutti__select(&comm->algo[c->kind], comm->net.links.wins != NULL, c->kind, bytes);
@@ -277,8 +273,7 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
      * so it always may (unless TUTTI_INLINE_MAX=0 sends everything to the workers); an
      * asynchronous post does only for small operations, which end before it could overlap. */
     bool may_inline = trivial || (blocking && e->inline_max != 0) ||
-                      (e->inline_max > 0 && bytes <= (size_t)e->inline_max &&
-                       c->kind != TUTTI_COLL_COUNT);
+                      (e->inline_max > 0 && bytes <= (size_t)e->inline_max);
     if (e->head == NULL && may_inline && w->nsplit == 1 && claim_inline(e)) {
         pthread_mutex_unlock(&e->lock);
         run_slice(e, w, 0);

@@ -147,8 +147,9 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
     t->nchan = nchan;
     t->addrs = malloc((size_t)t->size * sizeof *t->addrs);
     t->ctr = calloc((size_t)t->size * (size_t)t->nchan * 2, sizeof *t->ctr);
+    t->broken_stream = calloc((size_t)t->size * (size_t)t->nchan * 2, 1);
     all = calloc((size_t)t->size, sizeof *all);
-    if (t->addrs == NULL || t->ctr == NULL || all == NULL) {
+    if (t->addrs == NULL || t->ctr == NULL || t->broken_stream == NULL || all == NULL) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "ofi: out of memory for %d ranks", t->size);
         goto fail;
     }
@@ -194,7 +195,10 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
 
     uint64_t fmt = t->info->ep_attr->mem_tag_format;
     unsigned tagbits = fmt ? 64u - (unsigned)__builtin_clzll(fmt) : 64u;
-    size_t chunk = TUTTI__OFI_MAX_CHUNK;
+    long piece = (long)TUTTI__OFI_MAX_CHUNK;
+    if ((st = tutti__env_long("TUTTI_OFI_CHUNK", 4096, (long)TUTTI__OFI_MAX_CHUNK, &piece)) < 0)
+        goto fail;
+    size_t chunk = (size_t)piece;
     if (t->info->ep_attr->max_msg_size > 0 && t->info->ep_attr->max_msg_size < chunk)
         chunk = t->info->ep_attr->max_msg_size;
     /* Receives get half the receive queue: providers such as shm hold unexpected messages in

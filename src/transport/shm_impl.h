@@ -102,6 +102,7 @@ typedef struct chan {
     uint64_t rx_tail, rx_head; /* chunks I consumed; producer's count as last seen */
     uint64_t discard;          /* bytes of a rejected message still to drop */
     bool discarding;
+    bool tx_broken;            /* a send was withdrawn half written: no more sends here */
     int pending;               /* queued requests, plus one while discarding */
     int active_at;             /* index in the lane's active list, -1 when idle */
     int rank;                  /* the peer's global rank, for messages */

@@ -58,6 +58,21 @@ typedef struct tutti__transport_ops {
      * setting done (and status) on the ones that finish. Returns an error only for a failure
      * of the transport itself (then the text is in tp->err). */
     tutti_status_t (*progress)(tutti__transport_t *tp);
+    /* cancel withdraws req. When it returns, the transport never touches req or its buffer
+     * again, and req->done is set: req->status is the request's own outcome if it completed
+     * first (TUTTI_OK: all its bytes moved), else TUTTI_ERR_ABORTED (withdrawn). Returns
+     * TUTTI_OK when the (peer, channel) stream is still in step afterwards: a later request
+     * there meets the message it would have met had req never been posted (a receive's
+     * message, if part of it had arrived, is dropped whole). Returns an error, with the text in
+     * tp->err, when withdrawing req broke that stream (a message left half sent, or one the
+     * transport cannot take back): later posts there fail with that text; the transport may
+     * also have had to break itself altogether to keep the promise (then every later post and
+     * progress fails). Safe from any thread, like post and progress. */
+    tutti_status_t (*cancel)(tutti__transport_t *tp, tutti__req_t *req);
+    /* cancel_chan cancels every request still posted on channel chan, to or from any peer (a
+     * collective slice that failed: everything it posted lives on its stack). Returns TUTTI_OK,
+     * or an error with the text in tp->err if a stream broke (as cancel). */
+    tutti_status_t (*cancel_chan)(tutti__transport_t *tp, int chan);
     /* destroy frees tp; requests still posted are abandoned (their buffers are not touched
      * after destroy returns). */
     void (*destroy)(tutti__transport_t *tp);

@@ -164,6 +164,19 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
                               uint64_t tag);
 
+/* ---- threads that share a core (colocate.c) ---- */
+
+/* tutti__colo_note publishes the core the calling thread runs c's slice on (in its word of the
+ * slice's window; nothing without a window). The executor calls it as a call starts. */
+void tutti__colo_note(const tutti__coll_t *c);
+
+/* tutti__colo_shared tells whether rank r's thread of c's slice was last seen on the calling
+ * thread's core: the waiter should then step aside at once. When so, and the network context
+ * allows it (net->may_move), one of the two threads (the higher rank's, unless only the other
+ * may move) is moved to a core that no other thread of the node's ranks was seen on, at most
+ * every 50 ms per slice, without narrowing the cores it may use. */
+bool tutti__colo_shared(tutti__coll_t *c, int r);
+
 /* tutti__coll_scratch returns the slice's scratch buffer, of at least bytes (grown on demand,
  * freed with the communicator), or NULL with c->err set. */
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);

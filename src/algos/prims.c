@@ -147,16 +147,26 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 left ? " (some had already destroyed the communicator)" : "");
 }
 
+/* shared_core: a few spins into a wait, and now and then after, ask whether the thread of
+ * peer (the rank waited for) runs on this core; if so, spinning only keeps it from running:
+ * yield from now on (colocate.c may also move one of the two). */
+static inline void shared_core(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int peer)
+{
+    if ((it & 31u) == 4u && tutti__backoff_spinning(b) && tutti__colo_shared(c, peer))
+        tutti__backoff_step_aside(b);
+}
+
 tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
-        int pending = 0;
+        int pending = 0, first = -1;
         for (int i = 0; i < n; i++) {
             if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE)) {
-                pending++;
+                if (pending++ == 0)
+                    first = reqs[i].peer;
                 continue;
             }
             if (reqs[i].status < 0) {
@@ -180,6 +190,7 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
                     missing[nm++] = reqs[i].peer;
             TUTTI__CHECK(check_time(c, missing, nm));
         }
+        shared_core(c, &b, it, first);
         tutti__backoff_pause(&b);
     }
 }
@@ -243,6 +254,7 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
             return TUTTI_OK;
         if ((it & 63u) == 63u || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, missing, nm));
+        shared_core(c, &b, it, missing[0]);
         tutti__backoff_pause(&b);
     }
 }
@@ -268,6 +280,7 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
     for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
         if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, &r, 1));
+        shared_core(c, &b, it, r);
         tutti__backoff_pause(&b);
     }
     return TUTTI_OK;

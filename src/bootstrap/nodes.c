@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -21,7 +20,8 @@ typedef struct node_info {
     char boot_id[40];
     uint64_t netns, shm_dev;
     int32_t pid;
-    int32_t ncpus; /* cores this process may run on */
+    int32_t cpus_known; /* 1: cpus is the set of cores this process may run on */
+    tutti__cpuset_t cpus;
 } node_info_t;
 
 static uint64_t inode_of(const char *path)
@@ -49,8 +49,7 @@ static void read_node_info(node_info_t *ni)
     ni->netns = inode_of("/proc/self/ns/net");
     ni->shm_dev = device_of("/dev/shm");
     ni->pid = (int32_t)getpid();
-    cpu_set_t set;
-    ni->ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    ni->cpus_known = tutti__cpuset_self(&ni->cpus) ? 1 : 0;
 }
 
 static bool same_node(const node_info_t *a, const node_info_t *b)
@@ -66,7 +65,8 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
     node_info_t mine, *all = calloc((size_t)size, sizeof *all);
     n->node_of = calloc((size_t)size, sizeof(int));
     n->local_ranks = calloc((size_t)size, sizeof(int));
-    if (all == NULL || n->node_of == NULL || n->local_ranks == NULL) {
+    n->local_cpus = calloc((size_t)size, sizeof *n->local_cpus);
+    if (all == NULL || n->node_of == NULL || n->local_ranks == NULL || n->local_cpus == NULL) {
         free(all);
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "bootstrap: out of memory for %d ranks", size);
     }
@@ -94,9 +94,15 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
         if (n->node_of[r] == n->node_of[rank]) {
             if (r == rank)
                 n->local_rank = n->local_size;
+            /* Another process wrote this set: an unknown one stays empty (no core), and the
+             * placement then leaves that rank's threads where the system puts them. */
+            if (all[r].cpus_known == 1)
+                n->local_cpus[n->local_size] = all[r].cpus;
             n->local_ranks[n->local_size++] = r;
         }
-    n->ncpus = mine.ncpus;
+    n->ncpus = tutti__cpuset_count(&mine.cpus);
+    if (n->ncpus == 0)
+        n->ncpus = 1;
     free(all);
     return TUTTI_OK;
 }
@@ -105,7 +111,9 @@ void tutti__nodes_free(tutti__nodes_t *n)
 {
     free(n->node_of);
     free(n->local_ranks);
+    free(n->local_cpus);
     n->node_of = n->local_ranks = NULL;
+    n->local_cpus = NULL;
 }
 
 /* The address other ranks reach this one at: loopback on one node (the only safe choice on a

@@ -38,9 +38,16 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "first communicator is created)"},
     {"CCL_WORKER_COUNT", "1", "worker threads per rank that run the collectives (at least 1)"},
     {"CCL_WORKER_AFFINITY", "auto",
-     "cores for the workers: auto (distinct allowed cores, from the last one down), none, or a "
-     "list like \"3,4,5-7\" with local ranks x workers entries, entry i for local worker i"},
+     "cores for the workers: auto (allowed cores that no local rank's calling thread was given, "
+     "from the last one down; where none is left, the rank's own calling thread's core, never "
+     "another rank's), none, or a list like \"3,4,5-7\" with local ranks x workers entries, "
+     "entry i for local worker i"},
     {"CCL_WORKER_WAIT", "1", "1: idle workers sleep until work arrives; 0: they spin"},
+    {"TUTTI_CALLER_AFFINITY", "move",
+     "the thread that creates a communicator, when the launcher lets it run on several cores: "
+     "move (onto a core of its own, keeping every core it may use, and again when a wait finds "
+     "it sharing a core with a peer), pin (pinned to that core: its later threads inherit the "
+     "one core), none (never touched)"},
     {"TUTTI_INLINE_MAX", "65536",
      "bytes up to which an asynchronous post on an idle communicator runs in the caller's "
      "thread (blocking calls always may); 0: every operation goes to the workers"},

@@ -93,6 +93,7 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
         return TUTTI_OK;
     }
     c->deadline = 0.0; /* from the start (its first wait), not from the post */
+    tutti__colo_note(c);
     return c->algo->run(c);
 }
 

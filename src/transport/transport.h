@@ -80,6 +80,9 @@ typedef struct tutti__window {
     size_t region_size;
     char **regions;                /* regions[r]: base of rank r's region, 64-byte aligned */
     volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
+    volatile uint32_t **where;     /* where[r]: a word in rank r's flag line that rank r's thread
+                                      of this slice writes and every other rank reads (the core it
+                                      runs on, algos/colocate.c); 0 until written */
     uint64_t epoch;                /* this rank's last posted epoch */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
                            two halves it alternates between (reserved by the process group at creation) */

@@ -3,7 +3,8 @@
  * spinning workers, explicit lists, unknown sets) and thousands of random ones; the wait's
  * answer to a peer on its own core (algos/colocate.c) on a window made by hand; and, on 2 ranks,
  * what communicator creation does with the calling thread (TUTTI_CALLER_AFFINITY) and with
- * ranks that a launcher bound to a core each. */
+ * ranks that a launcher bound to a core each; sleeping on a rank's doorbell, alone and with
+ * ranks in sessions of their own on one core. */
 #include <check.h>
 #include <pthread.h>
 #include <sched.h>
@@ -228,7 +229,7 @@ typedef struct fake {
     tutti__window_t win, *wins[1];
     char *regions[2];
     volatile uint64_t *flags[2];
-    volatile uint32_t *where[2];
+    volatile uint32_t *notes[2];
     volatile uint64_t flagmem[2][8];
     tutti__coll_t c;
     char err[TUTTI__ERRLEN];
@@ -239,11 +240,11 @@ static void fake_init(fake_t *f, int rank, bool may_move)
     memset(f, 0, sizeof *f);
     for (int r = 0; r < 2; r++) {
         f->flags[r] = &f->flagmem[r][0];
-        f->where[r] = (volatile uint32_t *)&f->flagmem[r][1];
+        f->notes[r] = (volatile uint32_t *)&f->flagmem[r][1];
     }
     f->win = (tutti__window_t){.nranks = 2, .regions = f->regions,
                                .flags = (volatile uint64_t **)f->flags,
-                               .where = (volatile uint32_t **)f->where};
+                               .notes = (volatile uint32_t **)f->notes};
     f->wins[0] = &f->win;
     f->net = (tutti__net_t){.rank = rank, .size = 2, .nchan = 2, .slices = f->slices,
                             .may_move = may_move};
@@ -289,59 +290,107 @@ START_TEST(test_colocated_wait)
     fake_init(&f, 1, true);
     tutti__thread_move(a, false);
     int here = sched_getcpu();
-    *f.where[0] = (uint32_t)(here + 1) | (1u << 31);
+    *f.notes[0] = (uint32_t)(here + 1) | (1u << 31);
     ck_assert(tutti__colo_shared(&f.c, 0));
     int now = sched_getcpu();
     ck_assert_msg(now != here, "rank 1 shared core %d with rank 0 and stayed there", here);
-    ck_assert_uint_eq(*f.where[1] & ~(1u << 31), (uint32_t)now + 1);
+    ck_assert_uint_eq(*f.notes[1] & ~(1u << 31), (uint32_t)now + 1);
     cpu_set_t after;
     sched_getaffinity(0, sizeof after, &after);
     ck_assert_msg(CPU_EQUAL(&before, &after), "the move narrowed the thread's allowed cores");
     /* Moved once: within the rate limit it steps aside again but does not move. */
-    *f.where[0] = (uint32_t)(now + 1) | (1u << 31);
+    *f.notes[0] = (uint32_t)(now + 1) | (1u << 31);
     ck_assert(tutti__colo_shared(&f.c, 0));
     ck_assert_int_eq(sched_getcpu(), now);
 
     /* Rank 0 with a movable rank 1 on its core: its peer's turn to move. */
     fake_init(&f, 0, true);
     here = sched_getcpu();
-    *f.where[1] = (uint32_t)(here + 1) | (1u << 31);
+    *f.notes[1] = (uint32_t)(here + 1) | (1u << 31);
     ck_assert(tutti__colo_shared(&f.c, 1));
     ck_assert_int_eq(sched_getcpu(), here);
     /* ... but when rank 1 cannot move (bound), rank 0 does. */
     fake_init(&f, 0, true);
-    *f.where[1] = (uint32_t)(here + 1);
+    *f.notes[1] = (uint32_t)(here + 1);
     ck_assert(tutti__colo_shared(&f.c, 1));
     ck_assert_int_ne(sched_getcpu(), here);
 
     /* A peer elsewhere: nothing to do. */
     fake_init(&f, 1, true);
     here = sched_getcpu();
-    *f.where[0] = (uint32_t)((here == a ? b : a) + 1);
+    *f.notes[0] = (uint32_t)((here == a ? b : a) + 1);
     ck_assert(!tutti__colo_shared(&f.c, 0));
     ck_assert_int_eq(sched_getcpu(), here);
     /* An unknown peer (word 0), or a peer that is this rank, is never shared. */
-    *f.where[0] = 0;
+    *f.notes[0] = 0;
     ck_assert(!tutti__colo_shared(&f.c, 0));
     ck_assert(!tutti__colo_shared(&f.c, 1));
 
     /* may_move false (TUTTI_CALLER_AFFINITY=pin or none): step aside, never move. */
     fake_init(&f, 1, false);
     here = sched_getcpu();
-    *f.where[0] = (uint32_t)(here + 1) | (1u << 31);
+    *f.notes[0] = (uint32_t)(here + 1) | (1u << 31);
     ck_assert(tutti__colo_shared(&f.c, 0));
     ck_assert_int_eq(sched_getcpu(), here);
-    ck_assert_msg((*f.where[1] & (1u << 31)) == 0, "a thread that may not move says it may");
+    ck_assert_msg((*f.notes[1] & (1u << 31)) == 0, "a thread that may not move says it may");
 
     /* A thread pinned to one core never moves, and says so. */
     pin_to(a);
     fake_init(&f, 1, true);
-    *f.where[0] = (uint32_t)(a + 1) | (1u << 31);
+    *f.notes[0] = (uint32_t)(a + 1) | (1u << 31);
     ck_assert(tutti__colo_shared(&f.c, 0));
     ck_assert_int_eq(sched_getcpu(), a);
-    ck_assert_uint_eq(*f.where[1], (uint32_t)a + 1);
+    ck_assert_uint_eq(*f.notes[1], (uint32_t)a + 1);
     sched_setaffinity(0, sizeof before, &before);
     ck_assert(tutti__thread_movable(true));
+}
+END_TEST
+
+/* A thread asleep on rank 0's doorbell wakes when rank 0 rings it (the sleep's own timeout is
+ * far beyond the test's: a lost wake-up fails the test by its timeout); a ring with nobody
+ * asleep does nothing; a sleeper whose wait is already over does not sleep. */
+typedef struct sleeper {
+    fake_t *f;
+    volatile int flag, woke;
+} sleeper_t;
+
+static bool flag_set(const void *p) { return __atomic_load_n(&((const sleeper_t *)p)->flag, __ATOMIC_ACQUIRE); }
+
+static void *sleep_on_rank0(void *p)
+{
+    sleeper_t *s = p;
+    while (!flag_set(s))
+        tutti__colo_sleep(&s->f->c, 0, flag_set, s, 1000.0);
+    __atomic_store_n(&s->woke, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+START_TEST(test_doorbell)
+{
+    fake_t waiter, ringer;
+    fake_init(&waiter, 1, false);
+    fake_init(&ringer, 0, false);
+    /* one window seen by both "ranks": the ringer's notes are the waiter's */
+    ringer.net.links.wins = waiter.net.links.wins;
+    ringer.net.sleep_waits = waiter.net.sleep_waits = true;
+    sleeper_t s = {.f = &waiter};
+    /* Already over: returns at once whatever the timeout. */
+    s.flag = 1;
+    tutti__colo_sleep(&waiter.c, 0, flag_set, &s, 1000.0);
+    ck_assert_uint_eq(waiter.notes[0][1], 0); /* it counted itself out again */
+    s.flag = 0;
+    tutti__colo_ring(&ringer.c); /* nobody asleep: nothing rung */
+    ck_assert_uint_eq(waiter.notes[0][2], 0);
+    pthread_t t;
+    ck_assert(pthread_create(&t, NULL, sleep_on_rank0, &s) == 0);
+    while (__atomic_load_n(&waiter.notes[0][1], __ATOMIC_ACQUIRE) == 0)
+        sched_yield(); /* until it sleeps (or is about to) */
+    __atomic_store_n(&s.flag, 1, __ATOMIC_RELEASE);
+    tutti__colo_ring(&ringer.c);
+    pthread_join(t, NULL);
+    ck_assert(s.woke);
+    ck_assert_uint_ge(waiter.notes[0][2], 1);
+    ck_assert_uint_eq(waiter.notes[0][1], 0);
 }
 END_TEST
 
@@ -478,6 +527,77 @@ static int bound_shared_rank(int rank, int size, void *arg)
     return rc;
 }
 
+/* Ranks each in a session of its own (as MPICH's Hydra starts them), all on one core: with
+ * autogroup on, sched_yield cannot hand the core from one to another, so waits sleep on
+ * doorbells; every collective and algorithm (flagged lines, barriers, transport messages)
+ * must still give exact results. */
+static int autogroup_on(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/sched_autogroup_enabled", "r");
+    int on = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%d", &on) != 1)
+            on = 0;
+        fclose(f);
+    }
+    return on;
+}
+
+static int session_rank(int rank, int size, void *arg)
+{
+    const int *core = arg;
+    if (setsid() < 0)
+        return th_fail("setsid failed");
+    pin_to(*core);
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    if (comm->net.sleep_waits != (autogroup_on() == 1))
+        rc = th_fail("sleep_waits %d with autogroup %d", comm->net.sleep_waits, autogroup_on());
+    if (!comm->net.oversubscribed)
+        rc = th_fail("%d ranks on one core not oversubscribed", size);
+    static const char *const algos[] = {"direct", "ring", "tree"};
+    for (int a = 0; a < 3 && rc == 0; a++) {
+        if (tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, algos[a]) != TUTTI_OK)
+            return th_fail("set %s: %s", algos[a], tutti_comm_last_error(comm));
+        for (size_t n = 1; n <= (1u << 18) && rc == 0; n *= 64) {
+            int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+            for (size_t i = 0; i < n; i++)
+                x[i] = (int32_t)(i % 1000) * (rank + 1);
+            for (int it = 0; it < 20 && rc == 0; it++) {
+                if (tutti_allreduce(x, y, n, TUTTI_INT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+                    rc = th_fail("allreduce %s: %s", algos[a], tutti_comm_last_error(comm));
+                for (size_t i = 0; i < n && rc == 0; i++)
+                    if (y[i] != (int32_t)(i % 1000) * size * (size + 1) / 2)
+                        rc = th_fail("allreduce %s of %zu: [%zu] = %d", algos[a], n, i, y[i]);
+            }
+            free(x);
+            free(y);
+        }
+    }
+    int32_t mine[3] = {rank, rank * 10, rank * 100}, all[3 * 8];
+    if (rc == 0 && (tutti_allgather(mine, all, 3, TUTTI_INT32, comm, NULL) != TUTTI_OK ||
+                    tutti_barrier(comm, NULL) != TUTTI_OK))
+        rc = th_fail("allgather or barrier: %s", tutti_comm_last_error(comm));
+    for (int r = 0; r < size && rc == 0; r++)
+        if (all[3 * r] != r || all[3 * r + 2] != r * 100)
+            rc = th_fail("allgather: rank %d's block is %d %d", r, all[3 * r], all[3 * r + 2]);
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_own_sessions)
+{
+    int cores[2];
+    two_cores(&cores[0], &cores[1]);
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 150;
+    ck_assert(th_run_opts(3, &o, session_rank, &cores[0]) == 0);
+}
+END_TEST
+
 START_TEST(test_bound_ranks)
 {
     int cores[2];
@@ -505,12 +625,14 @@ int main(void)
     suite_add_tcase(s, tp);
     TCase *tw = tcase_create("wait");
     tcase_add_test(tw, test_colocated_wait);
+    tcase_add_test(tw, test_doorbell);
     suite_add_tcase(s, tw);
     TCase *tc = tcase_create("create");
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_caller_modes);
     tcase_add_test(tc, test_caller_bad);
     tcase_add_test(tc, test_bound_ranks);
+    tcase_add_test(tc, test_own_sessions);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);

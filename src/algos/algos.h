@@ -177,6 +177,17 @@ void tutti__colo_note(const tutti__coll_t *c);
  * every 50 ms per slice, without narrowing the cores it may use. */
 bool tutti__colo_shared(tutti__coll_t *c, int r);
 
+/* tutti__colo_ring wakes the threads asleep on this rank's doorbell (tutti__colo_sleep), if
+ * any, once this rank has published what they may wait for. Nothing unless net->sleep_waits:
+ * a fence and a load where it is. */
+void tutti__colo_ring(const tutti__coll_t *c);
+
+/* tutti__colo_sleep sleeps until rank r rings its doorbell or timeout_s passes, unless
+ * ready(arg) (looked at after this thread counted itself among r's sleepers) already holds;
+ * without a window it only sleeps. The caller looks again either way. */
+void tutti__colo_sleep(const tutti__coll_t *c, int r, bool (*ready)(const void *),
+                       const void *arg, double timeout_s);
+
 /* tutti__coll_scratch returns the slice's scratch buffer, of at least bytes (grown on demand,
  * freed with the communicator), or NULL with c->err set. */
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);

@@ -31,6 +31,10 @@ typedef struct tutti__net {
                                yield at once */
     bool may_move;          /* a wait that finds its thread on the core of the thread it waits
                                for may move its own thread to a free core (colocate.c) */
+    bool sleep_waits;       /* the local ranks run in different scheduling groups (each in a
+                               session of its own, as MPICH's Hydra starts them): sched_yield
+                               cannot hand the core to the rank waited for, so a wait that
+                               steps aside sleeps on that rank's doorbell instead (colocate.c) */
     const volatile tutti_status_t *failed; /* the communicator's status word, only read here
                                               (to stop waiting once it is aborted) */
 } tutti__net_t;

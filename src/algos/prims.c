@@ -147,21 +147,55 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 left ? " (some had already destroyed the communicator)" : "");
 }
 
-/* shared_core: a few spins into a wait, and now and then after, ask whether the thread of
- * peer (the rank waited for) runs on this core; if so, spinning only keeps it from running:
- * yield from now on (colocate.c may also move one of the two). */
-static inline void shared_core(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int peer)
+/* How long a wait that sleeps on a doorbell sleeps at most before it looks again (a doorbell
+ * that no one rings, such as a transport's, costs no more than this). */
+#define DOORBELL_SLEEP_S 200e-6
+
+/*
+ * pause_for is one pause of a wait for rank peer (ready(arg) tells whether what it waits for
+ * has come). A few spins into a wait, and now and then after, it asks whether the thread of
+ * peer runs on this core: if so, spinning only keeps it from running, and the wait steps aside
+ * from then on (colocate.c may also move one of the two). Stepping aside yields the core, or
+ * where yielding cannot reach the peer (net->sleep_waits) sleeps on the peer's doorbell.
+ */
+static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int peer,
+                      bool (*ready)(const void *), const void *arg)
 {
     if ((it & 31u) == 4u && tutti__backoff_spinning(b) && tutti__colo_shared(c, peer))
         tutti__backoff_step_aside(b);
+    if (c->net->sleep_waits && b->oversubscribed) {
+        b->iter++;
+        tutti__colo_sleep(c, peer, ready, arg, DOORBELL_SLEEP_S);
+        return;
+    }
+    tutti__backoff_pause(b);
+}
+
+typedef struct reqs_ready {
+    tutti__coll_t *c;
+    tutti__req_t *reqs;
+    int n;
+} reqs_ready_t;
+
+static bool reqs_done(const void *p)
+{
+    const reqs_ready_t *q = p;
+    if (progress_all(q->c) < 0)
+        return true; /* the wait loop reports it */
+    for (int i = 0; i < q->n; i++)
+        if (!__atomic_load_n(&q->reqs[i].done, __ATOMIC_ACQUIRE))
+            return false;
+    return true;
 }
 
 tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
+    reqs_ready_t rr = {c, reqs, n};
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
+        tutti__colo_ring(c); /* what progress moved may be what a sleeping peer waits for */
         int pending = 0, first = -1;
         for (int i = 0; i < n; i++) {
             if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE)) {
@@ -190,8 +224,7 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
                     missing[nm++] = reqs[i].peer;
             TUTTI__CHECK(check_time(c, missing, nm));
         }
-        shared_core(c, &b, it, first);
-        tutti__backoff_pause(&b);
+        pause_for(c, &b, it, first, reqs_done, &rr);
     }
 }
 
@@ -236,11 +269,27 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
     return TUTTI_OK;
 }
 
+typedef struct epoch_ready {
+    const tutti__window_t *w;
+    uint64_t e;
+} epoch_ready_t;
+
+static bool all_arrived(const void *p)
+{
+    const epoch_ready_t *q = p;
+    for (int r = 0; r < q->w->nranks; r++)
+        if (__atomic_load_n(q->w->flags[r], __ATOMIC_ACQUIRE) < q->e)
+            return false;
+    return true;
+}
+
 tutti_status_t tutti__win_barrier(tutti__coll_t *c)
 {
     tutti__window_t *w = c->net->links.wins[c->slice];
     uint64_t e = ++w->epoch;
     __atomic_store_n(w->flags[c->rank], e, __ATOMIC_RELEASE);
+    tutti__colo_ring(c);
+    epoch_ready_t er = {w, e};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
     /* Epochs only grow, so a rank that has already moved on to the next barrier still counts
@@ -254,8 +303,7 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
             return TUTTI_OK;
         if ((it & 63u) == 63u || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, missing, nm));
-        shared_core(c, &b, it, missing[0]);
-        tutti__backoff_pause(&b);
+        pause_for(c, &b, it, missing[0], all_arrived, &er);
     }
 }
 
@@ -269,19 +317,31 @@ void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)
     }
 }
 
+typedef struct line_ready {
+    const uint64_t *t;
+    uint64_t tag;
+} line_ready_t;
+
+static bool line_here(const void *p)
+{
+    const line_ready_t *q = p;
+    return __atomic_load_n(q->t, __ATOMIC_ACQUIRE) == q->tag;
+}
+
 tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 {
     const uint64_t *t = (const uint64_t *)(const void *)(c->net->links.wins[c->slice]->regions[r] +
                                                          off + TUTTI__LL_DATA);
     if (__atomic_load_n(t, __ATOMIC_ACQUIRE) == tag)
         return TUTTI_OK;
+    tutti__colo_ring(c); /* this rank wrote its lines before it waits for others' */
+    line_ready_t lr = {t, tag};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
     for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
         if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, &r, 1));
-        shared_core(c, &b, it, r);
-        tutti__backoff_pause(&b);
+        pause_for(c, &b, it, r, line_here, &lr);
     }
     return TUTTI_OK;
 }

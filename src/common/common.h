@@ -99,6 +99,13 @@ static inline void tutti__backoff_step_aside(tutti__backoff_t *b) { b->oversubsc
 
 static inline void tutti__cpu_relax(void) { __builtin_ia32_pause(); }
 
+/* tutti__futex_wait sleeps while *word == expect, at most timeout_s seconds or until
+ * tutti__futex_wake; *word may be in memory shared between processes. Wakes may be spurious:
+ * callers look again. */
+void tutti__futex_wait(volatile uint32_t *word, uint32_t expect, double timeout_s);
+/* tutti__futex_wake wakes every thread, of any process, sleeping on word. */
+void tutti__futex_wake(volatile uint32_t *word);
+
 /* ---- cores (cpu.c) ------------------------------------------------------------------------ */
 
 /* A set of cores, as many as a cpu_set_t holds, in a fixed layout that processes can exchange. */

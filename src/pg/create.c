@@ -111,6 +111,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         place_caller(c);
     }
     c->net.oversubscribed = c->threads.oversubscribed;
+    c->net.sleep_waits = !c->nodes.one_sched_group;
     TUTTI__CHECK_GOTO(tutti__links_open(&c->net.links, rank, size, c->net.nchan, cfg->transport,
                                         &c->nodes, bs),
                       st, fail);

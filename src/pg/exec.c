@@ -94,7 +94,9 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
     }
     c->deadline = 0.0; /* from the start (its first wait), not from the post */
     tutti__colo_note(c);
-    return c->algo->run(c);
+    tutti_status_t st = c->algo->run(c);
+    tutti__colo_ring(c); /* its last writes may be what a sleeping peer waits for */
+    return st;
 }
 
 /*

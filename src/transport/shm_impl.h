@@ -15,7 +15,7 @@
  *
  *   0            seg_hdr_t (parameters, checked by every rank that maps the segment)
  *   flags_off    nwin * nlocal barrier flags, one 64-byte line each (window s, rank r at
- *                s * nlocal + r): the epoch at byte 0, the owner's "where" word at FLAG_WHERE
+ *                s * nlocal + r): the epoch at byte 0, 3 words of notes at FLAG_NOTES
  *   regions_off  nwin * nlocal window regions, region_stride apart, same order (page aligned:
  *                first touch by the owner places each on the owner's NUMA node)
  *   rings_off    channel 0 (send/recv): one ring per ordered pair (i -> j, i != j), then each
@@ -39,7 +39,7 @@
 #define MIN_SLICE_REGION (64u * 1024u) /* smallest region of a window when there are slices */
 #define MAX_LOCAL 4096
 #define NAME_LEN 40 /* "/tutti-" + 32 hex + NUL */
-#define FLAG_WHERE 8u /* byte offset of the window's "where" word in a flag line */
+#define FLAG_NOTES 8u /* byte offset of a window's notes in a flag line (tutti__window_t) */
 
 _Static_assert(TUTTI__CHAN_MAX <= 32, "the busy mask has one bit per channel");
 

@@ -298,12 +298,12 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
         w->region_size = L->region_size;
         w->regions = (char **)(w + 1);
         w->flags = (volatile uint64_t **)(w->regions + n);
-        w->where = (volatile uint32_t **)(w->flags + n);
+        w->notes = (volatile uint32_t **)(w->flags + n);
         for (int r = 0; r < n; r++) {
             uint64_t i = (uint64_t)s * (uint64_t)n + (uint64_t)r;
             w->regions[r] = base + L->regions_off + i * L->region_stride;
             w->flags[r] = (volatile uint64_t *)(base + L->flags_off + i * LINE);
-            w->where[r] = (volatile uint32_t *)(base + L->flags_off + i * LINE + FLAG_WHERE);
+            w->notes[r] = (volatile uint32_t *)(base + L->flags_off + i * LINE + FLAG_NOTES);
         }
         w->epoch = 0;
     }

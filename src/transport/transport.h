@@ -80,9 +80,11 @@ typedef struct tutti__window {
     size_t region_size;
     char **regions;                /* regions[r]: base of rank r's region, 64-byte aligned */
     volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
-    volatile uint32_t **where;     /* where[r]: a word in rank r's flag line that rank r's thread
-                                      of this slice writes and every other rank reads (the core it
-                                      runs on, algos/colocate.c); 0 until written */
+    volatile uint32_t **notes;     /* notes[r]: 3 words in rank r's flag line, 0 until written,
+                                      for algos/colocate.c: [0] the core rank r's thread of this
+                                      slice runs on (it writes it, all read), [1] how many threads
+                                      sleep waiting for rank r (they add and remove themselves),
+                                      [2] the doorbell rank r rings for them (a futex word) */
     uint64_t epoch;                /* this rank's last posted epoch */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
                            two halves it alternates between (reserved by the process group at creation) */

@@ -283,11 +283,18 @@ static bool all_arrived(const void *p)
     return true;
 }
 
-tutti_status_t tutti__win_barrier(tutti__coll_t *c)
+/* A rank whose single-copy reads failed says so in its barrier epoch: the epoch stays at or
+ * past every later one (it still counts as arrived, and its communicator is failed anyway), and
+ * the others see the bit once they pass the barrier. */
+#define EPOCH_FAILED ((uint64_t)1 << 63)
+
+/* barrier is tutti__win_barrier; failed marks this rank's epoch with EPOCH_FAILED, and
+ * *failed_rank (when not NULL) is then the lowest rank whose epoch carried it, or -1. */
+static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
 {
     tutti__window_t *w = c->net->links.wins[c->slice];
     uint64_t e = ++w->epoch;
-    __atomic_store_n(w->flags[c->rank], e, __ATOMIC_RELEASE);
+    __atomic_store_n(w->flags[c->rank], e | (failed ? EPOCH_FAILED : 0), __ATOMIC_RELEASE);
     tutti__colo_ring(c);
     epoch_ready_t er = {w, e};
     tutti__backoff_t b;
@@ -300,11 +307,58 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
             if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) < e && nm < 64)
                 missing[nm++] = r;
         if (nm == 0)
-            return TUTTI_OK;
+            break;
         if ((it & 63u) == 63u || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, missing, nm));
         pause_for(c, &b, it, missing[0], all_arrived, &er);
     }
+    for (int r = 0; failed_rank != NULL && r < w->nranks; r++)
+        if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) & EPOCH_FAILED) {
+            *failed_rank = r;
+            break;
+        }
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__win_barrier(tutti__coll_t *c) { return barrier(c, false, NULL); }
+
+tutti_status_t tutti__cma_window(tutti__coll_t *c, size_t words, tutti__window_t **w)
+{
+    TUTTI__CHECK(tutti__direct_window(c, w));
+    if (!(*w)->cma || (*w)->pids == NULL)
+        return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
+                              "%s (cma): single copy (process_vm_readv) is off on this node "
+                              "(TUTTI_CMA=off, or ptrace rules forbid it): use the direct "
+                              "algorithm",
+                              c->name);
+    if (words > (*w)->region_size / sizeof(uint64_t))
+        return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
+                              "%s (cma): the shm window (%zu bytes per rank) cannot hold %zu "
+                              "addresses; raise TUTTI_SHM_WINDOW or use the direct algorithm",
+                              c->name, (*w)->region_size, words);
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__cma_get(tutti__coll_t *c, tutti__window_t *w, int r, uint64_t remote,
+                             void *dst, size_t len)
+{
+    char why[TUTTI__ERRLEN];
+    tutti_status_t st = tutti__cma_read(w, r, remote, dst, len, why);
+    return st < 0 ? fail(c, st, "%s", why) : TUTTI_OK;
+}
+
+tutti_status_t tutti__cma_finish(tutti__coll_t *c, tutti_status_t mine)
+{
+    int failed = -1;
+    TUTTI__CHECK(barrier(c, mine < 0, &failed));
+    if (mine < 0)
+        return mine; /* its own text is in c->err */
+    if (failed >= 0)
+        return fail(c, TUTTI_ERR_SYSTEM,
+                    "rank %d could not read with process_vm_readv (its error says why); set "
+                    "TUTTI_CMA=off to copy through shared memory instead",
+                    failed);
+    return TUTTI_OK;
 }
 
 void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)

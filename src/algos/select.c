@@ -5,12 +5,14 @@
 static const tutti__algo_t *const allreduce_algos[] = {&tutti__allreduce_direct, &tutti__allreduce_ring,
                                                        &tutti__allreduce_tree, NULL};
 static const tutti__algo_t *const allgather_algos[] = {&tutti__allgather_direct, &tutti__allgather_ring,
-                                                       NULL};
+                                                       &tutti__allgather_cma, NULL};
 static const tutti__algo_t *const alltoall_algos[] = {&tutti__alltoall_direct,
-                                                      &tutti__alltoall_pairwise, NULL};
+                                                      &tutti__alltoall_pairwise,
+                                                      &tutti__alltoall_cma, NULL};
 static const tutti__algo_t *const reduce_scatter_algos[] = {&tutti__reduce_scatter_direct,
                                                             &tutti__reduce_scatter_ring, NULL};
-static const tutti__algo_t *const bcast_algos[] = {&tutti__bcast_direct, &tutti__bcast_tree, NULL};
+static const tutti__algo_t *const bcast_algos[] = {&tutti__bcast_direct, &tutti__bcast_tree,
+                                                   &tutti__bcast_cma, NULL};
 static const tutti__algo_t *const reduce_algos[] = {&tutti__reduce_direct, &tutti__reduce_tree, NULL};
 static const tutti__algo_t *const barrier_algos[] = {&tutti__barrier_direct,
                                                      &tutti__barrier_dissemination, NULL};
@@ -49,9 +51,10 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
 /* Defaults. One node over shm: the direct algorithms touch each byte the fewest times and need
  * no hand-offs between neighbours. Across nodes: a tree for latency-bound sizes, a ring once
  * bandwidth dominates. */
-const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool win, tutti_coll_t coll,
-                                   size_t bytes)
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool win, bool cma,
+                                   tutti_coll_t coll, size_t bytes)
 {
+    (void)cma;
     for (int i = 0; i < ov->n; i++)
         if (bytes >= ov->r[i].lo && bytes <= ov->r[i].hi)
             return ov->r[i].algo;

@@ -56,6 +56,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"TUTTI_SHM_WINDOW", "4194304",
      "bytes per rank of the shared window the direct algorithms use (split between the slices "
      "when CCL_WORKER_COUNT > 1)"},
+    {"TUTTI_CMA", "auto",
+     "single copy between the ranks of a node with process_vm_readv, where the algorithms choose "
+     "it: auto (where every pair of local ranks may, probed at creation), off (never)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
 };
 const size_t tutti__env_knob_count = sizeof tutti__env_knobs / sizeof tutti__env_knobs[0];

@@ -141,6 +141,13 @@ bool tutti__place(int nlocal, const tutti__cpuset_t *sets, int nworkers, bool wo
 tutti_status_t tutti__threads_plan(const tutti__nodes_t *nodes, int nworkers, bool workers_spin,
                                    tutti__threads_t *out);
 
+/* tutti__comm_cma tells whether comm's ranks, all on this node, can read each other's memory
+ * (single copy: the cma algorithms can run). */
+static inline bool tutti__comm_cma(const tutti_comm_t *comm)
+{
+    return comm->net.links.wins != NULL && comm->net.links.wins[0]->cma;
+}
+
 /* ---- the handle: registry and errors (comm.c) ---- */
 
 /* tutti__comm_register adds comm to the registry of live handles; false when out of memory. */

@@ -147,16 +147,6 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 left ? " (some had already destroyed the communicator)" : "");
 }
 
-/* wait_init starts the backoff of one wait of c: oversubscribed ranks step aside at once;
- * otherwise a thread whose core is its own by the placement (not a worker on its caller's core)
- * may be patient, since pause_for watches for the peer on its core. */
-static void wait_init(tutti__coll_t *c, tutti__backoff_t *b)
-{
-    tutti__backoff_init(b, c->net->oversubscribed);
-    tutti__window_t *w = c->net->links.wins ? c->net->links.wins[c->slice] : NULL;
-    b->patient = w != NULL && w->notes != NULL && !tutti__thread_shared();
-}
-
 /* How long a wait that sleeps on a doorbell sleeps at most before it looks again (a doorbell
  * that no one rings, such as a transport's, costs no more than this). */
 #define DOORBELL_SLEEP_S 200e-6
@@ -171,7 +161,7 @@ static void wait_init(tutti__coll_t *c, tutti__backoff_t *b)
 static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int peer,
                       bool (*ready)(const void *), const void *arg)
 {
-    if ((it & 31u) == 4u && !b->oversubscribed && tutti__colo_shared(c, peer))
+    if ((it & 31u) == 4u && tutti__backoff_spinning(b) && tutti__colo_shared(c, peer))
         tutti__backoff_step_aside(b);
     if (c->net->sleep_waits && b->oversubscribed) {
         b->iter++;
@@ -201,7 +191,7 @@ static bool reqs_done(const void *p)
 tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
-    wait_init(c, &b);
+    tutti__backoff_init(&b, c->net->oversubscribed);
     reqs_ready_t rr = {c, reqs, n};
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
@@ -308,7 +298,7 @@ static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
     tutti__colo_ring(c);
     epoch_ready_t er = {w, e};
     tutti__backoff_t b;
-    wait_init(c, &b);
+    tutti__backoff_init(&b, c->net->oversubscribed);
     /* Epochs only grow, so a rank that has already moved on to the next barrier still counts
      * as arrived here. */
     for (unsigned it = 0;; it++) {
@@ -401,7 +391,7 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
     tutti__colo_ring(c); /* this rank wrote its lines before it waits for others' */
     line_ready_t lr = {t, tag};
     tutti__backoff_t b;
-    wait_init(c, &b);
+    tutti__backoff_init(&b, c->net->oversubscribed);
     for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
         if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, &r, 1));

@@ -75,8 +75,6 @@ typedef struct tutti__backoff {
     unsigned iter;
     double start;
     bool oversubscribed;
-    bool patient; /* the waiter has its core to itself and watches for a peer on it: it spins
-                     until the long-wait sleep instead of yielding (tutti__backoff_pause) */
 } tutti__backoff_t;
 
 void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed);
@@ -138,12 +136,6 @@ bool tutti__cpuset_self(tutti__cpuset_t *s);
 /* tutti__cpu_now is the core the calling thread runs on now, or -1; cheap enough for a wait
  * loop (no system call where the C library has rseq). */
 int tutti__cpu_now(void);
-
-/* tutti__thread_set_shared says whether the calling thread shares its core with a thread of
- * the user's (a worker placed on its caller's core, or not pinned at all): then its waits must
- * yield soon. tutti__thread_shared reads it back (false for a thread that never set it). */
-void tutti__thread_set_shared(bool shared);
-bool tutti__thread_shared(void);
 
 /* tutti__thread_movable tells whether the calling thread may run on more than one core (so
  * that tutti__thread_move can place it without pinning it); remembered per thread, looked up

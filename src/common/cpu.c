@@ -40,12 +40,6 @@ int tutti__cpu_now(void)
     return sched_getcpu();
 }
 
-static __thread bool shared;
-
-void tutti__thread_set_shared(bool yes) { shared = yes; }
-
-bool tutti__thread_shared(void) { return shared; }
-
 /* -1: not looked up yet on this thread; 0 or 1: tutti__thread_movable's answer. */
 static __thread int movable = -1;
 

@@ -26,15 +26,11 @@ void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed)
     b->iter = 0;
     b->start = 0.0;
     b->oversubscribed = oversubscribed;
-    b->patient = false;
 }
 
 /* Spinning wins while the peer runs on another core (sub-microsecond hand-offs); once the wait
  * is long, or when ranks outnumber cores, the waiter must give its core away or it delays the
- * very peer it waits for. A patient waiter knows that no thread it might delay shares its core
- * (its caller checks where the peer runs): yielding would only hand the core to some other
- * process for a whole time slice (milliseconds, on a busy machine, in the middle of a
- * collective), so it spins on until the wait is long enough to sleep. */
+ * very peer it waits for. */
 void tutti__backoff_pause(tutti__backoff_t *b)
 {
     unsigned it = b->iter++;
@@ -45,10 +41,7 @@ void tutti__backoff_pause(tutti__backoff_t *b)
     if (b->start == 0.0)
         b->start = tutti__now();
     if ((it & 15u) != 0 || tutti__now() - b->start < 0.002) {
-        if (b->patient && !b->oversubscribed)
-            tutti__cpu_relax();
-        else
-            sched_yield();
+        sched_yield();
         return;
     }
     /* Long waits: sleep, growing to 200 us, so an idle rank costs almost nothing. */

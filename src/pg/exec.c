@@ -157,9 +157,6 @@ static void *worker_main(void *p)
     worker_arg_t a = *(worker_arg_t *)p;
     free(p);
     tutti__exec_t *e = a.e;
-    /* A worker on its caller's core (or anywhere) competes with the user's thread: its waits
-     * yield soon. One on a core of its own may wait patiently. */
-    tutti__thread_set_shared(e->cpus[a.index] < 0 || e->cpus[a.index] == e->comm->threads.caller);
     uint64_t seen = 0;
     double idle_since = 0; /* when the last operation ended; 0: long ago */
     tutti__backoff_t b;

@@ -147,6 +147,11 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 left ? " (some had already destroyed the communicator)" : "");
 }
 
+/* A wait that steps aside where yielding may not reach the peer still yields this many times
+ * first: across scheduling groups a yield does pass the core when the yielding group has run
+ * longer than the other (cheaper than a sleep and a wake-up), and the doorbell bounds the rest. */
+#define YIELDS_FIRST 8u
+
 /* How long a wait that sleeps on a doorbell sleeps at most before it looks again (a doorbell
  * that no one rings, such as a transport's, costs no more than this). */
 #define DOORBELL_SLEEP_S 200e-6
@@ -163,7 +168,7 @@ static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int pe
 {
     if ((it & 31u) == 4u && tutti__backoff_spinning(b) && tutti__colo_shared(c, peer))
         tutti__backoff_step_aside(b);
-    if (c->net->sleep_waits && b->oversubscribed) {
+    if (c->net->sleep_waits && b->oversubscribed && b->iter >= YIELDS_FIRST) {
         b->iter++;
         tutti__colo_sleep(c, peer, ready, arg, DOORBELL_SLEEP_S);
         return;

@@ -58,6 +58,7 @@ struct tutti__algo {
     const char *name;
     tutti__algo_fn run;
     bool needs_window; /* direct algorithms: offered only where there is a shm window */
+    bool needs_cma;    /* single-copy algorithms: also only where the window has cma */
     const char *desc;
 };
 
@@ -120,6 +121,27 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
  */
 tutti_status_t tutti__win_barrier(tutti__coll_t *c);
 
+/*
+ * Single copy (cma): a rank publishes the address of its data in the first words of its region
+ * of c's slice's window, a barrier later the others read it straight from its memory with
+ * tutti__cma_get, and tutti__cma_finish ends the call. tutti__cma_window sets
+ * *w to the window when single copy is on (w->cma) and a region holds words 64-bit words;
+ * otherwise it declines (TUTTI_ERR_NOT_SUPPORTED, naming the direct algorithm). Words past the
+ * first are the algorithm's (alltoallv's displacements).
+ */
+tutti_status_t tutti__cma_window(tutti__coll_t *c, size_t words, tutti__window_t **w);
+
+/* tutti__cma_get reads len bytes at address remote of rank r (tutti__cma_read) into dst; a
+ * refused read writes its text, naming the call, to c->err. */
+tutti_status_t tutti__cma_get(tutti__coll_t *c, tutti__window_t *w, int r, uint64_t remote,
+                              void *dst, size_t len);
+
+/* tutti__cma_finish is the barrier after the reads (no rank may change or free what others
+ * read before it): mine is this rank's outcome (its text in c->err). Every rank fails when any
+ * rank's reads failed, so that all agree; returns mine, or TUTTI_ERR_SYSTEM naming the rank
+ * whose reads failed. */
+tutti_status_t tutti__cma_finish(tutti__coll_t *c, tutti_status_t mine);
+
 /* The tail of every region of a window (2 x TUTTI__WIN_SMALL_HALF bytes, small_size) is kept
  * for the small paths of the direct algorithms, when the region can spare it (the process
  * group reserves it at creation). */
@@ -167,6 +189,30 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
                               uint64_t tag);
 
+/* ---- threads that share a core (colocate.c) ---- */
+
+/* tutti__colo_note publishes the core the calling thread runs c's slice on (in its word of the
+ * slice's window; nothing without a window). The executor calls it as a call starts. */
+void tutti__colo_note(const tutti__coll_t *c);
+
+/* tutti__colo_shared tells whether rank r's thread of c's slice was last seen on the calling
+ * thread's core: the waiter should then step aside at once. When so, and the network context
+ * allows it (net->may_move), one of the two threads (the higher rank's, unless only the other
+ * may move) is moved to a core that no other thread of the node's ranks was seen on, at most
+ * every 50 ms per slice, without narrowing the cores it may use. */
+bool tutti__colo_shared(tutti__coll_t *c, int r);
+
+/* tutti__colo_ring wakes the threads asleep on this rank's doorbell (tutti__colo_sleep), if
+ * any, once this rank has published what they may wait for. Nothing unless net->sleep_waits:
+ * a fence and a load where it is. */
+void tutti__colo_ring(const tutti__coll_t *c);
+
+/* tutti__colo_sleep sleeps until rank r rings its doorbell or timeout_s passes, unless
+ * ready(arg) (looked at after this thread counted itself among r's sleepers) already holds;
+ * without a window it only sleeps. The caller looks again either way. */
+void tutti__colo_sleep(const tutti__coll_t *c, int r, bool (*ready)(const void *),
+                       const void *arg, double timeout_s);
+
 /* tutti__coll_scratch returns the slice's scratch buffer, of at least bytes (grown on demand,
  * freed with the communicator), or NULL with c->err set. */
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);
@@ -204,10 +250,10 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root);
 /* ---- algorithm tables (one file per algorithm; the tables live in select.c) ---- */
 
 extern const tutti__algo_t tutti__allreduce_ring, tutti__allreduce_tree, tutti__allreduce_direct;
-extern const tutti__algo_t tutti__allgather_ring, tutti__allgather_direct;
-extern const tutti__algo_t tutti__alltoall_pairwise, tutti__alltoall_direct;
+extern const tutti__algo_t tutti__allgather_ring, tutti__allgather_direct, tutti__allgather_cma;
+extern const tutti__algo_t tutti__alltoall_pairwise, tutti__alltoall_direct, tutti__alltoall_cma;
 extern const tutti__algo_t tutti__reduce_scatter_ring, tutti__reduce_scatter_direct;
-extern const tutti__algo_t tutti__bcast_tree, tutti__bcast_direct;
+extern const tutti__algo_t tutti__bcast_tree, tutti__bcast_direct, tutti__bcast_cma;
 extern const tutti__algo_t tutti__reduce_tree, tutti__reduce_direct;
 extern const tutti__algo_t tutti__barrier_dissemination, tutti__barrier_direct;
 
@@ -238,9 +284,9 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
 
 /* tutti__select picks the algorithm for a call of coll moving bytes: the override ov's range
  * that holds bytes, else the default by size and topology (window: every rank is on this node
- * over shm, so the direct algorithms can run). */
-const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool window, tutti_coll_t coll,
-                                   size_t bytes);
+ * over shm, so the direct algorithms can run; cma: and single copy works between them). */
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool window, bool cma,
+                                   tutti_coll_t coll, size_t bytes);
 
 /* tutti__coll_bytes is the size that selection and overrides see: count * esize (allgather,
  * reduce_scatter, alltoall: per rank); allgatherv: the largest block; alltoallv: 0, since its

@@ -14,6 +14,7 @@ typedef struct tutti__slice {
     void *scratch; /* tutti__coll_scratch's buffer */
     size_t scratch_size;
     double next_live_check; /* rate limit for tutti__live_check */
+    double next_move;       /* rate limit for moving the slice's thread (colocate.c) */
 } tutti__slice_t;
 
 typedef struct tutti__net {
@@ -25,7 +26,15 @@ typedef struct tutti__net {
     tutti__liveness_t *live;
     double timeout_s;       /* how long any wait may take; read with tutti__net_timeout
                                (tutti_comm_set_timeout changes it while others wait) */
-    bool oversubscribed;    /* more busy threads than cores: waits yield at once */
+    bool oversubscribed;    /* a busy thread of this rank shares its core by design (more
+                               busy threads than cores, or ranks bound to one core): waits
+                               yield at once */
+    bool may_move;          /* a wait that finds its thread on the core of the thread it waits
+                               for may move its own thread to a free core (colocate.c) */
+    bool sleep_waits;       /* the local ranks run in different scheduling groups (each in a
+                               session of its own, as MPICH's Hydra starts them): sched_yield
+                               cannot hand the core to the rank waited for, so a wait that
+                               steps aside sleeps on that rank's doorbell instead (colocate.c) */
     const volatile tutti_status_t *failed; /* the communicator's status word, only read here
                                               (to stop waiting once it is aborted) */
 } tutti__net_t;

@@ -167,16 +167,65 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 left ? " (some had already destroyed the communicator)" : "");
 }
 
+/* A wait that steps aside where yielding may not reach the peer still yields this many times
+ * first: across scheduling groups a yield does pass the core when the yielding group has run
+ * longer than the other (cheaper than a sleep and a wake-up), and the doorbell bounds the rest. */
+#define YIELDS_FIRST 8u
+
+/* How long a wait that sleeps on a doorbell sleeps at most before it looks again (a doorbell
+ * that no one rings, such as a transport's, costs no more than this). */
+#define DOORBELL_SLEEP_S 200e-6
+
+/*
+ * pause_for is one pause of a wait for rank peer (ready(arg) tells whether what it waits for
+ * has come). A few spins into a wait, and now and then after, it asks whether the thread of
+ * peer runs on this core: if so, spinning only keeps it from running, and the wait steps aside
+ * from then on (colocate.c may also move one of the two). Stepping aside yields the core, or
+ * where yielding cannot reach the peer (net->sleep_waits) sleeps on the peer's doorbell.
+ */
+static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int peer,
+                      bool (*ready)(const void *), const void *arg)
+{
+    if ((it & 31u) == 4u && tutti__backoff_spinning(b) && tutti__colo_shared(c, peer))
+        tutti__backoff_step_aside(b);
+    if (c->net->sleep_waits && b->oversubscribed && b->iter >= YIELDS_FIRST) {
+        b->iter++;
+        tutti__colo_sleep(c, peer, ready, arg, DOORBELL_SLEEP_S);
+        return;
+    }
+    tutti__backoff_pause(b);
+}
+
+typedef struct reqs_ready {
+    tutti__coll_t *c;
+    tutti__req_t *reqs;
+    int n;
+} reqs_ready_t;
+
+static bool reqs_done(const void *p)
+{
+    const reqs_ready_t *q = p;
+    if (progress_all(q->c) < 0)
+        return true; /* the wait loop reports it */
+    for (int i = 0; i < q->n; i++)
+        if (!__atomic_load_n(&q->reqs[i].done, __ATOMIC_ACQUIRE))
+            return false;
+    return true;
+}
+
 static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
+    reqs_ready_t rr = {c, reqs, n};
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
-        int pending = 0;
+        tutti__colo_ring(c); /* what progress moved may be what a sleeping peer waits for */
+        int pending = 0, first = -1;
         for (int i = 0; i < n; i++) {
             if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE)) {
-                pending++;
+                if (pending++ == 0)
+                    first = reqs[i].peer;
                 continue;
             }
             if (reqs[i].status < 0) {
@@ -200,7 +249,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                     missing[nm++] = reqs[i].peer;
             TUTTI__CHECK(check_time(c, missing, nm));
         }
-        tutti__backoff_pause(&b);
+        pause_for(c, &b, it, first, reqs_done, &rr);
     }
 }
 
@@ -253,11 +302,34 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
     return TUTTI_OK;
 }
 
-tutti_status_t tutti__win_barrier(tutti__coll_t *c)
+typedef struct epoch_ready {
+    const tutti__window_t *w;
+    uint64_t e;
+} epoch_ready_t;
+
+static bool all_arrived(const void *p)
+{
+    const epoch_ready_t *q = p;
+    for (int r = 0; r < q->w->nranks; r++)
+        if (__atomic_load_n(q->w->flags[r], __ATOMIC_ACQUIRE) < q->e)
+            return false;
+    return true;
+}
+
+/* A rank whose single-copy reads failed says so in its barrier epoch: the epoch stays at or
+ * past every later one (it still counts as arrived, and its communicator is failed anyway), and
+ * the others see the bit once they pass the barrier. */
+#define EPOCH_FAILED ((uint64_t)1 << 63)
+
+/* barrier is tutti__win_barrier; failed marks this rank's epoch with EPOCH_FAILED, and
+ * *failed_rank (when not NULL) is then the lowest rank whose epoch carried it, or -1. */
+static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
 {
     tutti__window_t *w = c->net->links.wins[c->slice];
     uint64_t e = ++w->epoch;
-    __atomic_store_n(w->flags[c->rank], e, __ATOMIC_RELEASE);
+    __atomic_store_n(w->flags[c->rank], e | (failed ? EPOCH_FAILED : 0), __ATOMIC_RELEASE);
+    tutti__colo_ring(c);
+    epoch_ready_t er = {w, e};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
     /* Epochs only grow, so a rank that has already moved on to the next barrier still counts
@@ -268,11 +340,58 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
             if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) < e && nm < 64)
                 missing[nm++] = r;
         if (nm == 0)
-            return TUTTI_OK;
+            break;
         if ((it & 63u) == 63u || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, missing, nm));
-        tutti__backoff_pause(&b);
+        pause_for(c, &b, it, missing[0], all_arrived, &er);
     }
+    for (int r = 0; failed_rank != NULL && r < w->nranks; r++)
+        if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) & EPOCH_FAILED) {
+            *failed_rank = r;
+            break;
+        }
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__win_barrier(tutti__coll_t *c) { return barrier(c, false, NULL); }
+
+tutti_status_t tutti__cma_window(tutti__coll_t *c, size_t words, tutti__window_t **w)
+{
+    TUTTI__CHECK(tutti__direct_window(c, w));
+    if (!(*w)->cma || (*w)->pids == NULL)
+        return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
+                              "%s (cma): single copy (process_vm_readv) is off on this node "
+                              "(TUTTI_CMA=off, or ptrace rules forbid it): use the direct "
+                              "algorithm",
+                              c->name);
+    if (words > (*w)->region_size / sizeof(uint64_t))
+        return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
+                              "%s (cma): the shm window (%zu bytes per rank) cannot hold %zu "
+                              "addresses; raise TUTTI_SHM_WINDOW or use the direct algorithm",
+                              c->name, (*w)->region_size, words);
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__cma_get(tutti__coll_t *c, tutti__window_t *w, int r, uint64_t remote,
+                             void *dst, size_t len)
+{
+    char why[TUTTI__ERRLEN];
+    tutti_status_t st = tutti__cma_read(w, r, remote, dst, len, why);
+    return st < 0 ? fail(c, st, "%s", why) : TUTTI_OK;
+}
+
+tutti_status_t tutti__cma_finish(tutti__coll_t *c, tutti_status_t mine)
+{
+    int failed = -1;
+    TUTTI__CHECK(barrier(c, mine < 0, &failed));
+    if (mine < 0)
+        return mine; /* its own text is in c->err */
+    if (failed >= 0)
+        return fail(c, TUTTI_ERR_SYSTEM,
+                    "rank %d could not read with process_vm_readv (its error says why); set "
+                    "TUTTI_CMA=off to copy through shared memory instead",
+                    failed);
+    return TUTTI_OK;
 }
 
 void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)
@@ -285,18 +404,31 @@ void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)
     }
 }
 
+typedef struct line_ready {
+    const uint64_t *t;
+    uint64_t tag;
+} line_ready_t;
+
+static bool line_here(const void *p)
+{
+    const line_ready_t *q = p;
+    return __atomic_load_n(q->t, __ATOMIC_ACQUIRE) == q->tag;
+}
+
 tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 {
     const uint64_t *t = (const uint64_t *)(const void *)(c->net->links.wins[c->slice]->regions[r] +
                                                          off + TUTTI__LL_DATA);
     if (__atomic_load_n(t, __ATOMIC_ACQUIRE) == tag)
         return TUTTI_OK;
+    tutti__colo_ring(c); /* this rank wrote its lines before it waits for others' */
+    line_ready_t lr = {t, tag};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
     for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
         if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, &r, 1));
-        tutti__backoff_pause(&b);
+        pause_for(c, &b, it, r, line_here, &lr);
     }
     return TUTTI_OK;
 }

@@ -21,10 +21,15 @@ typedef struct tutti__nodes {
     int local_size;     /* ranks on this node */
     int *local_ranks;   /* [local_size]: global ranks on this node, increasing */
     int ncpus;          /* cores this process may run on */
+    tutti__cpuset_t *local_cpus; /* [local_size]: the cores each local rank may run on, as it
+                                    reported them (empty: it could not tell) */
+    bool one_sched_group; /* every local rank runs in the kernel's same scheduling group
+                             (autogroup and cpu cgroup), so sched_yield can hand a core from one
+                             to another */
 } tutti__nodes_t;
 
-/* tutti__nodes_discover allgathers each rank's host, boot, network namespace and /dev/shm
- * through bs (collective over bs's ranks) and fills n; ranks share a node when all four are
+/* tutti__nodes_discover allgathers each rank's host, boot, network namespace, /dev/shm,
+ * allowed cores and scheduling group through bs (collective over bs's ranks) and fills n; ranks share a node when all four are
  * the same. Free with tutti__nodes_free, also after a failure. */
 tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n);
 void tutti__nodes_free(tutti__nodes_t *n);

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -21,8 +20,10 @@ typedef struct node_info {
     char boot_id[40];
     uint64_t netns, shm_dev;
     int32_t pid;
-    int32_t ncpus; /* cores this process may run on */
+    uint32_t sched_group; /* which scheduling group the kernel runs this process in (a hash) */
+    tutti__cpuset_t cpus; /* the cores this process may run on; empty: it could not tell */
 } node_info_t;
+_Static_assert(sizeof(node_info_t) <= 256, "a node record fits the small stores callers bring");
 
 static uint64_t inode_of(const char *path)
 {
@@ -34,6 +35,45 @@ static uint64_t device_of(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 ? (uint64_t)st.st_dev : 0;
+}
+
+/* hash_file mixes the first 4 KiB of path (what matches keep, when not NULL: the lines that
+ * contain it) into h, FNV-1a. */
+static uint32_t hash_file(uint32_t h, const char *path, const char *keep)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (keep == NULL || strstr(line, keep) != NULL)
+            for (const char *p = line; *p != '\0'; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+    if (f != NULL)
+        fclose(f);
+    return h;
+}
+
+/*
+ * sched_group names the group the kernel's fair scheduler runs this process in: its autogroup
+ * (one per session, when the kernel uses them) and its cpu cgroup. Ranks of one group share a
+ * run queue, so sched_yield hands the core to another rank; across groups it hands it to no
+ * one (the yielding group runs on), and a rank that waits for another on its core must sleep
+ * instead. MPICH's Hydra starts every rank in a session of its own.
+ */
+static uint32_t sched_group(void)
+{
+    uint32_t h = 2166136261u;
+    FILE *f = fopen("/proc/sys/kernel/sched_autogroup_enabled", "r");
+    int on = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%d", &on) != 1)
+            on = 0;
+        fclose(f);
+    }
+    if (on)
+        h = hash_file(h, "/proc/self/autogroup", NULL);
+    /* cgroup v1's cpu controller ("N:cpu,cpuacct:/path") and the v2 hierarchy ("0::/path") */
+    h = hash_file(h, "/proc/self/cgroup", ":cpu");
+    return hash_file(h, "/proc/self/cgroup", "0::");
 }
 
 static void read_node_info(node_info_t *ni)
@@ -49,8 +89,8 @@ static void read_node_info(node_info_t *ni)
     ni->netns = inode_of("/proc/self/ns/net");
     ni->shm_dev = device_of("/dev/shm");
     ni->pid = (int32_t)getpid();
-    cpu_set_t set;
-    ni->ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    ni->sched_group = sched_group();
+    tutti__cpuset_self(&ni->cpus); /* empty when the system does not say */
 }
 
 static bool same_node(const node_info_t *a, const node_info_t *b)
@@ -66,7 +106,8 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
     node_info_t mine, *all = calloc((size_t)size, sizeof *all);
     n->node_of = calloc((size_t)size, sizeof(int));
     n->local_ranks = calloc((size_t)size, sizeof(int));
-    if (all == NULL || n->node_of == NULL || n->local_ranks == NULL) {
+    n->local_cpus = calloc((size_t)size, sizeof *n->local_cpus);
+    if (all == NULL || n->node_of == NULL || n->local_ranks == NULL || n->local_cpus == NULL) {
         free(all);
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "bootstrap: out of memory for %d ranks", size);
     }
@@ -90,13 +131,21 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
         if (n->node_of[r] < 0)
             n->node_of[r] = n->nnodes++;
     }
+    n->one_sched_group = true;
     for (int r = 0; r < size; r++)
         if (n->node_of[r] == n->node_of[rank]) {
             if (r == rank)
                 n->local_rank = n->local_size;
+            /* Another process wrote this set: whatever it holds is only a set of core
+             * numbers, and an empty one (unknown) makes the placement leave that rank's threads
+             * where the system puts them. */
+            n->local_cpus[n->local_size] = all[r].cpus;
+            n->one_sched_group &= all[r].sched_group == mine.sched_group;
             n->local_ranks[n->local_size++] = r;
         }
-    n->ncpus = mine.ncpus;
+    n->ncpus = tutti__cpuset_count(&mine.cpus);
+    if (n->ncpus == 0)
+        n->ncpus = 1;
     free(all);
     return TUTTI_OK;
 }
@@ -105,7 +154,9 @@ void tutti__nodes_free(tutti__nodes_t *n)
 {
     free(n->node_of);
     free(n->local_ranks);
+    free(n->local_cpus);
     n->node_of = n->local_ranks = NULL;
+    n->local_cpus = NULL;
 }
 
 /* The address other ranks reach this one at: loopback on one node (the only safe choice on a

@@ -22,7 +22,8 @@ static void valid_list(const tutti_comm_t *comm, tutti_coll_t coll, char *buf, s
     size_t n = 0;
     buf[0] = '\0';
     for (const tutti__algo_t *const *a = tutti__algos_for(coll); *a != NULL; a++)
-        if (!(*a)->needs_window || comm->net.links.wins != NULL)
+        if ((!(*a)->needs_window || comm->net.links.wins != NULL) &&
+            (!(*a)->needs_cma || tutti__comm_cma(comm)))
             n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? ", " : "", (*a)->name);
 }
 
@@ -65,6 +66,13 @@ static tutti_status_t parse(tutti_comm_t *comm, tutti_coll_t coll, const char *s
                                      "transport %s); valid here: %s",
                                      origin, tutti__coll_name(coll), a->name, comm->nodes.nnodes,
                                      comm->net.links.ofi ? "ofi" : "shm", valid);
+        if (a->needs_cma && !tutti__comm_cma(comm))
+            return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
+                                     "%s: %s algorithm \"%s\" needs single copy between the "
+                                     "ranks of this node (process_vm_readv), which is off here "
+                                     "(TUTTI_CMA=off, or ptrace rules forbid it: see "
+                                     "/proc/sys/kernel/yama/ptrace_scope); valid here: %s",
+                                     origin, tutti__coll_name(coll), a->name, valid);
         size_t lo = 0, hi = SIZE_MAX;
         if (colon != NULL) {
             const char *dash = memchr(colon + 1, '-', (size_t)(end - colon - 1));
@@ -120,5 +128,7 @@ TUTTI_API const char *tutti_comm_algorithm(const tutti_comm_t *comm, tutti_coll_
 {
     if (!tutti__comm_valid(comm) || (unsigned)coll >= TUTTI_COLL_COUNT)
         return NULL;
-    return tutti__select(&comm->algo[coll], comm->net.links.wins != NULL, coll, bytes)->name;
+    return tutti__select(&comm->algo[coll], comm->net.links.wins != NULL, tutti__comm_cma(comm),
+                         coll, bytes)
+        ->name;
 }

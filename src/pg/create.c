@@ -36,15 +36,45 @@ static void reserve_small(tutti__window_t *w)
     }
 }
 
+/*
+ * place_caller moves the calling thread onto the core the placement gave it, when the launcher
+ * left it free to run on several (torchrun, a plain env launch, MPICH's mpirun without
+ * -bind-to): otherwise the kernel often leaves two ranks that have just talked over sockets on
+ * one core, and every blocking collective then costs a context switch per hand-off.
+ *
+ * By default ("move") the thread gets back every core it had, so it is placed, not pinned:
+ * threads it creates later inherit its allowed cores, and a thread pool started after
+ * init_process_group (PyTorch's intra-op threads, OpenMP) would otherwise all be squeezed onto
+ * this one core. Waits keep the placement up (colocate.c). "pin" leaves it pinned, for
+ * programs whose calling thread starts no compute threads; "none" never touches it. Only the
+ * first communicator a thread makes places it: a later one has its own local rank numbers,
+ * which need not match the node's.
+ */
+static void place_caller(tutti_comm_t *c)
+{
+    static __thread bool placed;
+    const char *mode = c->cfg.caller_affinity;
+    const tutti__cpuset_t *mine = &c->nodes.local_cpus[c->nodes.local_rank];
+    c->net.may_move = strcmp(mode, "move") == 0;
+    if (strcmp(mode, "none") == 0 || c->threads.caller < 0 || tutti__cpuset_count(mine) <= 1 ||
+        placed)
+        return;
+    if (tutti__thread_move(c->threads.caller, strcmp(mode, "pin") == 0)) {
+        placed = true;
+        TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: calling thread %s core %d (TUTTI_CALLER_AFFINITY=%s)",
+                   c->rank, strcmp(mode, "pin") == 0 ? "pinned to" : "moved to",
+                   c->threads.caller, mode);
+    }
+}
+
 static tutti_status_t start_workers(tutti_comm_t *c)
 {
-    int cpus[16];
-    TUTTI__CHECK(tutti__worker_cpus(c->nodes.local_rank, c->nodes.local_size, c->nslices, cpus));
-    return tutti__exec_create(c, cpus, c->cfg.worker_sleep, c->cfg.inline_max);
+    return tutti__exec_create(c, c->threads.workers, c->cfg.worker_sleep, c->cfg.inline_max);
 }
 
 tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
-                                  const tutti__config_t *cfg, tutti_comm_t **out)
+                                  const tutti__config_t *cfg, const tutti_comm_t *parent,
+                                  tutti_comm_t **out)
 {
     tutti_status_t st;
     tutti_comm_t *c = calloc(1, sizeof *c);
@@ -69,10 +99,20 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         goto fail;
     }
     TUTTI__CHECK_GOTO(tutti__nodes_discover(bs, &c->nodes), st, fail);
-    /* More busy threads than cores means that waits must give the core away at once. Sleeping
-     * workers do not count (a caller waiting on its worker sleeps too); spinning ones do. */
-    c->net.oversubscribed =
-        c->nodes.local_size * (1 + (cfg->worker_sleep ? 0 : c->nslices)) > c->nodes.ncpus;
+    /* Where the threads go, and whether waits must give the core away at once: from the cores
+     * every local rank may use, not only this one's (two ranks bound to a core each are not
+     * oversubscribed). A split's child runs on its parent's threads. */
+    if (parent != NULL) {
+        c->threads = parent->threads;
+        c->net.may_move = parent->net.may_move;
+    } else {
+        TUTTI__CHECK_GOTO(tutti__threads_plan(&c->nodes, c->nslices, !cfg->worker_sleep,
+                                              &c->threads),
+                          st, fail);
+        place_caller(c);
+    }
+    c->net.oversubscribed = c->threads.oversubscribed;
+    c->net.sleep_waits = !c->nodes.one_sched_group;
     TUTTI__CHECK_GOTO(tutti__links_open(&c->net.links, rank, size, c->net.nchan, cfg->transport,
                                         &c->nodes, bs),
                       st, fail);
@@ -125,7 +165,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     snprintf(where, sizeof where, "the rendezvous store at %s:%ld", addr, port);
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = deadline,
                              .oob = tutti__store_oob(store), .where = where};
-    st = tutti__comm_create(rank, size, &bs, store, &cfg, comm);
+    st = tutti__comm_create(rank, size, &bs, store, &cfg, NULL, comm);
     tutti__store_close(store); /* keeps a failure's text */
     if (st == TUTTI_OK)
         tutti__tls_error()[0] = '\0';
@@ -153,5 +193,5 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
     TUTTI__CHECK(tutti__config_read(config, &cfg));
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + cfg.timeout,
                              .oob = *oob, .where = "the caller's out-of-band store"};
-    return tutti__comm_create(rank, size, &bs, NULL, &cfg, comm);
+    return tutti__comm_create(rank, size, &bs, NULL, &cfg, NULL, comm);
 }

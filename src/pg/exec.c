@@ -93,7 +93,10 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
         return TUTTI_OK;
     }
     c->deadline = 0.0; /* from the start (its first wait), not from the post */
-    return c->algo->run(c);
+    tutti__colo_note(c);
+    tutti_status_t st = c->algo->run(c);
+    tutti__colo_ring(c); /* its last writes may be what a sleeping peer waits for */
+    return st;
 }
 
 /*
@@ -211,7 +214,8 @@ static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes)
 {
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
     if (c->algo == NULL)
-        c->algo = tutti__select(&comm->algo[c->kind], comm->net.links.wins != NULL, c->kind, bytes);
+        c->algo = tutti__select(&comm->algo[c->kind], comm->net.links.wins != NULL,
+                                tutti__comm_cma(comm), c->kind, bytes);
 }
 
 /* The inline path is claimed with a CAS, so that a blocking call can take it without the exec

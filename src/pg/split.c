@@ -80,7 +80,7 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
              rvs[leader].ip, rvs[leader].port, color);
     tutti__bootstrap_t bs = {.rank = crank, .size = csize, .deadline = deadline,
                              .oob = tutti__store_oob(store), .where = where};
-    st = tutti__comm_create(crank, csize, &bs, store, &parent->cfg, out);
+    st = tutti__comm_create(crank, csize, &bs, store, &parent->cfg, parent, out);
 fail:
     if (st < 0 && *out == NULL) {
         tutti__prefix_error(st, "tutti_comm_split (color %d)", color);

@@ -397,6 +397,7 @@ static void shm_destroy(tutti__transport_t *tp)
     for (int s = 0; t->wins != NULL && s < t->nwin; s++)
         free(t->wins[s]);
     free(t->wins);
+    free(t->pids);
     free(t->ranks);
     free(t);
 }

@@ -15,7 +15,7 @@
  *
  *   0            seg_hdr_t (parameters, checked by every rank that maps the segment)
  *   flags_off    nwin * nlocal barrier flags, one 64-byte line each (window s, rank r at
- *                s * nlocal + r)
+ *                s * nlocal + r): the epoch at byte 0, 3 words of notes at FLAG_NOTES
  *   regions_off  nwin * nlocal window regions, region_stride apart, same order (page aligned:
  *                first touch by the owner places each on the owner's NUMA node)
  *   rings_off    channel 0 (send/recv): one ring per ordered pair (i -> j, i != j), then each
@@ -39,6 +39,13 @@
 #define MIN_SLICE_REGION (64u * 1024u) /* smallest region of a window when there are slices */
 #define MAX_LOCAL 4096
 #define NAME_LEN 40 /* "/tutti-" + 32 hex + NUL */
+#define FLAG_NOTES 8u /* byte offset of a window's notes in a flag line (tutti__window_t) */
+/* Window 0's flag lines also carry, for the single-copy probe at creation: the owner's pid, the
+ * address of a value in its memory that the others try to read, and what its own tries gave. */
+#define FLAG_PID 20u
+#define FLAG_PROBE 24u
+#define FLAG_PROBED 32u
+enum { PROBE_OK = 1, PROBE_FAILED = 2 };
 
 _Static_assert(TUTTI__CHAN_MAX <= 32, "the busy mask has one bit per channel");
 
@@ -136,6 +143,9 @@ typedef struct shm_tp {
     uint64_t slot_size, slot_stride;
     int nwin;
     tutti__window_t **wins; /* [nwin] */
+    uint64_t probe;         /* the value other local ranks read to probe single copy */
+    int32_t *pids;          /* [nlocal]: each local rank's process (the windows point here) */
+    bool cma;               /* the probe worked for every pair of local ranks */
 } shm_tp_t;
 
 /* The shm transport's operations (shm.c). */

@@ -95,7 +95,15 @@ typedef struct tutti__window {
     size_t region_size;
     char **regions;                /* regions[r]: base of rank r's region, 64-byte aligned */
     volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
+    volatile uint32_t **notes;     /* notes[r]: 3 words in rank r's flag line, 0 until written,
+                                      for algos/colocate.c: [0] the core rank r's thread of this
+                                      slice runs on (it writes it, all read), [1] how many threads
+                                      sleep waiting for rank r (they add and remove themselves),
+                                      [2] the doorbell rank r rings for them (a futex word) */
     uint64_t epoch;                /* this rank's last posted epoch */
+    bool cma;           /* every local rank can read every other's memory with
+                           process_vm_readv (probed at creation, the same on every rank) */
+    const int32_t *pids; /* [nranks]: each rank's process, for tutti__cma_read */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
                            two halves it alternates between (reserved by the process group at creation) */
     uint64_t small_seq; /* small-path operations so far: their parity picks the half */
@@ -118,6 +126,23 @@ typedef struct tutti__window {
 tutti_status_t tutti__shm_create(int nchan, tutti__bootstrap_t *bs, const int *local_ranks,
                                  int nlocal, int my_local, tutti__transport_t **out,
                                  tutti__window_t **wins);
+
+/* ---- single copy between local processes (transport/cma.c) ---- */
+
+/*
+ * tutti__cma_read copies len bytes at address remote of rank r's process (a window's rank)
+ * into dst with process_vm_readv (cross-memory attach: one copy, made by the kernel), going on
+ * after partial reads. w->cma must be set. An address the peer cannot back, or a permission
+ * the system withdrew since the probe, is TUTTI_ERR_SYSTEM with the text in err (TUTTI__ERRLEN
+ * bytes); nothing outside dst[0, len) is written.
+ */
+tutti_status_t tutti__cma_read(const tutti__window_t *w, int r, uint64_t remote, void *dst,
+                               size_t len, char *err);
+
+/* tutti__cma_probe tells whether this process can read process pid's memory: it reads the
+ * 8-byte value at address addr there and compares it with want. The shm transport has every
+ * pair of local ranks try once at creation. */
+bool tutti__cma_probe(int32_t pid, uint64_t addr, uint64_t want);
 
 /* ---- the ofi transport (transport/ofi.c) ---- */
 

@@ -9,7 +9,7 @@
 #   cluster.sh down [--name NAME]
 #   cluster.sh status [--name NAME]
 #   cluster.sh run [--name NAME] [--host I] [--timeout S] -- CMD [ARG...]
-#   cluster.sh launch env|torchrun|mpich|openmpi [--name NAME] [--ranks-per-host R]
+#   cluster.sh launch env|torchrun|mpich|openmpi [--name NAME] [--ranks-per-host R] [--np P]
 #                   [--port P] [--timeout S] [--cyclic] [--launcher-arg A]... -- CMD [ARG...]
 #   cluster.sh ssh [--name NAME] [ssh options] HOST [CMD...]
 #   cluster.sh hosts [--name NAME] [--format list|mpich|openmpi]
@@ -27,8 +27,8 @@
 # address of its own subnet that reaches no other host: the multi-homed host that libraries must
 # not be fooled by.
 #
-# launch starts one job of N x R ranks, ranks i*R .. i*R+R-1 on host i (--cyclic: rank r on host
-# r mod N), and waits for it:
+# launch starts one job of N x R ranks (--np P: the first P of them, for nodes of unequal
+# size), ranks i*R .. i*R+R-1 on host i (--cyclic: rank r on host r mod N), and waits for it:
 #   env       one process per rank with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 #             MASTER_ADDR (host 0) and MASTER_PORT, started in its host's namespace
 #   torchrun  torch's torchrun (the venv's) on every host, --nnodes N --node-rank i
@@ -385,12 +385,13 @@ cmd_run() {
 cmd_launch() {
     local kind=${1:-}
     [ $# -gt 0 ] && shift
-    local rpp="" port=29500 tmo=600 cyclic=0 largs=()
+    local rpp="" port=29500 tmo=600 cyclic=0 largs=() np=""
     while [ $# -gt 0 ]; do
         case $1 in
         --name) name=${2:?}; shift 2 ;;
         --ranks-per-host) rpp=${2:?}; shift 2 ;;
         --port) port=${2:?}; shift 2 ;;
+        --np) np=${2:?}; shift 2 ;;
         --timeout) tmo=${2:?}; shift 2 ;;
         --cyclic) cyclic=1; shift ;;
         --launcher-arg) largs+=("${2?}"); shift 2 ;;
@@ -403,8 +404,13 @@ cmd_launch() {
     load
     [ -n "$rpp" ] || rpp=$R
     [ $# -gt 0 ] || die "launch $kind: no command after --"
-    local np=$((N * rpp)) master
+    local master
     master=$(addr_of 0)
+    [ -n "$np" ] || np=$((N * rpp))
+    [[ $np =~ ^[0-9]+$ ]] && [ "$np" -ge 1 ] && [ "$np" -le $((N * rpp)) ] ||
+        die "launch: --np $np: 1 to $((N * rpp)) (hosts x ranks per host)"
+    [ "$np" = $((N * rpp)) ] || [ "$kind" != torchrun ] ||
+        die "launch torchrun: --np must be hosts x ranks per host"
     case $kind in
     env) launch_env "$@" ;;
     torchrun) launch_torchrun "$@" ;;
@@ -440,8 +446,14 @@ launch_env() {
     local r h l pids=() rc=0
     for ((r = 0; r < np; r++)); do
         if [ $cyclic = 1 ]; then h=$((r % N)) l=$((r / N)); else h=$((r / rpp)) l=$((r % rpp)); fi
+        local lsize=$rpp # ranks on host h, when --np leaves the last ones short
+        if [ $cyclic = 1 ]; then
+            lsize=$(((np - h + N - 1) / N))
+        elif [ $(((h + 1) * rpp)) -gt "$np" ]; then
+            lsize=$((np - h * rpp))
+        fi
         ip netns exec "$(ns_of "$h")" env RANK="$r" WORLD_SIZE="$np" LOCAL_RANK="$l" \
-            LOCAL_WORLD_SIZE="$rpp" MASTER_ADDR="$master" MASTER_PORT="$port" \
+            LOCAL_WORLD_SIZE="$lsize" MASTER_ADDR="$master" MASTER_PORT="$port" \
             timeout -k 5 "$tmo" "$@" &
         pids+=($!)
     done

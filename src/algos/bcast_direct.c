@@ -33,7 +33,7 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__bcast_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
+    .needs = TUTTI__NEEDS_WINDOW,
     .desc = "shm window: the root copies in, all others copy out, 2 barriers per 4 MiB; one "
             "node only, any size",
 };

@@ -15,13 +15,11 @@ static tutti_status_t run_recv(tutti__coll_t *c)
 const tutti__algo_t tutti__p2p_send = {
     .name = "send",
     .run = run_send,
-    .needs_window = false,
     .desc = "one message to a peer, matched in posting order",
 };
 
 const tutti__algo_t tutti__p2p_recv = {
     .name = "recv",
     .run = run_recv,
-    .needs_window = false,
     .desc = "one message from a peer, matched in posting order",
 };

@@ -3,14 +3,18 @@
 #include "algos.h"
 
 static const tutti__algo_t *const allreduce_algos[] = {&tutti__allreduce_direct, &tutti__allreduce_ring,
-                                                       &tutti__allreduce_tree, NULL};
+                                                       &tutti__allreduce_tree,
+                                                       &tutti__allreduce_hier, NULL};
 static const tutti__algo_t *const allgather_algos[] = {&tutti__allgather_direct, &tutti__allgather_ring,
-                                                       NULL};
+                                                       &tutti__allgather_hier, NULL};
 static const tutti__algo_t *const alltoall_algos[] = {&tutti__alltoall_direct,
-                                                      &tutti__alltoall_pairwise, NULL};
+                                                      &tutti__alltoall_pairwise,
+                                                      &tutti__alltoall_hier, NULL};
 static const tutti__algo_t *const reduce_scatter_algos[] = {&tutti__reduce_scatter_direct,
-                                                            &tutti__reduce_scatter_ring, NULL};
-static const tutti__algo_t *const bcast_algos[] = {&tutti__bcast_direct, &tutti__bcast_tree, NULL};
+                                                            &tutti__reduce_scatter_ring,
+                                                            &tutti__reduce_scatter_hier, NULL};
+static const tutti__algo_t *const bcast_algos[] = {&tutti__bcast_direct, &tutti__bcast_tree,
+                                                   &tutti__bcast_hier, NULL};
 static const tutti__algo_t *const reduce_algos[] = {&tutti__reduce_direct, &tutti__reduce_tree, NULL};
 static const tutti__algo_t *const barrier_algos[] = {&tutti__barrier_direct,
                                                      &tutti__barrier_dissemination, NULL};
@@ -47,23 +51,32 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
 }
 
 /* Defaults. One node over shm: the direct algorithms touch each byte the fewest times and need
- * no hand-offs between neighbours. Across nodes: a tree for latency-bound sizes, a ring once
- * bandwidth dominates. */
-const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool win, tutti_coll_t coll,
-                                   size_t bytes)
+ * no hand-offs between neighbours. Across nodes, where some node has several ranks: the
+ * hierarchical algorithms, which keep node-local traffic in shared memory and send each byte
+ * across once per node (the ones that split traffic into equal rails need equal nodes).
+ * Otherwise: a tree for latency-bound sizes, a ring once bandwidth dominates. */
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps,
+                                   tutti_coll_t coll, size_t bytes)
 {
     for (int i = 0; i < ov->n; i++)
         if (bytes >= ov->r[i].lo && bytes <= ov->r[i].hi)
             return ov->r[i].algo;
+    const bool win = caps & TUTTI__NEEDS_WINDOW, nodes = caps & TUTTI__NEEDS_NODES;
+    const bool even = nodes && (caps & TUTTI__NEEDS_UNIFORM);
     switch (coll) {
     case TUTTI_COLL_ALLREDUCE:
-        return win ? &tutti__allreduce_direct
-                   : bytes <= 65536 ? &tutti__allreduce_tree : &tutti__allreduce_ring;
-    case TUTTI_COLL_ALLGATHER: return win ? &tutti__allgather_direct : &tutti__allgather_ring;
-    case TUTTI_COLL_ALLTOALL: return win ? &tutti__alltoall_direct : &tutti__alltoall_pairwise;
+        return win     ? &tutti__allreduce_direct
+               : nodes ? &tutti__allreduce_hier
+               : bytes <= 65536 ? &tutti__allreduce_tree : &tutti__allreduce_ring;
+    case TUTTI_COLL_ALLGATHER:
+        return win ? &tutti__allgather_direct : even ? &tutti__allgather_hier : &tutti__allgather_ring;
+    case TUTTI_COLL_ALLTOALL:
+        return win ? &tutti__alltoall_direct : even ? &tutti__alltoall_hier : &tutti__alltoall_pairwise;
     case TUTTI_COLL_REDUCE_SCATTER:
-        return win ? &tutti__reduce_scatter_direct : &tutti__reduce_scatter_ring;
-    case TUTTI_COLL_BCAST: return win ? &tutti__bcast_direct : &tutti__bcast_tree;
+        return win    ? &tutti__reduce_scatter_direct
+               : even ? &tutti__reduce_scatter_hier : &tutti__reduce_scatter_ring;
+    case TUTTI_COLL_BCAST:
+        return win ? &tutti__bcast_direct : nodes ? &tutti__bcast_hier : &tutti__bcast_tree;
     case TUTTI_COLL_REDUCE: return win ? &tutti__reduce_direct : &tutti__reduce_tree;
     case TUTTI_COLL_BARRIER: return win ? &tutti__barrier_direct : &tutti__barrier_dissemination;
     default: return NULL;

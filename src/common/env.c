@@ -50,6 +50,11 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "bytes per rank of the shared window the direct algorithms use (split between the slices "
      "when CCL_WORKER_COUNT > 1)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
+    {"TUTTI_SOCKET_IFNAME", NULL,
+     "network interface for the rendezvous store's connections, the liveness mesh and ofi "
+     "across nodes, in NCCL_SOCKET_IFNAME's syntax: name prefixes \"eth,ib\", \"=eth0\" for "
+     "exact names, \"^lo,docker\" to exclude; unset: the interface that reaches MASTER_ADDR "
+     "(loopback on one node)"},
 };
 const size_t tutti__env_knob_count = sizeof tutti__env_knobs / sizeof tutti__env_knobs[0];
 

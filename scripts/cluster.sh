@@ -23,9 +23,9 @@
 # netem (the delay once on every packet a host sends, the loss likewise). A kernel without
 # sch_netem (CONFIG_NET_SCH_NETEM) cannot add a delay or a loss: `up` then fails and says so,
 # unless --if-possible, which applies what the kernel can and prints what it left out.
-# --decoy gives every host a second interface (dcy0, created first, so listed first) with an
-# address of its own subnet that reaches no other host: the multi-homed host that libraries must
-# not be fooled by.
+# --decoy gives every host a second interface (dcy0, which libfabric's tcp provider lists before
+# eth0) with an address of its own subnet that reaches no other host: the multi-homed host that
+# libraries must not be fooled by.
 #
 # launch starts one job of N x R ranks (--np P: the first P of them, for nodes of unequal
 # size), ranks i*R .. i*R+R-1 on host i (--cyclic: rank r on host r mod N), and waits for it:
@@ -182,19 +182,19 @@ $what cannot be emulated; leave it out, or add --if-possible to shape the rate a
         ns=$(ns_of "$i")
         ip netns add "$ns"
         ip -n "$ns" link set lo up
-        if [ $decoy = 1 ]; then # before eth0, so that it is listed first
-            ip link add "$(dveth_of "$i")" type veth peer name dcy0 netns "$ns"
-            ip link set "$(dveth_of "$i")" master "$(dbridge)" up
-            # its own /24: reachable from this host only
-            ip -n "$ns" addr add "10.78.$((i + 1)).1/24" dev dcy0
-            ip -n "$ns" link set dcy0 up
-        fi
         ip link add "$(veth_of "$i")" type veth peer name eth0 netns "$ns"
         ip link set "$(veth_of "$i")" mtu "$mtu"
         ip -n "$ns" link set eth0 mtu "$mtu"
         ip link set "$(veth_of "$i")" master "$(bridge)" up
         ip -n "$ns" addr add "$(addr_of "$i")/24" dev eth0
         ip -n "$ns" link set eth0 up
+        if [ $decoy = 1 ]; then # after eth0: libfabric's tcp provider then lists it first
+            ip link add "$(dveth_of "$i")" type veth peer name dcy0 netns "$ns"
+            ip link set "$(dveth_of "$i")" master "$(dbridge)" up
+            # its own /24: reachable from this host only
+            ip -n "$ns" addr add "10.78.$((i + 1)).1/24" dev dcy0
+            ip -n "$ns" link set dcy0 up
+        fi
         shape eth0 "$ns" "$delay" "$loss"     # what the host sends
         shape "$(veth_of "$i")" "" "" ""       # what it receives: the rate only
     done
@@ -443,7 +443,7 @@ cmd_launch() {
 }
 
 launch_env() {
-    local r h l pids=() rc=0
+    local r h l s pids=() rc=0
     for ((r = 0; r < np; r++)); do
         if [ $cyclic = 1 ]; then h=$((r % N)) l=$((r / N)); else h=$((r / rpp)) l=$((r % rpp)); fi
         local lsize=$rpp # ranks on host h, when --np leaves the last ones short
@@ -457,12 +457,12 @@ launch_env() {
             timeout -k 5 "$tmo" "$@" &
         pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p" || { [ $rc != 0 ] || rc=$?; }; done
+    for p in "${pids[@]}"; do wait "$p" || { s=$?; [ $rc != 0 ] || rc=$s; }; done
     return $rc
 }
 
 launch_torchrun() {
-    local trun="$root/.venv/bin/torchrun" i pids=() rc=0
+    local trun="$root/.venv/bin/torchrun" i s pids=() rc=0
     [ -x "$trun" ] || trun=$(command -v torchrun) || die "launch torchrun: no torchrun (bash scripts/venv.sh)"
     [ $cyclic = 0 ] || die "launch torchrun: torchrun places ranks by node only"
     for ((i = 0; i < N; i++)); do
@@ -471,7 +471,7 @@ launch_torchrun() {
             "${largs[@]}" "$@" &
         pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p" || { [ $rc != 0 ] || rc=$?; }; done
+    for p in "${pids[@]}"; do wait "$p" || { s=$?; [ $rc != 0 ] || rc=$s; }; done
     return $rc
 }
 

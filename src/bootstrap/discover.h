@@ -52,8 +52,8 @@ tutti_status_t tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[
 bool tutti__ifname_match(const char *spec, const char *name);
 
 /* tutti__iface_pick writes the IPv4 address and name of the first interface that is up, has
- * an IPv4 address and matches spec (in the order the system lists them); none is
- * TUTTI_ERR_INVALID_ARG naming the interfaces there are. */
+ * an IPv4 address and matches spec (in the order the system lists them, loopback last); none
+ * is TUTTI_ERR_INVALID_ARG naming the interfaces there are. */
 tutti_status_t tutti__iface_pick(const char *spec, char ip[64], char name[TUTTI__IFNAME_LEN]);
 
 /* tutti__iface_of writes the name of the interface that holds IPv4 address ip ("?": none). */

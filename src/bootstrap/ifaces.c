@@ -54,16 +54,20 @@ tutti_status_t tutti__iface_pick(const char *spec, char ip[64], char name[TUTTI_
     if (getifaddrs(&all) != 0)
         return tutti__set_error(TUTTI_ERR_SYSTEM, "TUTTI_SOCKET_IFNAME=%s: cannot list the network "
                                 "interfaces: %s", spec, strerror(errno));
-    for (const struct ifaddrs *i = all; i != NULL; i = i->ifa_next) {
-        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
-            !tutti__ifname_match(spec, i->ifa_name))
-            continue;
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr, ip,
-                  64);
-        snprintf(name, TUTTI__IFNAME_LEN, "%s", i->ifa_name);
-        freeifaddrs(all);
-        return TUTTI_OK;
-    }
+    /* Loopback only when nothing else matches: "^docker" means a real interface, and only a
+     * list that names lo alone (or excludes everything else) leads there. */
+    for (int pass = 0; pass < 2; pass++)
+        for (const struct ifaddrs *i = all; i != NULL; i = i->ifa_next) {
+            if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+                !(i->ifa_flags & IFF_UP) || !(i->ifa_flags & IFF_LOOPBACK) != (pass == 0) ||
+                !tutti__ifname_match(spec, i->ifa_name))
+                continue;
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr,
+                      ip, 64);
+            snprintf(name, TUTTI__IFNAME_LEN, "%s", i->ifa_name);
+            freeifaddrs(all);
+            return TUTTI_OK;
+        }
     char have[512];
     list_ipv4(all, have, sizeof have);
     freeifaddrs(all);

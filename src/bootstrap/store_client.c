@@ -257,15 +257,15 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         }
         double left = deadline - tutti__now();
         if (left <= 0) {
+            char hint[256] = "is rank 0 running, and are MASTER_ADDR/MASTER_PORT the same on "
+                             "every rank?";
+            if (srcp != NULL)
+                snprintf(hint, sizeof hint, "does interface %s (%s), which TUTTI_SOCKET_IFNAME=%s "
+                         "chose, reach MASTER_ADDR? Is rank 0 running?", src_if, src_ip, spec);
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank %d could not reach the rendezvous store at %s:%d within "
-                                  "%.3g s (%s%s%s%s%s): is rank 0 running, and are "
-                                  "MASTER_ADDR/MASTER_PORT the same on every rank?%s",
-                                  rank, addr, port, deadline - start, why,
-                                  srcp ? ", from interface " : "", src_if,
-                                  srcp ? " at " : "", src_ip,
-                                  srcp ? " (TUTTI_SOCKET_IFNAME): does that interface reach "
-                                         "MASTER_ADDR?" : "");
+                                  "%.3g s (%s): %s",
+                                  rank, addr, port, deadline - start, why, hint);
             goto fail;
         }
         /* Refused is normal while rank 0 starts; retry at a pace that costs rank 0 nothing. */

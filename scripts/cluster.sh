@@ -18,6 +18,10 @@
 # in the machine's own namespace and nothing is routed: the hosts reach each other and nothing
 # else, and the machine's network is untouched. Each cluster has its own bridge, so clusters of
 # different names (tests running side by side) never see each other, even with equal addresses.
+# Each host has its own /dev/shm too (a tmpfs under the state directory, bound over /dev/shm
+# for everything this script runs there), as separate machines have: shared-memory transports
+# cannot cross between hosts, and libraries that name their segments after the host name (the
+# hosts share the machine's) do not collide.
 #
 # Shaping, per host link and in both directions: --rate with tc tbf; --delay and --loss with tc
 # netem (the delay once on every packet a host sends, the loss likewise). A kernel without
@@ -70,6 +74,14 @@ dbridge() { echo "tcz$name"; }
 state() { echo "$state_root/$name"; }
 subnet=10.77.0
 addr_of() { echo "$subnet.$(($1 + 1))"; }
+
+# on_host I CMD...: runs CMD in host I: its network namespace, its /dev/shm.
+on_host() {
+    local i=$1
+    shift
+    ip netns exec "$(ns_of "$i")" sh -c 'mount --bind "$0" /dev/shm && exec "$@"' \
+        "$(state)/shm-h$i" "$@"
+}
 
 need_root() {
     [ "$(id -u)" = 0 ] || die "needs root (network namespaces, bridges and tc)"
@@ -182,6 +194,8 @@ $what cannot be emulated; leave it out, or add --if-possible to shape the rate a
         ns=$(ns_of "$i")
         ip netns add "$ns"
         ip -n "$ns" link set lo up
+        mkdir -p "$(state)/shm-h$i"
+        mount -t tmpfs -o mode=1777,size=50% "tutti-cluster-$name-h$i" "$(state)/shm-h$i"
         ip link add "$(veth_of "$i")" type veth peer name eth0 netns "$ns"
         ip link set "$(veth_of "$i")" mtu "$mtu"
         ip -n "$ns" link set eth0 mtu "$mtu"
@@ -228,7 +242,7 @@ wait_links() {
         for t in $(seq 50); do
             # a TCP connect to a closed port on host i: refused (RST) means the link works
             local out
-            out=$(ip netns exec "$(ns_of 0)" timeout 2 bash -c \
+            out=$(on_host 0 timeout 2 bash -c \
                 "exec 3<>/dev/tcp/$(addr_of "$i")/9" 2>&1 || true)
             case $out in *refused*) break ;; esac
             [ "$t" -lt 50 ] || die "host h$i ($(addr_of "$i")) does not answer host h0"
@@ -250,6 +264,10 @@ cmd_down_quiet() {
     done
     ip link del "$(bridge)" 2>/dev/null || true
     ip link del "$(dbridge)" 2>/dev/null || true
+    local m
+    for m in $(awk -v d="$(state)/shm-h" 'index($2, d) == 1 {print $2}' /proc/mounts); do
+        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
     # veths die with their namespace; a half-made one may remain on the bridge's side
     local dev
     for dev in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
@@ -333,18 +351,19 @@ cmd_ssh() {
     done
     check_name
     load
-    local host=${1:?"ssh: which host?"} i ns=""
+    local host=${1:?"ssh: which host?"} i at=""
     shift
     for ((i = 0; i < N; i++)); do
         if [ "$host" = "$(addr_of "$i")" ] || [ "$host" = "h$i" ]; then
-            ns=$(ns_of "$i")
+            at=$i
         fi
     done
-    [ -n "$ns" ] || die "ssh: no host \"$host\" in cluster $name (hosts: h0..h$((N - 1)), $(addr_of 0)..)"
+    [ -n "$at" ] || die "ssh: no host \"$host\" in cluster $name (hosts: h0..h$((N - 1)), $(addr_of 0)..)"
     [ $# -gt 0 ] || die "ssh: no command (an interactive login is not offered)"
     cd "${HOME:-/}" 2>/dev/null || cd /
+    local cmdline="$*"
     exec env -i HOME="${HOME:-/}" PATH="$PATH" LANG=C.UTF-8 USER="$(id -un)" \
-        ip netns exec "$ns" sh -c "$*"
+        "$self" _on_host --name "$name" "$at" sh -c "$cmdline"
 }
 
 # ---- run -----------------------------------------------------------------------------------
@@ -369,7 +388,7 @@ cmd_run() {
         [ -z "$only" ] || [ "$only" = "$i" ] || continue
         (
             set +e
-            ip netns exec "$(ns_of "$i")" env CLUSTER_HOST="$i" CLUSTER_HOSTS="$N" \
+            on_host "$i" env CLUSTER_HOST="$i" CLUSTER_HOSTS="$N" \
                 CLUSTER_ADDR="$(addr_of "$i")" MASTER_ADDR="$(addr_of 0)" \
                 timeout -k 5 "$tmo" "$@" 2>&1 | sed -u "s/^/h$i: /"
             exit "${PIPESTATUS[0]}"
@@ -421,7 +440,7 @@ cmd_launch() {
         # UCX over tcp: the namespaces share /dev/shm and the boot id, so UCX's shared memory
         # would cross between hosts and bypass their links; Hydra's ranks of one host still
         # talk over MPICH's own shared memory.
-        timeout -k 5 "$tmo" ip netns exec "$(ns_of 0)" mpiexec.mpich -launcher ssh \
+        timeout -k 5 "$tmo" "$self" _on_host --name "$name" 0 mpiexec.mpich -launcher ssh \
             -launcher-exec "$(state)/ssh" -hosts "$hosts" -n "$np" \
             -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES eth0 \
             -genv MASTER_ADDR "$master" -genv MASTER_PORT "$port" "${largs[@]}" "$@"
@@ -432,7 +451,7 @@ cmd_launch() {
         for ((i = 0; i < N; i++)); do hosts+="${hosts:+,}$(addr_of "$i"):$rpp"; done
         local rootarg=()
         [ "$(id -u)" = 0 ] && rootarg=(--allow-run-as-root)
-        timeout -k 5 "$tmo" ip netns exec "$(ns_of 0)" mpirun.openmpi "${rootarg[@]}" \
+        timeout -k 5 "$tmo" "$self" _on_host --name "$name" 0 mpirun.openmpi "${rootarg[@]}" \
             --oversubscribe -H "$hosts" -np "$np" --mca plm_rsh_agent "$(state)/ssh" \
             --mca pml ob1 --mca btl tcp,self,vader --mca btl_tcp_if_include eth0 \
             --mca oob_tcp_if_include eth0 -x MASTER_ADDR="$master" -x MASTER_PORT="$port" \
@@ -452,7 +471,7 @@ launch_env() {
         elif [ $(((h + 1) * rpp)) -gt "$np" ]; then
             lsize=$((np - h * rpp))
         fi
-        ip netns exec "$(ns_of "$h")" env RANK="$r" WORLD_SIZE="$np" LOCAL_RANK="$l" \
+        on_host "$h" env RANK="$r" WORLD_SIZE="$np" LOCAL_RANK="$l" \
             LOCAL_WORLD_SIZE="$lsize" MASTER_ADDR="$master" MASTER_PORT="$port" \
             timeout -k 5 "$tmo" "$@" &
         pids+=($!)
@@ -466,7 +485,7 @@ launch_torchrun() {
     [ -x "$trun" ] || trun=$(command -v torchrun) || die "launch torchrun: no torchrun (bash scripts/venv.sh)"
     [ $cyclic = 0 ] || die "launch torchrun: torchrun places ranks by node only"
     for ((i = 0; i < N; i++)); do
-        ip netns exec "$(ns_of "$i")" timeout -k 5 "$tmo" "$trun" --nnodes "$N" --node-rank "$i" \
+        on_host "$i" timeout -k 5 "$tmo" "$trun" --nnodes "$N" --node-rank "$i" \
             --nproc-per-node "$rpp" --master-addr "$master" --master-port "$port" \
             "${largs[@]}" "$@" &
         pids+=($!)
@@ -487,6 +506,11 @@ hosts) cmd_hosts "$@" ;;
 run) cmd_run "$@" ;;
 launch) cmd_launch "$@" ;;
 ssh) cmd_ssh "$@" ;;
+_on_host) # _on_host --name NAME I CMD...: what on_host does, for the ssh stand-in and timeout
+    [ "${1:-}" = --name ] && name=${2:?} && shift 2
+    check_name
+    on_host "$@"
+    ;;
 -h | --help | help) usage ;;
 *) usage 2 ;;
 esac

@@ -86,20 +86,20 @@ START_TEST(test_caps_and_choice)
     t.node_seg = 1 << 20;
     unsigned caps = tutti__topo_caps(&t, &node);
     ck_assert_uint_eq(caps, TUTTI__NEEDS_NODES | TUTTI__NEEDS_UNIFORM);
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLREDUCE, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLREDUCE, 1 << 26)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLGATHER, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLTOALL, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_REDUCE_SCATTER, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_BCAST, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_REDUCE, 8)->name, "tree");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 1 << 26)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 8)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_REDUCE_SCATTER, 8)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_BCAST, 8)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_REDUCE, 8)->name, "tree");
     ck_assert(!tutti__algo_offered(&tutti__allreduce_direct, caps));
     /* a node without a window somewhere (node_seg 0): no hierarchy */
     t.node_seg = 0;
     caps = tutti__topo_caps(&t, &none);
     ck_assert(!(caps & TUTTI__NEEDS_NODES));
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLREDUCE, 8)->name, "tree");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLREDUCE, 1 << 20)->name, "ring");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8)->name, "tree");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 1 << 20)->name, "rhd");
     tutti__topo_free(&t);
 
     /* nodes of unequal size: hier allreduce and bcast, the rail algorithms not */
@@ -107,10 +107,10 @@ START_TEST(test_caps_and_choice)
     t.node_seg = 1 << 20;
     caps = tutti__topo_caps(&t, &node);
     ck_assert_uint_eq(caps, TUTTI__NEEDS_NODES);
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLREDUCE, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_BCAST, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLGATHER, 8)->name, "ring");
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLTOALL, 8)->name, "pairwise");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_BCAST, 8)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8)->name, "ring");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 8)->name, "pairwise");
     ck_assert(!tutti__algo_offered(&tutti__alltoall_hier, caps));
     ck_assert(tutti__algo_offered(&tutti__allreduce_hier, caps));
     tutti__topo_free(&t);
@@ -120,7 +120,7 @@ START_TEST(test_caps_and_choice)
     t.node_seg = 0;
     caps = tutti__topo_caps(&t, &none);
     ck_assert(!(caps & TUTTI__NEEDS_NODES));
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLGATHER, 8)->name, "ring");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8)->name, "ring");
     tutti__topo_free(&t);
 
     /* one node: the direct algorithms */
@@ -129,8 +129,28 @@ START_TEST(test_caps_and_choice)
     caps = tutti__topo_caps(&t, &all);
     ck_assert(caps & TUTTI__NEEDS_WINDOW);
     ck_assert(!(caps & TUTTI__NEEDS_NODES));
-    ck_assert_str_eq(tutti__select(&ov, caps, TUTTI_COLL_ALLREDUCE, 8)->name, "direct");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8)->name, "direct");
     tutti__topo_free(&t);
+}
+END_TEST
+
+START_TEST(test_flat_choice)
+{
+    /* small: the tree; two ranks: the ring (the same steps, and it overlaps its reductions) */
+    ck_assert_str_eq(tutti__allreduce_flat(1024, 8)->name, "tree");
+    ck_assert_str_eq(tutti__allreduce_flat(2, 1 << 26)->name, "ring");
+    /* a power of two: fewer steps at the same bandwidth */
+    ck_assert_str_eq(tutti__allreduce_flat(4, 1 << 20)->name, "rhd");
+    ck_assert_str_eq(tutti__allreduce_flat(1024, 25 << 20)->name, "rhd");
+    /* a few ranks, not a power of two: folding's two whole-buffer steps cost more */
+    ck_assert_str_eq(tutti__allreduce_flat(3, 1 << 20)->name, "ring");
+    ck_assert_str_eq(tutti__allreduce_flat(6, 64 << 20)->name, "ring");
+    /* many ranks: the ring's 2(n-1) latencies cost more */
+    ck_assert_str_eq(tutti__allreduce_flat(1000, 25 << 20)->name, "rhd");
+    /* the default across nodes of one rank each follows it */
+    tutti__algo_override_t ov = {0};
+    ck_assert_str_eq(tutti__select(&ov, 0, 1000, TUTTI_COLL_ALLREDUCE, 25 << 20)->name, "rhd");
+    ck_assert_str_eq(tutti__select(&ov, 0, 3, TUTTI_COLL_ALLREDUCE, 1 << 20)->name, "ring");
 }
 END_TEST
 
@@ -191,6 +211,7 @@ int main(void)
     tcase_add_test(tc, test_cyclic);
     tcase_add_test(tc, test_uneven);
     tcase_add_test(tc, test_caps_and_choice);
+    tcase_add_test(tc, test_flat_choice);
     suite_add_tcase(s, tc);
     tc = tcase_create("ifaces");
     tcase_add_test(tc, test_ifname_syntax);

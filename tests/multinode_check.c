@@ -167,8 +167,8 @@ static void report(int ok, const char *fmt, ...)
 
 /* reduction (allreduce or reduce_scatter) of count elements per rank (per block for
  * reduce_scatter), exact or random inputs, hier against flat. */
-static void check_reduction(tutti_coll_t coll, tutti_dtype_t dt, tutti_op_t op, size_t count,
-                            bool exact, bool in_place)
+static void check_reduction_algo(const char *algo, tutti_coll_t coll, tutti_dtype_t dt,
+                                 tutti_op_t op, size_t count, bool exact, bool in_place)
 {
     const bool rs = coll == TUTTI_COLL_REDUCE_SCATTER;
     const size_t es = tutti_dtype_size(dt), nin = rs ? count * (size_t)size : count;
@@ -183,7 +183,7 @@ static void check_reduction(tutti_coll_t coll, tutti_dtype_t dt, tutti_op_t op, 
     /* sum of |x| over ranks, in fp64: the scale of the rounding bound */
     if (!exact)
         flat_allreduce(absx, sumabs, nin, TUTTI_FLOAT64, TUTTI_SUM);
-    const char *algos[2] = {"hier", "ring"};
+    const char *algos[2] = {algo, "ring"};
     for (int a = 0; a < 2; a++) {
         use(coll, algos[a]);
         char *o = out[a];
@@ -240,8 +240,8 @@ static void check_reduction(tutti_coll_t coll, tutti_dtype_t dt, tutti_op_t op, 
                 ok = 0;
             }
     }
-    report(ok, "%s hier vs ring: %s %s %zu elements%s, %s inputs", rs ? "reduce_scatter" : "allreduce",
-           tutti_dtype_name(dt), tutti_op_name(op), count, in_place ? " in place" : "",
+    report(ok, "%s %s vs ring: %s %s %zu elements%s, %s inputs", rs ? "reduce_scatter" : "allreduce",
+           algo, tutti_dtype_name(dt), tutti_op_name(op), count, in_place ? " in place" : "",
            exact ? "exact" : "random");
     free(all);
     free(in);
@@ -249,6 +249,12 @@ static void check_reduction(tutti_coll_t coll, tutti_dtype_t dt, tutti_op_t op, 
     free(out[1]);
     free(sumabs);
     free(absx);
+}
+
+static void check_reduction(tutti_coll_t coll, tutti_dtype_t dt, tutti_op_t op, size_t count,
+                            bool exact, bool in_place)
+{
+    check_reduction_algo("hier", coll, dt, op, count, exact, in_place);
 }
 
 /* allgather / alltoall of random bytes: hier == flat bit for bit */
@@ -401,6 +407,14 @@ int main(int argc, char **argv)
     }
     if (rank == 0)
         printf("# %d ranks on %d nodes\n", size, tutti_comm_node_count(comm));
+    /* recursive halving/doubling over the whole group (folding when size is no power of two),
+     * the flat algorithm that rails of many nodes use */
+    static const size_t rcounts[] = {1, 4099, 300007, 2500001};
+    for (size_t k = 0; k < sizeof rcounts / sizeof rcounts[0]; k++) {
+        check_reduction_algo("rhd", TUTTI_COLL_ALLREDUCE, TUTTI_FLOAT32, TUTTI_SUM, rcounts[k], true, k % 2);
+        check_reduction_algo("rhd", TUTTI_COLL_ALLREDUCE, TUTTI_BFLOAT16, TUTTI_SUM, rcounts[k], false, false);
+    }
+    check_reduction_algo("rhd", TUTTI_COLL_ALLREDUCE, TUTTI_FLOAT64, TUTTI_AVG, 1001, true, false);
     check_offered();
     static const size_t counts[] = {1, 13, 4099, 70001, 300007};
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {

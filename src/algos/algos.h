@@ -250,6 +250,7 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root);
 /* ---- algorithm tables (one file per algorithm; the tables live in select.c) ---- */
 
 extern const tutti__algo_t tutti__allreduce_ring, tutti__allreduce_tree, tutti__allreduce_direct;
+extern const tutti__algo_t tutti__allreduce_rhd;
 extern const tutti__algo_t tutti__allgather_ring, tutti__allgather_direct;
 extern const tutti__algo_t tutti__alltoall_pairwise, tutti__alltoall_direct;
 extern const tutti__algo_t tutti__reduce_scatter_ring, tutti__reduce_scatter_direct;
@@ -288,11 +289,18 @@ const char *tutti__coll_name(tutti_coll_t coll);
 /* tutti__algo_find returns coll's algorithm named by the len bytes at name, or NULL. */
 const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_t len);
 
-/* tutti__select picks the algorithm for a call of coll moving bytes: the override ov's range
- * that holds bytes, else the default by size and topology (caps: the TUTTI__NEEDS_* bits the
- * network offers). */
-const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps,
+/* tutti__select picks the algorithm for a call of coll moving bytes among n ranks: the
+ * override ov's range that holds bytes, else the default by size and topology (caps: the
+ * TUTTI__NEEDS_* bits the network offers). */
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps, int n,
                                    tutti_coll_t coll, size_t bytes);
+
+/* tutti__allreduce_flat is the flat allreduce for bytes among n ranks that talk through the
+ * network (a whole group, or a rail of a hierarchical one): the tree up to TUTTI__TREE_MAX
+ * bytes, then the ring or recursive halving/doubling, whichever a cost model of the two says
+ * takes less time (a function of n and bytes only, so every rank picks alike). */
+#define TUTTI__TREE_MAX ((size_t)64 << 10)
+const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes);
 
 /* ---- the nodes (topo.c) ---- */
 

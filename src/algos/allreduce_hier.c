@@ -6,8 +6,8 @@
  * barrier; with m = the fewest ranks on a node, local rank j < m reduces part j (1/m of the
  * segment) over the node's regions in local order, in one kernel call, into its own region:
  * a node-local reduce-scatter. Local rank j then runs an allreduce of its part with local rank j
- * of every other node (rail j), in place in the window: a ring, or a tree for parts up to
- * TREE_BYTES. Barrier; every rank copies the m finished parts out; barrier. The m rails run at
+ * of every other node (rail j), in place in the window: the tree for small parts, else the ring
+ * or, over many nodes, recursive halving/doubling (tutti__allreduce_flat). Barrier; every rank copies the m finished parts out; barrier. The m rails run at
  * once, each node sending every byte across once, spread over m ranks; a node with a single
  * rank works on its own buffer, without a window.
  * Small messages (up to SMALL_BYTES): one leader per node (local index 0) reduces the node's
@@ -15,8 +15,8 @@
  * through its region: 3 barriers and 2 ceil(log2 nodes) messages, against the flat tree's
  * 2 ceil(log2 ranks) messages, some through the network twice.
  * Cost (large, N nodes of L ranks): per byte, two copies and one read per local rank in shared
- * memory plus the ring's 2(N-1)/N across nodes; 2(N-1) network steps instead of the flat
- * ring's 2(NL-1). Wins across nodes at every size when some node has several ranks.
+ * memory plus the ring's 2(N-1)/N across nodes; 2(N-1) network steps (2 log2 N by recursive
+ * halving/doubling) instead of the flat ring's 2(NL-1). Wins across nodes at every size when some node has several ranks.
  * Results: each element's value is computed once (node partials in local order, combined in
  * the order the rail's ring or tree gives) and copied to every rank, so all ranks hold the same
  * bits; they equal the flat algorithms' bits wherever the sum is exact in any order (integers,
@@ -28,10 +28,10 @@
 #include "patterns/chunk.h"
 
 #define SMALL_BYTES ((size_t)64 << 10)
-#define TREE_BYTES ((size_t)64 << 10)
 
-/* rail_allreduce runs part (count elements, in place) among rail j: the ring, or the tree for
- * small parts (every member of the rail has the same count, so all choose alike). */
+/* rail_allreduce runs part (count elements, in place) among rail j, by the flat algorithm
+ * select.c picks for that many nodes and bytes (every member of the rail has the same count,
+ * so all choose alike). */
 static tutti_status_t rail_allreduce(tutti__coll_t *c, int j, void *part, size_t count)
 {
     const tutti__topo_t *t = &c->net->topo;
@@ -39,8 +39,7 @@ static tutti_status_t rail_allreduce(tutti__coll_t *c, int j, void *part, size_t
     tutti__hier_group(c, t->rails + (size_t)j * (size_t)t->nnodes, t->nnodes, t->node, &sub);
     sub.sendbuf = sub.recvbuf = part;
     sub.count = count;
-    return count * c->esize <= TREE_BYTES ? tutti__allreduce_tree.run(&sub)
-                                          : tutti__allreduce_ring.run(&sub);
+    return tutti__allreduce_flat(t->nnodes, count * c->esize)->run(&sub);
 }
 
 /* node_sum reduces n elements at byte offset off of every region of w into dst (local order;

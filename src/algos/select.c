@@ -4,7 +4,8 @@
 
 static const tutti__algo_t *const allreduce_algos[] = {&tutti__allreduce_direct, &tutti__allreduce_ring,
                                                        &tutti__allreduce_tree,
-                                                       &tutti__allreduce_hier, NULL};
+                                                       &tutti__allreduce_hier,
+                                                       &tutti__allreduce_rhd, NULL};
 static const tutti__algo_t *const allgather_algos[] = {&tutti__allgather_direct, &tutti__allgather_ring,
                                                        &tutti__allgather_hier, NULL};
 static const tutti__algo_t *const alltoall_algos[] = {&tutti__alltoall_direct,
@@ -50,12 +51,35 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
     return NULL;
 }
 
+/* The latency of one network step, in bytes of transfer time (alpha / beta): 64 KiB is about
+ * 25 us at 20 Gbit/s or 5 us at 100 Gbit/s. Only the order of magnitude matters here. */
+#define LAT_BYTES ((double)(64 << 10))
+
+const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes)
+{
+    if (bytes <= TUTTI__TREE_MAX || n <= 2)
+        return bytes <= TUTTI__TREE_MAX ? &tutti__allreduce_tree : &tutti__allreduce_ring;
+    int k = 0, p2 = 1;
+    while (p2 * 2 <= n)
+        p2 *= 2, k++;
+    /* Time in units of one byte's transfer: the ring takes 2(n-1) steps and sends
+     * 2(n-1)/n of the buffer; recursive halving/doubling 2k steps and 2(p2-1)/p2 of it, plus
+     * two steps with the whole buffer when it folds n down to p2. */
+    const double b = (double)bytes;
+    double ring = 2.0 * (n - 1) * LAT_BYTES + 2.0 * (n - 1) / n * b;
+    double rhd = 2.0 * k * LAT_BYTES + 2.0 * (p2 - 1) / p2 * b;
+    if (p2 != n)
+        rhd += 2.0 * (LAT_BYTES + b);
+    return rhd < ring ? &tutti__allreduce_rhd : &tutti__allreduce_ring;
+}
+
 /* Defaults. One node over shm: the direct algorithms touch each byte the fewest times and need
  * no hand-offs between neighbours. Across nodes, where some node has several ranks: the
  * hierarchical algorithms, which keep node-local traffic in shared memory and send each byte
  * across once per node (the ones that split traffic into equal rails need equal nodes).
- * Otherwise: a tree for latency-bound sizes, a ring once bandwidth dominates. */
-const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps,
+ * Otherwise: a tree for latency-bound sizes, a ring or recursive halving/doubling once
+ * bandwidth dominates (tutti__allreduce_flat). */
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps, int n,
                                    tutti_coll_t coll, size_t bytes)
 {
     for (int i = 0; i < ov->n; i++)
@@ -65,9 +89,8 @@ const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned ca
     const bool even = nodes && (caps & TUTTI__NEEDS_UNIFORM);
     switch (coll) {
     case TUTTI_COLL_ALLREDUCE:
-        return win     ? &tutti__allreduce_direct
-               : nodes ? &tutti__allreduce_hier
-               : bytes <= 65536 ? &tutti__allreduce_tree : &tutti__allreduce_ring;
+        return win ? &tutti__allreduce_direct
+                   : nodes ? &tutti__allreduce_hier : tutti__allreduce_flat(n, bytes);
     case TUTTI_COLL_ALLGATHER:
         return win ? &tutti__allgather_direct : even ? &tutti__allgather_hier : &tutti__allgather_ring;
     case TUTTI_COLL_ALLTOALL:

@@ -132,5 +132,5 @@ TUTTI_API const char *tutti_comm_algorithm(const tutti_comm_t *comm, tutti_coll_
 {
     if (!tutti__comm_valid(comm) || (unsigned)coll >= TUTTI_COLL_COUNT)
         return NULL;
-    return tutti__select(&comm->algo[coll], comm->net.caps, coll, bytes)->name;
+    return tutti__select(&comm->algo[coll], comm->net.caps, comm->size, coll, bytes)->name;
 }

@@ -6,7 +6,7 @@
  *   - inputs whose reduction is exact in any order (small integers, in every dtype): both
  *     results equal the expected values bit for bit;
  *   - random floats: the hierarchical result is the same bits on every rank, and within the
- *     bound of docs/hierarchical.md of the flat one: |hier - flat| <= 2 (P-1) u sum|x| per
+ *     bound of docs/multinode.md of the flat one: |hier - flat| <= 2 (P-1) u sum|x| per
  *     element, u the dtype's unit roundoff (each result is within (P-1) u sum|x| of the exact
  *     sum, one rounding per combining step);
  *   - collectives that only move bytes (allgather, alltoall, bcast from every root): equal bit

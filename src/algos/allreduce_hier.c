@@ -21,7 +21,7 @@
  * the order the rail's ring or tree gives) and copied to every rank, so all ranks hold the same
  * bits; they equal the flat algorithms' bits wherever the sum is exact in any order (integers,
  * min, max, exactly representable sums) and are otherwise within the usual bound of a
- * reduction in another order (docs/hierarchical.md). AVG sums across the node and divides
+ * reduction in another order (docs/multinode.md). AVG sums across the node and divides
  * once, at the last step between nodes, by the whole group's size.
  */
 #include "algos.h"

@@ -11,7 +11,7 @@
  * input per rail across nodes: every node sends each reduced byte across once, spread over its
  * L ranks, in N-1 network steps instead of NL-1. Results: node partials in local order,
  * combined in the ring's order between nodes; equal to the flat ring's bits where the sum is
- * exact in any order, else within the bound of docs/hierarchical.md; AVG divides once, at the
+ * exact in any order, else within the bound of docs/multinode.md; AVG divides once, at the
  * end, by the whole group's size.
  */
 #include "algos.h"

@@ -37,8 +37,9 @@ void tutti__nodes_free(tutti__nodes_t *n);
  * and the name of its interface: the first interface TUTTI_SOCKET_IFNAME matches when that is
  * set (an error naming the interfaces there are when none does); else loopback when the job
  * has one node; else the address this rank reached store from, which is on the interface that
- * routes to rank 0 (store NULL: the one that routes to MASTER_ADDR). So a host with several
- * interfaces, only one of which reaches the others, needs no setting.
+ * routes to rank 0 (store NULL: the one that routes to MASTER_ADDR; if that is loopback, the
+ * first interface that is not). So a host with several interfaces, only one of which reaches
+ * the others, needs no setting.
  */
 tutti_status_t tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[64],
                                char ifname[TUTTI__IFNAME_LEN]);

@@ -134,6 +134,17 @@ tutti_status_t tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[
             freeaddrinfo(ai);
         }
     }
+    /* Several nodes but the route says loopback (MASTER_ADDR unset under a caller's store, or
+     * pointing at this host by a loopback name): peers could not reach that, so take the first
+     * interface that is up and not loopback, if there is one. */
+    if (nnodes > 1 && strncmp(ip, "127.", 4) == 0) {
+        tutti__saved_error_t saved; /* none found is not an error: loopback stays */
+        tutti__save_error(&saved);
+        tutti_status_t st = tutti__iface_pick("^lo", ip, ifname);
+        tutti__restore_error(&saved, TUTTI_OK);
+        if (st == TUTTI_OK)
+            return TUTTI_OK;
+    }
     tutti__iface_of(ip, ifname);
     return TUTTI_OK;
 }

@@ -1,6 +1,7 @@
-/* bench_common.h: what tutti-bench.c and mpi-bench.c share (flags, sizes, 16-bit floats, the -c value
- * patterns, bandwidth conventions, header and row printing), over plain ints in tutti's enum order so
- * that neither tutti's nor MPI's types appear here; the includer defines BENCH_PROG and bench_abort. */
+/* bench_common.h: what tutti-bench.c, mpi-bench.c and ccl-bench.cpp share (flags, sizes, 16-bit
+ * floats, the -c value patterns, bandwidth conventions, header and row printing), over plain ints in
+ * tutti's enum order so that neither tutti's, MPI's nor oneCCL's types appear here; the includer
+ * defines BENCH_PROG and bench_abort. It compiles as C11 and as C++17 (g++). */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -15,6 +16,8 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+
+#include "../src/common/parse_size.h" /* the library's own parser of "64K", "16M" */
 
 #ifndef BENCH_PROG
 #error "define BENCH_PROG (the program's name for messages) before including bench_common.h"
@@ -69,31 +72,6 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool parse_bytes(const char *s, size_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return false;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (errno != 0)
-        return false;
-    unsigned shift = 0;
-    switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: return false;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || (shift && x > (SIZE_MAX >> shift)))
-        return false;
-    *out = (size_t)(x << shift);
-    return true;
-}
-
 static long parse_long(const char *s, long lo, const char *flag)
 {
     char *end;
@@ -117,17 +95,18 @@ static int lookup(const char *s, const char *const *names, int count)
  * that rejects -a (a bench whose library picks its own algorithms). */
 static void parse_args(int argc, char **argv, opts_t *o, void (*usage)(FILE *), const char *a_refusal)
 {
-    *o = (opts_t){.coll = C_COUNT, .min_bytes = 8, .max_bytes = 4u << 20, .factor = 2,
-                  .iters = 100, .warmup = 10, .dtype = D_FP32, .op = O_SUM};
+    /* designators in declaration order: ccl-bench.cpp includes this file as C++ */
+    *o = (opts_t){.coll = C_COUNT, .dtype = D_FP32, .op = O_SUM, .min_bytes = 8,
+                  .max_bytes = 4u << 20, .factor = 2, .iters = 100, .warmup = 10};
     int c;
     while ((c = getopt(argc, argv, "b:e:f:i:x:d:o:a:ch")) != -1) {
         switch (c) {
         case 'b':
-            if (!parse_bytes(optarg, &o->min_bytes))
+            if (!tutti__parse_size(optarg, &o->min_bytes))
                 die_usage("-b \"%s\" is not a size like 8, 64K, 4M", optarg);
             break;
         case 'e':
-            if (!parse_bytes(optarg, &o->max_bytes))
+            if (!tutti__parse_size(optarg, &o->max_bytes))
                 die_usage("-e \"%s\" is not a size like 8, 64K, 4M", optarg);
             break;
         case 'f': o->factor = (unsigned long)parse_long(optarg, 2, "-f \"%s\": need an integer >= 2"); break;

@@ -2,7 +2,7 @@
  * to another by 1, then by T threads at once (each its own buffers; default T = the cores this
  * process may run on), for buffers far larger than the caches (64 MiB) and for ones that stay
  * in the L2 (256 KiB). GB/s counts bytes read plus bytes written, summed over the threads; each
- * figure is the median of 7 timed passes. Usage: membw [threads] [MiB]. The README quotes it. */
+ * figure is the median of 7 timed passes. Usage: membw [threads] [MiB]. docs/performance.md quotes it. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>

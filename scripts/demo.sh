@@ -48,7 +48,7 @@ run mpirun.mpich -n 2 "$train" --steps 256 --batch 256 --hidden 512 --seed 1 --p
 
 # Then a short allreduce comparison: tutti, MPICH and Open MPI side by side at 2 ranks, fp32,
 # 8 B to 2 MiB, the libraries alternated, medians and ratios (above 1: tutti is faster). The
-# full comparison, Gloo and the plot included, is bench/compare (README, "Comparing").
+# full comparison, Gloo and the plot included, is bench/compare (docs/performance.md, "Comparing").
 echo
 echo "+ bench/compare allreduce -n 2 -b 8 -e 2M -f 8 -r 2 --only tutti,mpich,openmpi"
 timeout -k 5 300 bench/compare allreduce -n 2 -b 8 -e 2M -f 8 -r 2 --only tutti,mpich,openmpi \

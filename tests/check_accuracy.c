@@ -3,6 +3,7 @@
  * ring and tree round partial sums to bf16 on the way, and are held to the bound derived below;
  * every algorithm must give the same bits on every rank. */
 #include <check.h>
+#include "check_main.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,16 +108,4 @@ START_TEST(test_accuracy)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("accuracy");
-    TCase *tc = tcase_create("bf16");
-    tcase_set_timeout(tc, 400);
-    tcase_add_test(tc, test_accuracy);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN_ONE("accuracy", "bf16", 400, test_accuracy)

@@ -2,6 +2,7 @@
  * call, dead or destroyed communicators, and bootstraps that cannot succeed. */
 #include <arpa/inet.h>
 #include <check.h>
+#include "check_main.h"
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -629,11 +630,4 @@ static Suite *badinput_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(badinput_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN(badinput_suite)

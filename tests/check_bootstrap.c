@@ -1,6 +1,7 @@
 /* check_bootstrap.c: unit tests of the TCP store, the bootstrap collectives and the liveness
  * mesh, with ranks as forked processes on loopback. */
 #include <check.h>
+#include "check_main.h"
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -607,12 +608,4 @@ static Suite *suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(suite());
-    /* Under meson the TAP stream is stdout: keep the summary lines out of it. */
-    srunner_run_all(sr, getenv("CK_TAP_LOG_FILE_NAME") ? CK_SILENT : CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+TH_CHECK_MAIN(suite)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "tutti.h"
 
 /* ---- an in-memory out-of-band store for single-rank communicators ---- */
@@ -159,7 +160,7 @@ START_TEST(test_affinity_commas)
 }
 END_TEST
 
-int main(void)
+static Suite *create_suite(void)
 {
     Suite *s = suite_create("create");
     TCase *tc = tcase_create("create");
@@ -167,9 +168,7 @@ int main(void)
     tcase_add_test(tc, test_threads_create);
     tcase_add_test(tc, test_affinity_commas);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return s;
 }
+
+TH_CHECK_MAIN(create_suite)

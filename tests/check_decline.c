@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_main.h"
 #include "harness.h"
 #include "tutti.h"
 
@@ -78,16 +79,4 @@ START_TEST(test_decline)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("decline");
-    TCase *tc = tcase_create("decline");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_decline);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN_ONE("decline", "decline", 120, test_decline)

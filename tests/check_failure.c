@@ -3,6 +3,7 @@
  * message that names the collective, its sequence number and the dead rank; a rank that never
  * calls the collective becomes TUTTI_ERR_TIMEOUT; nothing is left in /dev/shm. */
 #include <check.h>
+#include "check_main.h"
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,11 +249,4 @@ static Suite *failure_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(failure_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN(failure_suite)

@@ -10,6 +10,7 @@
  * exact to far below that bound. A second test uses small integers, whose sums are exact in fp32
  * in any order: there every variant must match the reference bit for bit. */
 #include <check.h>
+#include "check_main.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -444,11 +445,4 @@ static Suite *gemm_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(gemm_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+TH_CHECK_MAIN(gemm_suite)

@@ -4,6 +4,7 @@
  * CCL_BF16 / CCL_FP16 overrides, and the bf16 / fp16 conversions (ties to even, NaN, Inf,
  * subnormals, every fp16 value). */
 #include <check.h>
+#include "check_main.h"
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -903,11 +904,4 @@ static Suite *kernels_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(kernels_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN(kernels_suite)

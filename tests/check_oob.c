@@ -2,6 +2,7 @@
  * with a tutti_oob_t), as a framework's own store would carry them: a store made of files in a
  * directory shared by the ranks, no MASTER_PORT involved. */
 #include <check.h>
+#include "check_main.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,11 +257,4 @@ static Suite *oob_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(oob_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN(oob_suite)

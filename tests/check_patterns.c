@@ -2,6 +2,7 @@
  * chunk splits, ring and pairwise schedules, binomial trees and the dissemination barrier,
  * each checked by simulating the whole schedule for many rank counts, without a network. */
 #include <check.h>
+#include "check_main.h"
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -289,11 +290,4 @@ static Suite *patterns_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(patterns_suite());
-    srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY=silent keeps stdout pure TAP */
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN(patterns_suite)

@@ -1,6 +1,7 @@
 /* check_split.c: sub-communicators: split by color and key, groups of listed ranks (torch's
  * new_group), their own ordering beside the parent's, nesting, and bad arguments. */
 #include <check.h>
+#include "check_main.h"
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,16 +105,4 @@ START_TEST(test_split)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("split");
-    TCase *tc = tcase_create("split");
-    tcase_set_timeout(tc, 400);
-    tcase_add_test(tc, test_split);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN_ONE("split", "split", 400, test_split)

@@ -4,6 +4,7 @@
  * racing ahead while another is still reading is exactly what this provokes; the sizes also
  * cross from the flagged-line paths to the barrier paths and to the sliced large path. */
 #include <check.h>
+#include "check_main.h"
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,16 +150,4 @@ START_TEST(test_stress)
 }
 END_TEST
 
-int main(void)
-{
-    Suite *s = suite_create("stress");
-    TCase *tc = tcase_create("mixed");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_stress);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN_ONE("stress", "mixed", 600, test_stress)

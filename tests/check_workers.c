@@ -2,6 +2,7 @@
  * CCL_WORKER_AFFINITY (read back from /proc), posting order, overlap of the caller's work with a
  * running collective, completion callbacks, abort, and several threads posting at once. */
 #include <check.h>
+#include "check_main.h"
 #include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
@@ -512,11 +513,4 @@ static Suite *workers_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(workers_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+TH_CHECK_MAIN(workers_suite)

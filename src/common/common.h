@@ -133,8 +133,8 @@ tutti_status_t tutti__env_long(const char *name, long lo, long hi, long *out);
 /* tutti__env_double: the same for a non-negative real number. */
 tutti_status_t tutti__env_double(const char *name, double *out);
 
-/* tutti__parse_size parses "4096", "64K", "16M", "1G" (binary units); false if malformed. */
-bool tutti__parse_size(const char *s, size_t *out);
+/* tutti__parse_size (parse_size.h, shared with bench/) parses "4096", "64K", "16M", "1G". */
+#include "parse_size.h"
 
 /* ---- dtypes and ops ----------------------------------------------------------------------- */
 

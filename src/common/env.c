@@ -5,14 +5,22 @@
 
 #include "common.h"
 
+/* The help texts are the documentation, in Markdown: docs/configuration.md's table is generated
+ * from them and tests/check_env.c fails when the two differ. A range written "(lo..hi)" is
+ * probed by that test through a one-rank communicator, so write one only for a knob that
+ * communicator creation reads. */
 const tutti__env_knob_t tutti__env_knobs[] = {
-    {"TUTTI_TIMEOUT", "300", "seconds any wait may take before it fails with TUTTI_ERR_TIMEOUT"},
+    {"TUTTI_TIMEOUT", "300",
+     "seconds any wait may take before it fails with `TUTTI_ERR_TIMEOUT`; "
+     "`tutti_comm_config_t.timeout_s` overrides it"},
     {"TUTTI_TRANSPORT", "auto",
-     "auto: shm between ranks of a node, ofi across nodes; ofi: libfabric for every peer; "
-     "shm: shared memory only (error if the group spans nodes)"},
+     "`auto`: shm between ranks of a node, ofi across nodes; `ofi`: libfabric for every peer; "
+     "`shm`: shared memory only (an error if the group spans nodes); "
+     "`tutti_comm_config_t.transport` overrides it"},
     {"MASTER_ADDR", "127.0.0.1", "host of rank 0's rendezvous store"},
     {"MASTER_PORT", "29500", "TCP port of rank 0's rendezvous store"},
-    {"RANK", NULL, "rank (torchrun); also LOCAL_RANK is ignored, nodes are found by tutti"},
+    {"RANK", NULL,
+     "rank of this process (torchrun); `LOCAL_RANK` is ignored, tutti finds the nodes itself"},
     {"WORLD_SIZE", NULL, "number of ranks (torchrun)"},
     {"PMI_RANK", NULL, "rank (MPICH Hydra, Intel MPI)"},
     {"PMI_SIZE", NULL, "number of ranks (MPICH Hydra, Intel MPI)"},
@@ -20,7 +28,7 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"OMPI_COMM_WORLD_SIZE", NULL, "number of ranks (Open MPI)"},
     {"SLURM_PROCID", NULL, "rank (Slurm srun)"},
     {"SLURM_NTASKS", NULL, "number of ranks (Slurm srun)"},
-    {"CCL_ALLREDUCE", NULL, "allreduce algorithm override, e.g. \"tree:0-16384;ring:16385-max\""},
+    {"CCL_ALLREDUCE", NULL, "allreduce algorithm override, e.g. `tree:0-16384;ring:16385-max`"},
     {"CCL_ALLGATHER", NULL, "allgather(v) algorithm override"},
     {"CCL_ALLTOALL", NULL, "alltoall(v) algorithm override"},
     {"CCL_REDUCE_SCATTER", NULL, "reduce_scatter algorithm override"},
@@ -28,27 +36,34 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"CCL_REDUCE", NULL, "reduce algorithm override"},
     {"CCL_BARRIER", NULL, "barrier algorithm override"},
     {"CCL_BF16", NULL,
-     "bf16 reduction kernel: scalar, avx2, avx512f or avx512bf (AVX512_BF16); unset: the fastest "
-     "this CPU runs; one the CPU lacks fails communicator creation"},
+     "bf16 reduction kernel: `scalar`, `avx2`, `avx512f` or `avx512bf` (AVX512_BF16); unset: the "
+     "fastest this CPU runs; one the CPU lacks fails communicator creation"},
     {"CCL_FP16", NULL,
-     "fp16 reduction kernel: scalar, f16c (AVX2+F16C), avx512f or avx512fp16 (AVX512_FP16); "
-     "unset: the fastest this CPU runs; one the CPU lacks fails communicator creation"},
+     "fp16 reduction kernel: `scalar`, `f16c` (AVX2+F16C), `avx512f` or `avx512fp16` "
+     "(AVX512_FP16); unset: the fastest this CPU runs; one the CPU lacks fails communicator "
+     "creation"},
     {"CCL_LOG_LEVEL", "warn",
-     "error, warn, info, debug or trace; messages go to stderr (read once per process, when the "
-     "first communicator is created)"},
-    {"CCL_WORKER_COUNT", "1", "worker threads per rank that run the collectives (at least 1)"},
+     "`error`, `warn`, `info`, `debug` or `trace`; messages go to stderr; read once per process, "
+     "when the first communicator is created"},
+    {"CCL_WORKER_COUNT", "1",
+     "worker threads per rank that run the collectives (1..16); "
+     "`tutti_comm_config_t.worker_count` overrides it"},
     {"CCL_WORKER_AFFINITY", "auto",
-     "cores for the workers: auto (distinct allowed cores, from the last one down), none, or a "
-     "list like \"3,4,5-7\" with local ranks x workers entries, entry i for local worker i"},
-    {"CCL_WORKER_WAIT", "1", "1: idle workers sleep until work arrives; 0: they spin"},
+     "cores for the workers: `auto` (distinct cores from the process's allowed set, from the last "
+     "one down), `none`, or a list like `3,4,5-7` with local ranks x workers entries, entry i for "
+     "local worker i"},
+    {"CCL_WORKER_WAIT", "1", "`1`: idle workers sleep until work arrives; `0`: they spin"},
     {"TUTTI_INLINE_MAX", "65536",
-     "bytes up to which an asynchronous post on an idle communicator runs in the caller's "
-     "thread (blocking calls always may); 0: every operation goes to the workers"},
+     "bytes up to which an asynchronous collective posted on an idle communicator runs in the "
+     "caller's thread (a blocking call on an idle communicator always does; asynchronous "
+     "send/recv never do); `0`: everything runs on the workers, blocking calls too; "
+     "`tutti_comm_config_t.inline_max` overrides it (there `0` keeps this variable, and `-1` "
+     "runs no asynchronous post inline while blocking calls still may)"},
     {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit)"},
     {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
     {"TUTTI_SHM_WINDOW", "4194304",
      "bytes per rank of the shared window the direct algorithms use (split between the slices "
-     "when CCL_WORKER_COUNT > 1)"},
+     "when `CCL_WORKER_COUNT` > 1)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
     {"TUTTI_SOCKET_IFNAME", NULL,
      "network interface for the rendezvous store's connections, the liveness mesh and ofi "
@@ -106,29 +121,4 @@ tutti_status_t tutti__env_double(const char *name, double *out)
                                 name, v);
     *out = x;
     return TUTTI_OK;
-}
-
-bool tutti__parse_size(const char *s, size_t *out)
-{
-    if (s == NULL || *s < '0' || *s > '9')
-        return false;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 10);
-    if (errno != 0)
-        return false;
-    unsigned shift = 0;
-    switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: return false;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || (shift && x > (SIZE_MAX >> shift)))
-        return false;
-    *out = (size_t)(x << shift);
-    return true;
 }

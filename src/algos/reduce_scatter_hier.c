@@ -36,11 +36,12 @@ static tutti_status_t run(tutti__coll_t *c)
 
     const size_t piece = seg / (size_t)P;
     const int *rail = t->rails + (size_t)li * (size_t)N;
-    char *part = tutti__coll_aux(c, (size_t)N * tutti__min_size(piece, cnt) * es +
-                                        (size_t)L * sizeof(void *));
+    /* The parts, then (64-byte aligned) the kernel's source pointers. */
+    const size_t pbytes = ((size_t)N * tutti__min_size(piece, cnt) * es + 63) & ~(size_t)63;
+    char *part = tutti__coll_aux(c, pbytes + (size_t)L * sizeof(void *));
     if (part == NULL)
         return TUTTI_ERR_NO_MEMORY;
-    const void **srcs = (const void **)(void *)(part + (size_t)N * tutti__min_size(piece, cnt) * es);
+    const void **srcs = (const void **)(void *)(part + pbytes);
     for (size_t a = 0; a < cnt; a += piece) {
         const size_t n = tutti__min_size(piece, cnt - a);
         /* In place, recvbuf's first cnt elements are block 0, whose pieces past this segment

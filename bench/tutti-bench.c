@@ -142,11 +142,15 @@ static void print_header(const bench_t *b)
             snprintf(transports + len, sizeof transports - len, "%s%s", len ? "+" : "", t);
         }
     }
+    /* What the smallest and the largest size run (an override, or the automatic choice). */
+    const char *lo = tutti_comm_algorithm(b->comm, b->o.coll, b->o.min_bytes);
+    const char *hi = tutti_comm_algorithm(b->comm, b->o.coll, b->o.max_bytes);
     printf("# tutti %s  tutti-bench %s  dtype %s  op %s  ranks %d  nodes %d  transport %s  "
-           "algorithm %s\n",
+           "algorithm %s (%s at -b, %s at -e)\n",
            tutti_version(), coll_names[b->o.coll], tutti_dtype_name(b->o.dtype),
            tutti_op_name(b->o.op), b->size, tutti_comm_node_count(b->comm),
-           *transports ? transports : "none", b->o.algo ? b->o.algo : "auto");
+           *transports ? transports : "none", b->o.algo ? b->o.algo : "auto", lo ? lo : "?",
+           hi ? hi : "?");
     print_conventions(&b->o);
 }
 

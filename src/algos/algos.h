@@ -18,7 +18,14 @@ typedef struct tutti__algo tutti__algo_t;
  */
 typedef struct tutti__coll {
     tutti__net_t *net;    /* the network it runs on (the communicator's) */
-    int rank, size;
+    int rank, size;       /* this rank's index in the group the call runs on, and its size */
+    const int *group;     /* NULL: the group is the communicator; else group[i] is the
+                             communicator rank of member i (a part of a hierarchical call,
+                             run by a flat algorithm among some of the ranks); the primitives
+                             take member indexes and map them */
+    bool node_window;     /* the group is this rank's node: window primitives use the node's
+                             windows (indexed by local index) instead of the whole group's */
+    int avg_n;            /* AVG divides by this; 0: by size (tutti__avg_div) */
     tutti_coll_t kind;    /* which collective */
     const char *name;     /* "allreduce", "allgatherv", ... for messages */
     uint64_t seq;         /* sequence number on the communicator */
@@ -57,10 +64,18 @@ typedef tutti_status_t (*tutti__algo_fn)(tutti__coll_t *c);
 struct tutti__algo {
     const char *name;
     tutti__algo_fn run;
-    bool needs_window; /* direct algorithms: offered only where there is a shm window */
-    bool needs_cma;    /* single-copy algorithms: also only where the window has cma */
+    unsigned needs;    /* TUTTI__NEEDS_* bits (net.h): offered only where the network has them */
     const char *desc;
 };
+
+/* tutti__algo_offered tells whether a can run on a network that offers caps. */
+static inline bool tutti__algo_offered(const tutti__algo_t *a, unsigned caps)
+{
+    return (a->needs & ~caps) == 0;
+}
+
+/* tutti__avg_div is what AVG divides by when the last step of c's reduction rounds. */
+static inline int tutti__avg_div(const tutti__coll_t *c) { return c->avg_n > 0 ? c->avg_n : c->size; }
 
 /* ---- primitives (prims.c) ---- */
 
@@ -70,9 +85,10 @@ struct tutti__algo {
 tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* tutti__isend / tutti__irecv post bytes to / from peer on c's channel (its slice's). req must
- * stay alive until tutti__waitall returns for it; a post that fails withdraws everything else
- * c has posted (see tutti__waitall). */
+/* tutti__isend / tutti__irecv post bytes to / from peer (an index in c's group: the
+ * communicator rank unless c->group maps it) on c's channel (its slice's). req must stay alive
+ * until tutti__waitall returns for it; a post that fails withdraws everything else c has posted
+ * (see tutti__waitall). */
 tutti_status_t tutti__isend(tutti__coll_t *c, int peer, const void *buf, size_t bytes,
                             tutti__req_t *req);
 tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes, tutti__req_t *req);
@@ -94,12 +110,20 @@ tutti_status_t tutti__recv(tutti__coll_t *c, int peer, void *buf, size_t bytes);
 tutti_status_t tutti__sendrecv(tutti__coll_t *c, int speer, const void *sbuf, size_t sbytes,
                                int rpeer, void *rbuf, size_t rbytes);
 
+/* tutti__coll_window is c's slice of the window its group shares: the whole group's, or for a
+ * part that runs on this rank's node (node_window), the node's; NULL when there is none. */
+static inline tutti__window_t *tutti__coll_window(const tutti__coll_t *c)
+{
+    tutti__window_t *const *w = c->node_window ? c->net->links.node_wins : c->net->links.wins;
+    return w != NULL ? w[c->slice] : NULL;
+}
+
 /* tutti__direct_window sets *w to c's slice of the shm window for a direct algorithm that uses
  * whole regions; without a window that serves all c->size ranks with room for one element it
  * declines (TUTTI_ERR_INTERNAL: select.c offers direct algorithms only with a window). */
 static inline tutti_status_t tutti__direct_window(tutti__coll_t *c, tutti__window_t **w)
 {
-    tutti__window_t *x = c->net->links.wins ? c->net->links.wins[c->slice] : NULL;
+    tutti__window_t *x = tutti__coll_window(c);
     *w = x;
     if (__builtin_expect(x == NULL || x->nranks != c->size || x->region_size < c->esize, 0))
         return tutti__decline(c, TUTTI_ERR_INTERNAL, "%s (direct): no usable shm window on rank %d",
@@ -217,6 +241,30 @@ void tutti__colo_sleep(const tutti__coll_t *c, int r, bool (*ready)(const void *
  * freed with the communicator), or NULL with c->err set. */
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);
 
+/* tutti__coll_aux is tutti__coll_scratch's twin, a second buffer per slice for an algorithm
+ * that runs other algorithms inside it (they take the scratch, and may move it). */
+void *tutti__coll_aux(tutti__coll_t *c, size_t bytes);
+
+/* ---- hierarchical building blocks (hier.c) ---- */
+
+/* tutti__hier_node makes loc the part of c that runs among the ranks of this rank's node, over
+ * the node's windows: rank is the local index, size the local size. It shares c's error text
+ * and deadline (set now if c had none yet). */
+void tutti__hier_node(tutti__coll_t *c, tutti__coll_t *loc);
+
+/* tutti__hier_group makes sub the part of c that runs among the n communicator ranks of
+ * group (this rank is group[me]), for a flat algorithm to run; AVG still divides by c's whole
+ * group. Shares c's error text and deadline (set now if c had none yet). */
+void tutti__hier_group(tutti__coll_t *c, const int *group, int n, int me, tutti__coll_t *sub);
+
+/* tutti__hier_window is the node window a hierarchical algorithm uses for loc (NULL when this
+ * node has one rank, which needs none); a node of several ranks without one declines
+ * (TUTTI_ERR_INTERNAL: select.c offers these algorithms only where every such node has one).
+ * *seg is the elements of c's dtype that every node's region holds (topo.node_seg), at least
+ * min; a window too small for min declines (TUTTI_ERR_NOT_SUPPORTED, naming alt). */
+tutti_status_t tutti__hier_window(tutti__coll_t *c, tutti__coll_t *loc, size_t min,
+                                  const char *alt, tutti__window_t **w, size_t *seg);
+
 /* Block layout of the gathering and exchanging collectives, plain or v: tutti__rcount and
  * tutti__rdispl are the elements and displacement of the block from (or, for allgather, of)
  * rank i in recvbuf; tutti__scount and tutti__sdispl of the block for rank j in an alltoall's
@@ -250,12 +298,17 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root);
 /* ---- algorithm tables (one file per algorithm; the tables live in select.c) ---- */
 
 extern const tutti__algo_t tutti__allreduce_ring, tutti__allreduce_tree, tutti__allreduce_direct;
+extern const tutti__algo_t tutti__allreduce_rhd;
 extern const tutti__algo_t tutti__allgather_ring, tutti__allgather_direct, tutti__allgather_cma;
 extern const tutti__algo_t tutti__alltoall_pairwise, tutti__alltoall_direct, tutti__alltoall_cma;
 extern const tutti__algo_t tutti__reduce_scatter_ring, tutti__reduce_scatter_direct;
 extern const tutti__algo_t tutti__bcast_tree, tutti__bcast_direct, tutti__bcast_cma;
 extern const tutti__algo_t tutti__reduce_tree, tutti__reduce_direct;
 extern const tutti__algo_t tutti__barrier_dissemination, tutti__barrier_direct;
+/* hierarchical: node-local steps over the node's shm window, steps between nodes over the
+ * flat algorithms above */
+extern const tutti__algo_t tutti__allreduce_hier, tutti__allgather_hier, tutti__alltoall_hier;
+extern const tutti__algo_t tutti__reduce_scatter_hier, tutti__bcast_hier;
 
 /* ---- the choice (select.c) ---- */
 
@@ -282,11 +335,29 @@ const char *tutti__coll_name(tutti_coll_t coll);
 /* tutti__algo_find returns coll's algorithm named by the len bytes at name, or NULL. */
 const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_t len);
 
-/* tutti__select picks the algorithm for a call of coll moving bytes: the override ov's range
- * that holds bytes, else the default by size and topology (window: every rank is on this node
- * over shm, so the direct algorithms can run; cma: and single copy works between them). */
-const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool window, bool cma,
+/* tutti__select picks the algorithm for a call of coll moving bytes among n ranks: the
+ * override ov's range that holds bytes, else the default by size and topology (caps: the
+ * TUTTI__NEEDS_* bits the network offers). */
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps, int n,
                                    tutti_coll_t coll, size_t bytes);
+
+/* tutti__allreduce_flat is the flat allreduce for bytes among n ranks that talk through the
+ * network (a whole group, or a rail of a hierarchical one): the tree up to TUTTI__TREE_MAX
+ * bytes, then the ring or recursive halving/doubling, whichever a cost model of the two says
+ * takes less time (a function of n and bytes only, so every rank picks alike). */
+#define TUTTI__TREE_MAX ((size_t)64 << 10)
+const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes);
+
+/* ---- the nodes (topo.c) ---- */
+
+/* tutti__topo_init fills t for rank of size from node discovery (every rank gets the same
+ * tables); node_seg is left 0 for the process group to agree on. Free with tutti__topo_free,
+ * also after a failure. */
+tutti_status_t tutti__topo_init(tutti__topo_t *t, int rank, int size, const tutti__nodes_t *nodes);
+void tutti__topo_free(tutti__topo_t *t);
+
+/* tutti__topo_caps is what a network with links l and topology t offers (TUTTI__NEEDS_*). */
+unsigned tutti__topo_caps(const tutti__topo_t *t, const tutti__links_t *l);
 
 /* tutti__coll_bytes is the size that selection and overrides see: count * esize (allgather,
  * reduce_scatter, alltoall: per rank); allgatherv: the largest block; alltoallv: 0, since its

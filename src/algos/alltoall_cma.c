@@ -55,8 +55,7 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__alltoall_cma = {
     .name = "cma",
     .run = run,
-    .needs_window = true,
-    .needs_cma = true,
+    .needs = TUTTI__NEEDS_WINDOW | TUTTI__NEEDS_CMA,
     .desc = "single copy: every rank reads its block from each peer's send buffer with "
             "process_vm_readv, 2 barriers; one node only, where the system allows it",
 };

@@ -31,8 +31,7 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__bcast_cma = {
     .name = "cma",
     .run = run,
-    .needs_window = true,
-    .needs_cma = true,
+    .needs = TUTTI__NEEDS_WINDOW | TUTTI__NEEDS_CMA,
     .desc = "single copy: every rank reads the root's buffer with process_vm_readv, 2 "
             "barriers; one node only, where the system allows it",
 };

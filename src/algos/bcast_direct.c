@@ -49,7 +49,7 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__bcast_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
+    .needs = TUTTI__NEEDS_WINDOW,
     .desc = "shm window: the root copies each half-region chunk in while the others copy the "
             "previous one out, a barrier per chunk; one node only, any size",
 };

@@ -34,7 +34,7 @@ static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    snprintf(c->err, TUTTI__ERRLEN, "rank %d: %s: %s", c->rank, what, detail);
+    snprintf(c->err, TUTTI__ERRLEN, "rank %d: %s: %s", c->net->rank, what, detail);
     return st;
 }
 
@@ -69,9 +69,13 @@ static void abandon(tutti__coll_t *c, tutti__req_t *reqs, int n)
             tps[i]->ops->cancel_chan(tps[i], TUTTI__CHAN_COLL + c->slice);
 }
 
-static tutti_status_t post(tutti__coll_t *c, int kind, int peer, const void *buf, size_t bytes,
+/* global maps member index i of c's group to its communicator rank. */
+static inline int global(const tutti__coll_t *c, int i) { return c->group ? c->group[i] : i; }
+
+static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *buf, size_t bytes,
                            tutti__req_t *req)
 {
+    const int peer = global(c, member);
     tutti__transport_t *tp = c->net->links.peer_tp[peer];
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
@@ -288,7 +292,7 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
                                    tutti__window_t **w, size_t *slot)
 {
     const int n = c->size;
-    tutti__window_t *x = c->net->links.wins ? c->net->links.wins[c->slice] : NULL;
+    tutti__window_t *x = tutti__coll_window(c);
     size_t s = x && x->region_size > head ? (x->region_size - head) / (size_t)n : 0;
     s = s >= 64 ? s & ~(size_t)63 : s;
     *w = x;
@@ -325,7 +329,7 @@ static bool all_arrived(const void *p)
  * *failed_rank (when not NULL) is then the lowest rank whose epoch carried it, or -1. */
 static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
 {
-    tutti__window_t *w = c->net->links.wins[c->slice];
+    tutti__window_t *w = tutti__coll_window(c);
     uint64_t e = ++w->epoch;
     __atomic_store_n(w->flags[c->rank], e | (failed ? EPOCH_FAILED : 0), __ATOMIC_RELEASE);
     tutti__colo_ring(c);
@@ -338,7 +342,7 @@ static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
         int missing[64], nm = 0;
         for (int r = 0; r < w->nranks; r++)
             if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) < e && nm < 64)
-                missing[nm++] = r;
+                missing[nm++] = global(c, r);
         if (nm == 0)
             break;
         if ((it & 63u) == 63u || !tutti__backoff_spinning(&b))
@@ -417,18 +421,19 @@ static bool line_here(const void *p)
 
 tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 {
-    const uint64_t *t = (const uint64_t *)(const void *)(c->net->links.wins[c->slice]->regions[r] +
-                                                         off + TUTTI__LL_DATA);
+    const uint64_t *t = (const uint64_t *)(const void *)(tutti__coll_window(c)->regions[r] + off +
+                                                         TUTTI__LL_DATA);
     if (__atomic_load_n(t, __ATOMIC_ACQUIRE) == tag)
         return TUTTI_OK;
     tutti__colo_ring(c); /* this rank wrote its lines before it waits for others' */
     line_ready_t lr = {t, tag};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
+    const int g = global(c, r);
     for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
         if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
-            TUTTI__CHECK(check_time(c, &r, 1));
-        pause_for(c, &b, it, r, line_here, &lr);
+            TUTTI__CHECK(check_time(c, &g, 1));
+        pause_for(c, &b, it, g, line_here, &lr);
     }
     return TUTTI_OK;
 }
@@ -436,7 +441,7 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
                               uint64_t tag)
 {
-    const char *src = c->net->links.wins[c->slice]->regions[r] + off;
+    const char *src = tutti__coll_window(c)->regions[r] + off;
     char *d = dst;
     /* Line by line: the loads of lines that are already there run ahead while the first one
      * is fetched, so a rank's lines cost about one hand-off together. */
@@ -449,11 +454,11 @@ tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, si
     return TUTTI_OK;
 }
 
-void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
+/* grow returns *buf, grown to at least bytes (page multiples, 64-byte aligned). */
+static void *grow(tutti__coll_t *c, void **buf, size_t *size, size_t bytes)
 {
-    tutti__slice_t *sl = &c->net->slices[c->slice];
-    if (bytes <= sl->scratch_size && sl->scratch != NULL)
-        return sl->scratch;
+    if (bytes <= *size && *buf != NULL)
+        return *buf;
     if (bytes == 0)
         bytes = 1; /* callers take NULL for out of memory */
     size_t sz = (bytes + 4095) & ~(size_t)4095;
@@ -462,8 +467,20 @@ void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
         fail(c, TUTTI_ERR_NO_MEMORY, "out of memory for %zu bytes of scratch", sz);
         return NULL;
     }
-    free(sl->scratch);
-    sl->scratch = p;
-    sl->scratch_size = sz;
+    free(*buf);
+    *buf = p;
+    *size = sz;
     return p;
+}
+
+void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
+{
+    tutti__slice_t *sl = &c->net->slices[c->slice];
+    return grow(c, &sl->scratch, &sl->scratch_size, bytes);
+}
+
+void *tutti__coll_aux(tutti__coll_t *c, size_t bytes)
+{
+    tutti__slice_t *sl = &c->net->slices[c->slice];
+    return grow(c, &sl->aux, &sl->aux_size, bytes);
 }

@@ -159,28 +159,43 @@ void tutti__nodes_free(tutti__nodes_t *n)
     n->local_cpus = NULL;
 }
 
-/* The address other ranks reach this one at: loopback on one node (the only safe choice on a
- * machine whose other interfaces lead nowhere), else the one that routes to MASTER_ADDR. */
-void tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[64])
+tutti_status_t tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[64],
+                               char ifname[TUTTI__IFNAME_LEN])
 {
+    const char *spec = tutti__env_get("TUTTI_SOCKET_IFNAME");
+    if (spec != NULL)
+        return tutti__iface_pick(spec, ip, ifname);
+    /* One node: loopback, the only safe choice on a machine whose other interfaces may lead
+     * nowhere. */
     snprintf(ip, 64, "127.0.0.1");
-    if (nnodes == 1)
-        return;
-    if (store != NULL) {
+    if (nnodes > 1 && store != NULL) {
         snprintf(ip, 64, "%s", tutti__store_local_ip(store));
-        return;
+    } else if (nnodes > 1) {
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+        if (getaddrinfo(tutti__env_get("MASTER_ADDR"), "9", &hints, &ai) == 0 && ai != NULL) {
+            int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            struct sockaddr_in sa;
+            socklen_t len = sizeof sa;
+            /* connect() on UDP sends nothing: it only asks the kernel for the route. */
+            if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+                getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+                inet_ntop(AF_INET, &sa.sin_addr, ip, 64);
+            if (fd >= 0)
+                close(fd);
+            freeaddrinfo(ai);
+        }
     }
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
-    if (getaddrinfo(tutti__env_get("MASTER_ADDR"), "9", &hints, &ai) == 0 && ai != NULL) {
-        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa;
-        socklen_t len = sizeof sa;
-        /* connect() on UDP sends nothing: it only asks the kernel for the route. */
-        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-            getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-            inet_ntop(AF_INET, &sa.sin_addr, ip, 64);
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(ai);
+    /* Several nodes but the route says loopback (MASTER_ADDR unset under a caller's store, or
+     * pointing at this host by a loopback name): peers could not reach that, so take the first
+     * interface that is up and not loopback, if there is one. */
+    if (nnodes > 1 && strncmp(ip, "127.", 4) == 0) {
+        tutti__saved_error_t saved; /* none found is not an error: loopback stays */
+        tutti__save_error(&saved);
+        tutti_status_t st = tutti__iface_pick("^lo", ip, ifname);
+        tutti__restore_error(&saved, TUTTI_OK);
+        if (st == TUTTI_OK)
+            return TUTTI_OK;
     }
+    tutti__iface_of(ip, ifname);
+    return TUTTI_OK;
 }

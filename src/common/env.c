@@ -78,6 +78,11 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "single copy between the ranks of a node with `process_vm_readv`, where the algorithms "
      "choose it: `auto` (where every pair of local ranks may, probed at creation), `off` (never)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
+    {"TUTTI_SOCKET_IFNAME", NULL,
+     "network interface for the rendezvous store's connections, the liveness mesh and ofi "
+     "across nodes, in NCCL_SOCKET_IFNAME's syntax: name prefixes \"eth,ib\", \"=eth0\" for "
+     "exact names, \"^lo,docker\" to exclude; unset: the interface that reaches MASTER_ADDR "
+     "(loopback on one node)"},
 };
 const size_t tutti__env_knob_count = sizeof tutti__env_knobs / sizeof tutti__env_knobs[0];
 

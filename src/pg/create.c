@@ -13,10 +13,13 @@ void tutti__comm_free(tutti_comm_t *c)
         return;
     tutti__exec_stop(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
     tutti__p2p_close(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
-    for (int i = 0; c->net.slices != NULL && i < c->nslices; i++)
+    for (int i = 0; c->net.slices != NULL && i < c->nslices; i++) {
         free(c->net.slices[i].scratch);
+        free(c->net.slices[i].aux);
+    }
     free(c->net.slices);
     tutti__links_close(&c->net.links);
+    tutti__topo_free(&c->net.topo);
     tutti__live_destroy(c->net.live);
     tutti__nodes_free(&c->nodes);
     pthread_mutex_destroy(&c->err_lock);
@@ -67,6 +70,27 @@ static void place_caller(tutti_comm_t *c)
     }
 }
 
+/* agree_node_seg sets topo.node_seg to the region bytes of the smallest window among the nodes
+ * of several ranks (0 when one of them has none), from an exchange over bs: the hierarchical
+ * algorithms cut their segments alike on every node. Collective over bs's ranks; only for a
+ * group that spans nodes. */
+static tutti_status_t agree_node_seg(tutti_comm_t *c, tutti__bootstrap_t *bs)
+{
+    tutti__topo_t *t = &c->net.topo;
+    uint64_t mine = UINT64_MAX, *all = calloc((size_t)c->size, sizeof *all);
+    if (all == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    if (t->local_size > 1)
+        mine = c->net.links.node_wins ? c->net.links.node_wins[0]->region_size : 0;
+    tutti_status_t st = tutti__bs_allgather(bs, &mine, sizeof mine, all);
+    uint64_t lo = UINT64_MAX;
+    for (int r = 0; st == TUTTI_OK && r < c->size; r++)
+        lo = all[r] < lo ? all[r] : lo;
+    free(all);
+    t->node_seg = lo == UINT64_MAX ? 0 : (size_t)lo;
+    return st;
+}
+
 static tutti_status_t start_workers(tutti_comm_t *c)
 {
     return tutti__exec_create(c, c->threads.workers, c->cfg.worker_sleep, c->cfg.inline_max);
@@ -113,14 +137,20 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     }
     c->net.oversubscribed = c->threads.oversubscribed;
     c->net.sleep_waits = !c->nodes.one_sched_group;
+    /* The interface: the liveness mesh listens on it and ofi crosses nodes through it. */
+    char ifname[TUTTI__IFNAME_LEN];
+    TUTTI__CHECK_GOTO(tutti__local_ip(c->nodes.nnodes, store, c->ip, ifname), st, fail);
     TUTTI__CHECK_GOTO(tutti__links_open(&c->net.links, rank, size, c->net.nchan, cfg->transport,
-                                        &c->nodes, bs),
+                                        &c->nodes, c->nodes.nnodes > 1 ? c->ip : NULL, bs),
                       st, fail);
-    for (int s = 0; c->net.links.wins != NULL && s < c->nslices; s++)
-        reserve_small(c->net.links.wins[s]);
+    for (int s = 0; c->net.links.node_wins != NULL && s < c->nslices; s++)
+        reserve_small(c->net.links.node_wins[s]);
+    TUTTI__CHECK_GOTO(tutti__topo_init(&c->net.topo, rank, size, &c->nodes), st, fail);
+    if (c->nodes.nnodes > 1)
+        TUTTI__CHECK_GOTO(agree_node_seg(c, bs), st, fail);
+    c->net.caps = tutti__topo_caps(&c->net.topo, &c->net.links);
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__override_init(c), st, fail);
-    tutti__local_ip(c->nodes.nnodes, store, c->ip);
     TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, &c->net.live), st, fail);
     TUTTI__CHECK_GOTO(start_workers(c), st, fail);
     TUTTI__CHECK_GOTO(tutti__p2p_open(c), st, fail);
@@ -128,9 +158,16 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }
-    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d/%d: %d node(s), %d local rank(s), shm %s, ofi %s", rank,
-               size, c->nodes.nnodes, c->nodes.local_size, c->net.links.shm ? "yes" : "no",
-               c->net.links.ofi ? "yes" : "no");
+    TUTTI__LOG(TUTTI__LOG_INFO,
+               "rank %d/%d: %d node(s) of %d to %d rank(s), %d here, shm %s, ofi %s; interface "
+               "%s (%s%s); hierarchical algorithms %s",
+               rank, size, c->nodes.nnodes, c->net.topo.ppn_min, c->net.topo.ppn_max,
+               c->nodes.local_size, c->net.links.shm ? "yes" : "no",
+               c->net.links.ofi ? "yes" : "no", ifname, c->ip,
+               tutti__env_get("TUTTI_SOCKET_IFNAME") ? ", TUTTI_SOCKET_IFNAME"
+               : c->nodes.nnodes > 1                 ? ", the one that reaches MASTER_ADDR"
+                                                     : "",
+               c->net.caps & TUTTI__NEEDS_NODES ? "on" : "off");
     *out = c;
     return TUTTI_OK;
 fail:

@@ -214,8 +214,7 @@ static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes)
 {
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
     if (c->algo == NULL)
-        c->algo = tutti__select(&comm->algo[c->kind], comm->net.links.wins != NULL,
-                                tutti__comm_cma(comm), c->kind, bytes);
+        c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
 }
 
 /* The inline path is claimed with a CAS, so that a blocking call can take it without the exec

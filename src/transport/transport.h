@@ -85,10 +85,11 @@ struct tutti__transport {
 
 /*
  * A shared-memory window (shm only): every rank on the node maps one region per local rank,
- * region_size bytes each, plus one flag per local rank for barriers. Only offered when every
- * rank of the communicator is on this node, so local index == rank. There is one window per
- * collective slice (nchan - 1 of them), each with its own regions, flags and epoch, so
- * direct algorithms of different slices never meet in the memory or in a barrier.
+ * region_size bytes each, plus one flag per local rank for barriers, indexed by local index
+ * (the node's ranks in increasing order; when every rank of the communicator is on this node,
+ * local index == rank). There is one window per collective slice (nchan - 1 of them), each
+ * with its own regions, flags and epoch, so algorithms of different slices never meet in the
+ * memory or in a barrier.
  */
 typedef struct tutti__window {
     int nranks;
@@ -120,8 +121,8 @@ typedef struct tutti__window {
  * local rank must pass the same nchan). On success *out is the transport and, if wins != NULL,
  * wins[s] is slice s's window for s in [0, nchan - 1): TUTTI_SHM_WINDOW bytes per rank when
  * there is one slice, else TUTTI_SHM_WINDOW / nslices rounded down to 4 KiB, at least 64 KiB.
- * Pass wins only when every rank of the job is on this node (on every local rank alike). The
- * windows belong to the transport: its destroy frees them.
+ * Pass wins (or NULL) alike on every local rank. The windows belong to the transport: its
+ * destroy frees them.
  */
 tutti_status_t tutti__shm_create(int nchan, tutti__bootstrap_t *bs, const int *local_ranks,
                                  int nlocal, int my_local, tutti__transport_t **out,
@@ -148,14 +149,15 @@ bool tutti__cma_probe(int32_t pid, uint64_t addr, uint64_t want);
 
 /*
  * tutti__ofi_create opens a libfabric RDM endpoint with tagged messages (provider chosen by
- * libfabric or FI_PROVIDER; on a single-node job the loopback interface is preferred),
- * exchanges endpoint names through the bootstrap and inserts peers[0..npeers-1] (global ranks)
- * into its address vector. Every one of the size ranks calls it collectively when any rank
- * needs ofi, with the same nchan. At most 65536 ranks (the tag's rank field).
+ * libfabric or FI_PROVIDER; on a single-node job the loopback interface is preferred, across
+ * nodes the interface whose IPv4 address is ifaddr when the provider lists one: NULL for no
+ * preference), exchanges endpoint names through the bootstrap and inserts peers[0..npeers-1]
+ * (global ranks) into its address vector. Every one of the size ranks calls it collectively
+ * when any rank needs ofi, with the same nchan. At most 65536 ranks (the tag's rank field).
  */
 tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap_t *bs,
                                  const int *peers, int npeers, bool single_node,
-                                 tutti__transport_t **out);
+                                 const char *ifaddr, tutti__transport_t **out);
 
 /* ---- one transport per peer (transport/transport.c) ---- */
 
@@ -164,20 +166,25 @@ typedef struct tutti__links {
     tutti__transport_t *shm;      /* NULL when unused */
     tutti__transport_t *ofi;      /* NULL when unused */
     tutti__transport_t **peer_tp; /* [size]: the transport that reaches each rank; NULL for self */
-    tutti__window_t **wins;       /* [nchan - 1]: shm windows, one per slice; NULL unless every
-                                     rank is on this node and on shm (they belong to shm) */
+    tutti__window_t **node_wins;  /* [nchan - 1]: shm windows over this node's ranks, one per
+                                     slice; NULL when shm does not serve this node (one rank
+                                     here, or mode "ofi"). They belong to shm */
+    tutti__window_t **wins;       /* node_wins when every rank of the job is on this node, so
+                                     a window serves the whole group; else NULL */
 } tutti__links_t;
 
 /*
  * tutti__links_open connects this rank (of size, over nodes, through bs) to every other: shm
  * to the ranks of its node and ofi to the rest, or ofi to every peer for mode "ofi"; mode
- * "shm" refuses a job that spans nodes (TUTTI_ERR_INVALID_ARG). Each choice depends only on
- * allgathered facts, so every rank makes the same collective calls. Collective over the size
- * ranks; on failure l holds what was made, for tutti__links_close.
+ * "shm" refuses a job that spans nodes (TUTTI_ERR_INVALID_ARG). Wherever shm serves a node
+ * it brings the node's windows. ifaddr (NULL: no preference) is the IPv4 address of the
+ * interface ofi should use across nodes. Each choice depends only on allgathered facts, so
+ * every rank makes the same collective calls. Collective over the size ranks; on failure l
+ * holds what was made, for tutti__links_close.
  */
 tutti_status_t tutti__links_open(tutti__links_t *l, int rank, int size, int nchan,
                                  const char *mode, const tutti__nodes_t *nodes,
-                                 tutti__bootstrap_t *bs);
+                                 const char *ifaddr, tutti__bootstrap_t *bs);
 
 /* tutti__links_close destroys the transports (and so the windows) and frees l's arrays. */
 void tutti__links_close(tutti__links_t *l);

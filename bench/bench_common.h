@@ -1,6 +1,7 @@
-/* bench_common.h: what tutti-bench.c and mpi-bench.c share (flags, sizes, 16-bit floats, the -c value
- * patterns, bandwidth conventions, header and row printing), over plain ints in tutti's enum order so
- * that neither tutti's nor MPI's types appear here; the includer defines BENCH_PROG and bench_abort. */
+/* bench_common.h: what tutti-bench.c, mpi-bench.c and ccl-bench.cpp share (flags, sizes, 16-bit
+ * floats, the -c value patterns, bandwidth conventions, header and row printing), over plain ints in
+ * tutti's enum order so that neither tutti's, MPI's nor oneCCL's types appear here; the includer
+ * defines BENCH_PROG and bench_abort. It compiles as C11 and as C++17 (g++). */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -22,8 +23,9 @@
 #error "define BENCH_PROG (the program's name for messages) before including bench_common.h"
 #endif
 
-/* Each size runs at most this long (measured on the warm-up), so large sizes get fewer
- * iterations instead of making the whole run take minutes. */
+/* Without -i, each size runs at most this long (measured on the warm-up), so large sizes get
+ * fewer iterations instead of making the whole run take minutes; an explicit -i is run in full
+ * (the header says which applies). */
 #define TIME_BUDGET_S 1.0
 #define ALIGN 64
 
@@ -47,6 +49,7 @@ typedef struct opts {
     size_t min_bytes, max_bytes;
     unsigned long factor;
     long iters, warmup;
+    bool iters_given; /* -i was given: run exactly that many, whatever the time budget */
     const char *algo; /* -a; NULL: auto */
     bool check;
 } opts_t;
@@ -94,8 +97,9 @@ static int lookup(const char *s, const char *const *names, int count)
  * that rejects -a (a bench whose library picks its own algorithms). */
 static void parse_args(int argc, char **argv, opts_t *o, void (*usage)(FILE *), const char *a_refusal)
 {
-    *o = (opts_t){.coll = C_COUNT, .min_bytes = 8, .max_bytes = 4u << 20, .factor = 2,
-                  .iters = 100, .warmup = 10, .dtype = D_FP32, .op = O_SUM};
+    /* designators in declaration order: ccl-bench.cpp includes this file as C++ */
+    *o = (opts_t){.coll = C_COUNT, .dtype = D_FP32, .op = O_SUM, .min_bytes = 8,
+                  .max_bytes = 4u << 20, .factor = 2, .iters = 100, .warmup = 10};
     int c;
     while ((c = getopt(argc, argv, "b:e:f:i:x:d:o:a:ch")) != -1) {
         switch (c) {
@@ -108,7 +112,10 @@ static void parse_args(int argc, char **argv, opts_t *o, void (*usage)(FILE *), 
                 die_usage("-e \"%s\" is not a size like 8, 64K, 4M", optarg);
             break;
         case 'f': o->factor = (unsigned long)parse_long(optarg, 2, "-f \"%s\": need an integer >= 2"); break;
-        case 'i': o->iters = parse_long(optarg, 1, "-i \"%s\": need an integer >= 1"); break;
+        case 'i':
+            o->iters = parse_long(optarg, 1, "-i \"%s\": need an integer >= 1");
+            o->iters_given = true;
+            break;
         case 'x': o->warmup = parse_long(optarg, 0, "-x \"%s\": need an integer >= 0"); break;
         case 'd':
             o->dtype = lookup(optarg, dtype_names, D_COUNT);
@@ -534,6 +541,12 @@ static void print_conventions(const opts_t *o)
     printf("# us per call: each rank's mean over iters, then avg/min/max over ranks; GBps = 1e9 "
            "bytes/s%s\n",
            o->check ? "; -c: every result checked" : "");
+    if (o->iters_given)
+        printf("# iterations: %ld per size, as -i asked\n", o->iters);
+    else
+        printf("# iterations: %ld per size (the default), fewer where a size would take over "
+               "%.0f s (judged on the warm-up; -i N runs exactly N)\n",
+               o->iters, TIME_BUDGET_S);
     printf("%12s %12s %12s %12s %8s %12s %12s\n", "size", "avg_us", "min_us", "max_us", "iters",
            "algbw_GBps", "busbw_GBps");
     fflush(stdout);
@@ -575,7 +588,7 @@ static bool bench_size(const hooks_t *h, void *ctx, const opts_t *o, int n, int 
 
     /* Every rank must run the same number of iterations: agree on the slowest warm-up. */
     long iters = o->iters;
-    if (o->warmup > 0)
+    if (o->warmup > 0 && !o->iters_given)
         iters = budget_iters(iters, h->reduce_f64(ctx, warm, O_MAX));
 
     mismatch_t mm = {0};

@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """gloo_bench.py: tutti-bench's twin over PyTorch's Gloo backend (torch.distributed), with the same
 flags and the same rows, for bench/compare. `--backend tutti` times the same torch.distributed
-calls over tutti's c10d backend (tutti_torch, from PYTHONPATH or else <repo>/build/python).
+calls over tutti's c10d backend (tutti_torch as `pip install .` installed it, else
+scripts/build.sh's build in <repo>/build/python).
 
 Run one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (as torchrun
-does), under the Python that has torch (/usr/bin/python3 here):
+does), under the Python that has torch 2.13 (.venv/bin/python, which scripts/build.sh makes):
 
     for r in 0 1; do RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29650 \\
-        /usr/bin/python3 bench/gloo_bench.py allreduce -b 8 -e 64M & done; wait
+        .venv/bin/python bench/gloo_bench.py allreduce -b 8 -e 64M & done; wait
+
+(bench/torch_bench.py compares the two backends in one run, alternating; this script keeps
+tutti-bench's flags and rows for bench/compare.)
 
 Calls are timed the way torch users make them: all_reduce, reduce and broadcast work in place on
 one tensor, all_gather fills a list of views of one output tensor, all_to_all_single and
-reduce_scatter write an output tensor. Where the backend cannot do what is asked (Gloo: bf16
-reductions in torch 1.13, reduce_scatter, avg) it prints the backend's own error on a '#' line and
-exits 2.
+reduce_scatter write an output tensor. Where the backend cannot do what is asked (a dtype or op
+it refuses) it prints the backend's own error on a '#' line and exits 2.
 """
 import argparse
 import datetime
@@ -86,7 +89,8 @@ def cannot(rank, what, err, backend="gloo"):
 
 
 def import_tutti_torch():
-    """tutti_torch from the Python path, else from the meson build in <repo>/build/python."""
+    """tutti_torch as pip installed it (or from PYTHONPATH), else from scripts/build.sh's build
+    in <repo>/build/python."""
     try:
         import tutti_torch
     except ImportError:
@@ -114,8 +118,8 @@ def main():
         try:
             import_tutti_torch()
         except ImportError as e:
-            print("# tutti (torch.distributed): n/a (no tutti_torch: %s; build it with meson, "
-                  "or set PYTHONPATH to <build>/python)" % e, flush=True)
+            print("# tutti (torch.distributed): n/a (no tutti_torch: %s; pip install . in this "
+                  "environment, or bash scripts/build.sh)" % e, flush=True)
             return 2
     dist.init_process_group(a.backend, init_method="env://", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=60))
@@ -319,8 +323,8 @@ def main():
         factor = {"allreduce": "2(n-1)/n", "bcast": "1", "reduce": "1", "barrier": "0"}.get(
             coll, "(n-1)/n")
         if a.backend == "tutti":
-            pg = dist.distributed_c10d._get_default_group()
-            peers = sorted(set(pg.transport) - {"self"}) or ["self"]
+            be = dist.group.WORLD._get_backend(torch.device("cpu"))  # tutti_torch.BackendTutti
+            peers = sorted(set(be.transport) - {"self"}) or ["self"]
             lib = "tutti %s" % sys.modules["tutti_torch"].__version__
             transport = "tutti %s" % "+".join(peers)
             algo = "tutti's choice"

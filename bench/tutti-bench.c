@@ -49,8 +49,8 @@ static void usage(FILE *f)
             "  -b MIN     smallest per-rank message in bytes, K/M/G suffixes allowed (default 8)\n"
             "  -e MAX     largest per-rank message in bytes (default 4M)\n"
             "  -f FACTOR  size multiplier from one row to the next (default 2)\n"
-            "  -i ITERS   timed iterations per size (default 100; fewer where one size would\n"
-            "             take over %.0f s, judged on the warm-up)\n"
+            "  -i ITERS   timed iterations per size, run in full (default: 100, fewer where\n"
+            "             one size would take over %.0f s, judged on the warm-up)\n"
             "  -x WARMUP  untimed iterations per size (default 10)\n"
             "  -d DTYPE   int8 uint8 int32 int64 fp16 bf16 fp32 fp64 (default fp32)\n"
             "  -o OP      sum prod min max avg band bor bxor (default sum)\n"
@@ -142,11 +142,15 @@ static void print_header(const bench_t *b)
             snprintf(transports + len, sizeof transports - len, "%s%s", len ? "+" : "", t);
         }
     }
+    /* What the smallest and the largest size run (an override, or the automatic choice). */
+    const char *lo = tutti_comm_algorithm(b->comm, b->o.coll, b->o.min_bytes);
+    const char *hi = tutti_comm_algorithm(b->comm, b->o.coll, b->o.max_bytes);
     printf("# tutti %s  tutti-bench %s  dtype %s  op %s  ranks %d  nodes %d  transport %s  "
-           "algorithm %s\n",
+           "algorithm %s (%s at -b, %s at -e)\n",
            tutti_version(), coll_names[b->o.coll], tutti_dtype_name(b->o.dtype),
            tutti_op_name(b->o.op), b->size, tutti_comm_node_count(b->comm),
-           *transports ? transports : "none", b->o.algo ? b->o.algo : "auto");
+           *transports ? transports : "none", b->o.algo ? b->o.algo : "auto", lo ? lo : "?",
+           hi ? hi : "?");
     print_conventions(&b->o);
 }
 

@@ -12,8 +12,12 @@ the loss, which falls. The only tutti-specific lines are `import tutti_torch` an
 name; `--backend gloo` runs the same script over Gloo for comparison. tutti_torch is taken from
 the Python path (pip install .), else from <repo>/build/python (scripts/build.sh's build); under
 mpirun, importing it maps the launcher's rank variables to RANK / WORLD_SIZE / LOCAL_RANK.
-Open MPI passes only the variables named with -x:
+Open MPI passes only the variables named with -x (and, as root, wants --allow-run-as-root;
+on a machine without ssh, OMPI_MCA_plm=isolated):
     mpirun.openmpi -n 2 -x MASTER_PORT=29600 -x PYTHONPATH python examples/torch_ddp.py
+Without a launcher, set the variables torchrun would, one process per rank:
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29600 python examples/torch_ddp.py &
+    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29600 python examples/torch_ddp.py
 """
 import argparse
 import datetime
@@ -45,6 +49,8 @@ def main():
     p.add_argument("--backend", default="tutti", help="tutti (default) or gloo")
     p.add_argument("--batch", type=int, default=64, help="samples per rank per step")
     p.add_argument("--hidden", type=int, default=256, help="hidden width")
+    p.add_argument("--save-weights", default=None,
+                   help="rank 0 writes the final weights here (torch.save of the state dict)")
     p.add_argument("--timeout", type=float, default=120, help="process group timeout, seconds")
     a = p.parse_args()
 
@@ -104,6 +110,8 @@ def main():
     ok = torch.tensor([1 if same else 0], dtype=torch.int32)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     if rank == 0:
+        if a.save_weights:
+            torch.save(model.state_dict(), a.save_weights)
         print("torch_ddp.py: loss %.5f -> %.5f in %d steps, %.2f s; replicas identical: %s" %
               (first, last, a.steps, time.time() - t0, "yes" if ok.item() else "NO"), flush=True)
     dist.destroy_process_group()

@@ -122,7 +122,8 @@ typedef struct tutti_comm_config {
                                 communicator runs in the caller's thread (blocking there until
                                 the peers join); 0: TUTTI_INLINE_MAX or 65536; -1: never (every
                                 post returns at once; a blocking call still runs in the caller's
-                                thread when nothing is queued). Point-to-point posts never do. */
+                                thread when nothing is queued). Point-to-point never goes through
+                                the queue: see tutti_send. */
     const char *job_token; /**< the job's secret for tutti_comm_init_env, the same string on
                                 every rank, at least 16 characters (tutti_job_token() makes one
                                 on rank 0; hand it to the others as NCCL's unique id is handed
@@ -344,18 +345,62 @@ TUTTI_API tutti_status_t tutti_reduce(const void *sendbuf, void *recvbuf, size_t
 /** Completes when every rank has entered it. */
 TUTTI_API tutti_status_t tutti_barrier(tutti_comm_t *comm, tutti_work_t **work);
 
+/** Pass as the peer of tutti_recv to receive a message from any rank (MPI_ANY_SOURCE); the
+ *  sender is then tutti_work_source() of the receive's handle. */
+#define TUTTI_ANY_SOURCE (-2)
+
 /**
- * Point-to-point: send count elements to peer. Messages between two ranks are matched in the
- * order they were posted (not by tag): the n-th send to a peer meets that peer's n-th recv from
- * this rank, whose count, dtype and tag (0 <= tag < 1024) must be equal. Point-to-point
- * traffic never mixes with collectives.
+ * Point-to-point: send count elements of dtype from buf to rank peer, with MPI's matching.
+ *
+ * A receive from rank p with tag t meets the earliest message p sent to this rank with tag t
+ * that no earlier-posted receive has met: messages of one pair and tag never overtake each
+ * other; messages with different tags may be received in any order. Sends and receives do not
+ * wait for each other or for collectives: every pattern MPI allows with isend/irecv and wait
+ * completes (a receive posted before its send on both ranks, a cycle over three ranks), a
+ * blocking call never waits behind queued collectives, and collectives never wait behind
+ * point-to-point. A send of up to 16 KiB may complete before its receive is posted (its data
+ * waits at the receiver); a larger one completes once the receiver has matched it and taken
+ * the data.
+ *
+ * Each call has the communicator's timeout from its post: it fails with TUTTI_ERR_TIMEOUT if
+ * its peer has not taken part by then, and with TUTTI_ERR_PEER_FAILED within about a second of
+ * the peer's death (or, after a second's grace, of its tutti_comm_destroy), naming the peer;
+ * tutti_comm_abort and tutti_comm_destroy fail it with TUTTI_ERR_ABORTED. None of these fails
+ * the communicator: its collectives, and point-to-point with other ranks, go on. A send's
+ * buffer and a receive's are not touched after the call has completed or failed.
+ *
+ * @param buf count elements (read until the send completes).
+ * @param peer another rank of comm (sending to oneself is not supported).
+ * @param tag any int >= 0 (0..INT_MAX).
+ * @param work NULL to block until the send is done; else receives a handle to wait on and free.
+ * @return TUTTI_OK, TUTTI_ERR_INVALID_ARG for bad arguments (nothing is posted), or the send's
+ *         failure (blocking).
  */
 TUTTI_API tutti_status_t tutti_send(const void *buf, size_t count, tutti_dtype_t dtype, int peer,
                                     int tag, tutti_comm_t *comm, tutti_work_t **work);
 
-/** Receive count elements from peer; see tutti_send. */
+/**
+ * Receive count elements of dtype into buf from rank peer (or TUTTI_ANY_SOURCE: the earliest
+ * arrival from any rank with that tag), matched as tutti_send describes. The message must
+ * have exactly count * size of dtype bytes: otherwise the receive fails with
+ * TUTTI_ERR_INVALID_ARG and a text naming both lengths, the peer and the tag; that message is
+ * consumed (dropped), so later messages still meet the right receives, and the communicator
+ * stays usable (the sender's call completes normally). A receive from any source fails with
+ * TUTTI_ERR_PEER_FAILED when a rank dies while it waits, since the message it waits for might
+ * have been that rank's.
+ * @param peer another rank of comm, or TUTTI_ANY_SOURCE.
+ * @param tag any int >= 0.
+ * @param work NULL to block until the message is in buf; else receives a handle (its sender:
+ *        tutti_work_source).
+ */
 TUTTI_API tutti_status_t tutti_recv(void *buf, size_t count, tutti_dtype_t dtype, int peer,
                                     int tag, tutti_comm_t *comm, tutti_work_t **work);
+
+/**
+ * @return the rank that sent the message of a completed, successful receive (useful after
+ *         TUTTI_ANY_SOURCE); -1 for any other handle, or one not complete.
+ */
+TUTTI_API int tutti_work_source(const tutti_work_t *work);
 
 /**
  * Wait for a posted operation.
@@ -377,10 +422,12 @@ TUTTI_API tutti_status_t tutti_work_status(const tutti_work_t *work);
 TUTTI_API const char *tutti_work_error(const tutti_work_t *work);
 
 /**
- * Run fn(work, arg) once when the operation completes, on the worker thread that completes it;
- * if it has completed already, at once in the calling thread. At most one callback per handle
- * (a second call returns TUTTI_ERR_INVALID_ARG). The callback may query the handle and post new
- * operations, but must not wait on operations of the same communicator.
+ * Run fn(work, arg) once when the operation completes, on the thread that completes it (a
+ * worker; for a send or receive, the progress thread or whichever thread was driving the
+ * point-to-point engine); if it has completed already, at once in the calling thread. At
+ * most one callback per handle (a second call returns TUTTI_ERR_INVALID_ARG). The callback may
+ * query the handle and post new operations, but must not wait on operations of the same
+ * communicator.
  */
 TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *work,
                                                 void (*fn)(tutti_work_t *work, void *arg),

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include "check_main.h"
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -250,9 +251,14 @@ static void bad_collectives(bctx_t *c)
     BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, -1, 0, comm, &c->w));
     BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, P, 0, comm, &c->w));
     BAD(INV, tutti_send(c->S, 4, TUTTI_INT8, 0, -1, comm, &c->w));
-    BAD(INV, tutti_send(c->S, 4, TUTTI_INT8, 0, 1024, comm, &c->w));
+    BAD(INV, tutti_send(c->S, 4, TUTTI_INT8, 0, INT_MIN, comm, &c->w));
     BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, 0, -1, comm, &c->w));
-    BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, 0, 1024, comm, &c->w));
+    BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, TUTTI_ANY_SOURCE, INT_MIN, comm, &c->w));
+    /* any source is for receives only; -3 is no rank; a job of one rank has no other sender */
+    BAD(INV, tutti_send(c->S, 4, TUTTI_INT8, TUTTI_ANY_SOURCE, 0, comm, &c->w));
+    BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, -3, 0, comm, &c->w));
+    if (P == 1)
+        BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, TUTTI_ANY_SOURCE, 0, comm, &c->w));
     BAD(INV, tutti_send(c->S, huge, TUTTI_FLOAT32, 0, 0, comm, &c->w));
     BAD(INV, tutti_recv(c->R, 4, (tutti_dtype_t)99, 0, 0, comm, &c->w));
 

@@ -234,6 +234,61 @@ START_TEST(test_left)
 }
 END_TEST
 
+/* Regression: a collective whose ranks pass different counts fails on both ranks, and nothing
+ * it posted stays behind. Rank 0 allreduces 600001 fp32 and rank 1 600000 with two workers and
+ * the ring algorithm, so each of the two slices runs its own ring; the first receive to see a
+ * message of the wrong length fails its slice, and the requests that slice's wait still had
+ * posted (its send, living on the failed algorithm's stack) used to stay queued in the
+ * transport, where the other slice's progress later copied through them (SIGSEGV in shm.c's
+ * push). Now the failing wait cancels them. After the failure the communicator is failed
+ * (every rank reports it) and destroying it is clean. */
+static int mismatch_body(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %s", tutti_last_error());
+    size_t n = rank == 0 ? 600001 : 600000;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(i % 13);
+    int bad = 0;
+    st = tutti_allreduce(x, y, n, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    const char *msg = tutti_comm_last_error(comm);
+    if (st == TUTTI_OK)
+        bad = th_fail("an allreduce of %zu fp32 against a peer's 600001/600000 succeeded", n);
+    else
+        fprintf(stderr, "[mismatch] rank %d: %d (%s): %s\n", rank, st, tutti_strerror(st), msg);
+    /* Keep the transports busy a while: stale requests left in their queues would be touched
+     * now (the other slice, then destroy). */
+    float one = 1, sum = 0;
+    st = tutti_allreduce(&one, &sum, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    if (st != TUTTI_ERR_COMM_FAILED)
+        bad = th_fail("the allreduce after the failure: expected TUTTI_ERR_COMM_FAILED, got %d "
+                      "(%s)", st, tutti_strerror(st));
+    usleep(200000);
+    tutti_comm_destroy(comm);
+    free(x);
+    free(y);
+    return bad;
+}
+
+START_TEST(test_mismatch_cancels)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 10;
+    o.env[0] = "CCL_WORKER_COUNT=2";
+    o.env[1] = "CCL_ALLREDUCE=ring";
+    ck_assert_msg(th_run_opts(2, &o, mismatch_body, NULL) == 0,
+                  "mismatched ring allreduce on %s: see stderr", tps[_i]);
+}
+END_TEST
+
 static Suite *failure_suite(void)
 {
     Suite *s = suite_create("failure");
@@ -245,6 +300,10 @@ static Suite *failure_suite(void)
     tcase_set_timeout(tc, 40);
     tcase_add_loop_test(tc, test_timeout, 0, 3);
     tcase_add_loop_test(tc, test_left, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mismatch");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_mismatch_cancels, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

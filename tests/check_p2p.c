@@ -1,10 +1,18 @@
-/* check_p2p.c: point-to-point on shm and ofi at 2 to 8 ranks: a ring of asynchronous sends and
- * receives (several per pair, tags 0..1023, 0 bytes to 1 MiB, misaligned) and a blocking pair,
- * every byte compared. */
+/* check_p2p.c: point-to-point on shm and ofi. In the matrix (2 to 8 ranks): a ring of
+ * asynchronous sends and receives (several per pair, 0 bytes to 1 MiB, misaligned) and a
+ * blocking pair, every byte compared. Beyond it, at 2, 3 and 4 ranks: sends and receives posted
+ * in every order on both sides (receives first everywhere, a blocking send after the receives,
+ * a ring), tags received out of order, non-overtaking within a tag, receives from any source,
+ * 0 bytes to several MiB, length mismatches that leave the stream in step, point-to-point and
+ * collectives interleaved on one communicator; and at 2 and 3 ranks what must end in an error,
+ * never a hang: a dead peer, a timeout, abort and destroy with operations outstanding. */
+#include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coll_matrix.h"
 
@@ -22,7 +30,7 @@ static void run_p2p(ctx_t *c, const cm_case_t *k)
         int tag;
     } msgs[] = {
         {0, TUTTI_INT8, 0}, {1, TUTTI_FLOAT32, 7}, {1 << 20, TUTTI_INT8, 1023}, {1, TUTTI_INT64, 1},
-        {1031, TUTTI_BFLOAT16, 512},
+        {1031, TUTTI_BFLOAT16, INT_MAX},
     };
     enum { NM = sizeof msgs / sizeof msgs[0] };
     int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
@@ -112,9 +120,795 @@ static void run_p2p(ctx_t *c, const cm_case_t *k)
     }
 }
 
+/* ---- beyond the matrix: MPI's point-to-point semantics -------------------------------------- */
+
+/* Every byte of a message names its sender, receiver and id, so a message delivered to the
+ * wrong receive, or out of order, shows. */
+static unsigned char pat(int src, int dst, unsigned id, size_t i)
+{
+    uint64_t h = th_hash64((uint64_t)src << 32 | (uint32_t)dst, id, i / 8);
+    return (unsigned char)(h >> (8 * (i % 8)));
+}
+
+static void fill(unsigned char *b, size_t len, int src, int dst, unsigned id)
+{
+    for (size_t i = 0; i < len; i++)
+        b[i] = pat(src, dst, id, i);
+}
+
+/* check returns 0 if b holds message id from src to dst, else reports the first wrong byte. */
+static int check(const unsigned char *b, size_t len, int src, int dst, unsigned id,
+                 const char *what)
+{
+    for (size_t i = 0; i < len; i++)
+        if (b[i] != pat(src, dst, id, i))
+            return th_fail("%s: byte %zu of %zu from rank %d is 0x%02x, expected 0x%02x (message "
+                           "%u)", what, i, len, src, b[i], pat(src, dst, id, i), id);
+    return 0;
+}
+
+static tutti_comm_t *init_comm(void)
+{
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK) {
+        th_fail("tutti_comm_init_env: %s", tutti_last_error());
+        return NULL;
+    }
+    return comm;
+}
+
+static int wait_ok(tutti_work_t *w, const char *what)
+{
+    tutti_status_t st = tutti_work_wait(w, -1.0);
+    int bad = st != TUTTI_OK ? th_fail("%s: %d (%s): %s", what, st, tutti_strerror(st),
+                                       tutti_work_error(w))
+                             : 0;
+    tutti_work_free(w);
+    return bad;
+}
+
+#define POSTED(call, what)                                                                     \
+    do {                                                                                       \
+        tutti_status_t st_ = (call);                                                           \
+        if (st_ != TUTTI_OK)                                                                   \
+            return th_fail("%s: posting failed: %d (%s): %s", what, st_, tutti_strerror(st_),  \
+                           tutti_last_error());                                                \
+    } while (0)
+
+static const size_t ex_sizes[] = {0, 8, 4000, 20000, 3u << 20};
+#define NEX (int)(sizeof ex_sizes / sizeof ex_sizes[0])
+
+/*
+ * exchange: every rank sends one message to every other and receives one from each, posted in
+ * order o: 0 receives first on every rank, 1 sends first, 2 receives first on even ranks and
+ * sends first on odd ones, 3 per peer a receive then a send, 4 asynchronous receives then
+ * blocking sends (the pattern that waited for itself in the collective queue), 5 asynchronous
+ * sends then blocking receives in descending rank order; handles are waited for in reverse.
+ */
+static int exchange(tutti_comm_t *comm, int rank, int n, int o, size_t len, unsigned id)
+{
+    unsigned char *S = malloc((size_t)n * (len + 1)), *R = malloc((size_t)n * (len + 1));
+    tutti_work_t *ws[TH_MAX_RANKS], *wr[TH_MAX_RANKS];
+    int tag = 1000 + (int)id;
+    char what[128];
+    snprintf(what, sizeof what, "exchange (order %d, %zu bytes)", o, len);
+    for (int p = 0; p < n; p++) {
+        ws[p] = wr[p] = NULL;
+        fill(S + (size_t)p * (len + 1), len, rank, p, id);
+        memset(R + (size_t)p * (len + 1), 0xee, len + 1);
+    }
+#define SB(p) (S + (size_t)(p) * (len + 1))
+#define RB(p) (R + (size_t)(p) * (len + 1))
+    bool recv_first = o == 0 || (o == 2 && rank % 2 == 0) || o == 4;
+    for (int half = 0; half < 2; half++) {
+        bool recvs = (half == 0) == recv_first;
+        if (o == 3 && half == 1)
+            break;
+        if (recvs && o == 5) { /* blocking, from the highest rank down */
+            for (int q = n - 1; q >= 0; q--)
+                if (q != rank)
+                    POSTED(tutti_recv(RB(q), len, TUTTI_UINT8, q, tag, comm, NULL), what);
+            continue;
+        }
+        for (int p = 0; p < n; p++) {
+            if (p == rank)
+                continue;
+            if (o == 3) {
+                POSTED(tutti_recv(RB(p), len, TUTTI_UINT8, p, tag, comm, &wr[p]), what);
+                POSTED(tutti_send(SB(p), len, TUTTI_UINT8, p, tag, comm, &ws[p]), what);
+            } else if (recvs) {
+                POSTED(tutti_recv(RB(p), len, TUTTI_UINT8, p, tag, comm, &wr[p]), what);
+            } else {
+                POSTED(tutti_send(SB(p), len, TUTTI_UINT8, p, tag, comm, o == 4 ? NULL : &ws[p]),
+                       what);
+            }
+        }
+    }
+    int bad = 0;
+    for (int p = n - 1; p >= 0; p--) {
+        if (ws[p] != NULL)
+            bad |= wait_ok(ws[p], what);
+        if (wr[p] != NULL)
+            bad |= wait_ok(wr[p], what);
+    }
+    for (int p = 0; p < n && !bad; p++) {
+        if (p == rank)
+            continue;
+        bad |= check(RB(p), len, p, rank, id, what);
+        if (RB(p)[len] != 0xee)
+            bad |= th_fail("%s: the byte after the message from rank %d was written", what, p);
+    }
+#undef SB
+#undef RB
+    free(S);
+    free(R);
+    return bad;
+}
+
+/* ring: a receive from the left posted asynchronously, then a blocking send to the right (a
+ * cycle over every rank: with one operation at a time per communicator it waited for itself). */
+static int ring(tutti_comm_t *comm, int rank, int n, size_t len, unsigned id)
+{
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    unsigned char *s = malloc(len + 1), *r = malloc(len + 1);
+    fill(s, len, rank, next, id);
+    tutti_work_t *w;
+    POSTED(tutti_recv(r, len, TUTTI_UINT8, prev, 2000, comm, &w), "ring recv");
+    POSTED(tutti_send(s, len, TUTTI_UINT8, next, 2000, comm, NULL), "ring send");
+    int bad = wait_ok(w, "ring recv");
+    if (!bad)
+        bad = check(r, len, prev, rank, id, "ring");
+    free(s);
+    free(r);
+    return bad;
+}
+
+/* tags: rank r sends tags 1, 2, 3 to r+1 (8 bytes, 5000 bytes, 100000 bytes), which receives
+ * them blocking as 3, 1, 2. */
+static int tags(tutti_comm_t *comm, int rank, int n)
+{
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    static const size_t len[4] = {0, 8, 5000, 100000};
+    unsigned char *s[4], *r[4];
+    tutti_work_t *w[4];
+    int bad = 0;
+    for (int t = 1; t <= 3; t++) {
+        s[t] = malloc(len[t]);
+        r[t] = malloc(len[t]);
+        fill(s[t], len[t], rank, next, 300u + (unsigned)t);
+        POSTED(tutti_send(s[t], len[t], TUTTI_UINT8, next, t, comm, &w[t]), "tags send");
+    }
+    static const int order[3] = {3, 1, 2};
+    for (int k = 0; k < 3; k++) {
+        int t = order[k];
+        tutti_status_t st = tutti_recv(r[t], len[t], TUTTI_UINT8, prev, t, comm, NULL);
+        if (st != TUTTI_OK)
+            bad |= th_fail("tags: recv of tag %d: %d (%s): %s", t, st, tutti_strerror(st),
+                           tutti_last_error());
+        else
+            bad |= check(r[t], len[t], prev, rank, 300u + (unsigned)t, "tags out of order");
+    }
+    for (int t = 1; t <= 3; t++) {
+        bad |= wait_ok(w[t], "tags send");
+        free(s[t]);
+        free(r[t]);
+    }
+    return bad;
+}
+
+/* order: 20 messages of one tag and mixed sizes arrive in the order they were sent. */
+static int order(tutti_comm_t *comm, int rank, int n)
+{
+    enum { K = 20 };
+    static const size_t lens[5] = {0, 33, 16385, 1000, 200000};
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    unsigned char *s[K];
+    tutti_work_t *w[K];
+    int bad = 0;
+    for (int k = 0; k < K; k++) {
+        s[k] = malloc(lens[k % 5]);
+        fill(s[k], lens[k % 5], rank, next, 400u + (unsigned)k);
+        POSTED(tutti_send(s[k], lens[k % 5], TUTTI_UINT8, next, 7, comm, &w[k]), "order send");
+    }
+    unsigned char *r = malloc(200000);
+    for (int k = 0; k < K && !bad; k++) {
+        tutti_status_t st = tutti_recv(r, lens[k % 5], TUTTI_UINT8, prev, 7, comm, NULL);
+        if (st != TUTTI_OK)
+            bad |= th_fail("order: recv %d: %d (%s): %s", k, st, tutti_strerror(st),
+                           tutti_last_error());
+        else
+            bad |= check(r, lens[k % 5], prev, rank, 400u + (unsigned)k, "non-overtaking");
+    }
+    for (int k = 0; k < K; k++) {
+        bad |= wait_ok(w[k], "order send");
+        free(s[k]);
+    }
+    free(r);
+    return bad;
+}
+
+/* any: every rank but 0 sends K messages with tag base to rank 0 (the first 8 bytes say who sent
+ * it and its number), which receives them from any source, two at a time (one with a handle,
+ * then one blocking while the first is open): each exactly once, tutti_work_source right, and
+ * each sender's messages in the order sent. */
+static void any_fill(unsigned char *b, size_t len, int src, int k, unsigned base)
+{
+    fill(b, len, src, 0, base + (unsigned)k);
+    int32_t hdr[2] = {src, k};
+    memcpy(b, hdr, sizeof hdr);
+}
+
+static int any_check(const unsigned char *b, size_t len, int n, int want_src, int *next_id,
+                     unsigned base)
+{
+    int32_t hdr[2];
+    memcpy(hdr, b, sizeof hdr);
+    int src = hdr[0], k = hdr[1];
+    if (src < 1 || src >= n || (want_src >= 0 && src != want_src))
+        return th_fail("any: a message says it came from rank %d; tutti_work_source said %d", src,
+                       want_src);
+    if (k != next_id[src])
+        return th_fail("any: rank %d's message %d came when its message %d was due", src, k,
+                       next_id[src]);
+    next_id[src]++;
+    unsigned char *ref = malloc(len);
+    any_fill(ref, len, src, k, base);
+    int bad = memcmp(ref, b, len) != 0 ? th_fail("any: rank %d's message %d is damaged", src, k)
+                                        : 0;
+    free(ref);
+    return bad;
+}
+
+static int any(tutti_comm_t *comm, int rank, int n, size_t len, unsigned base)
+{
+    enum { K = 5 };
+    int bad = 0;
+    if (rank != 0) {
+        unsigned char *s[K];
+        tutti_work_t *w[K];
+        for (int k = 0; k < K; k++) {
+            s[k] = malloc(len);
+            any_fill(s[k], len, rank, k, base);
+            POSTED(tutti_send(s[k], len, TUTTI_UINT8, 0, (int)base, comm, &w[k]), "any send");
+        }
+        for (int k = 0; k < K; k++) {
+            bad |= wait_ok(w[k], "any send");
+            free(s[k]);
+        }
+        return bad;
+    }
+    int total = (n - 1) * K, got = 0, next_id[TH_MAX_RANKS] = {0};
+    unsigned char *r[2] = {malloc(len), malloc(len)};
+    while (got < total && !bad) {
+        tutti_work_t *w = NULL;
+        POSTED(tutti_recv(r[0], len, TUTTI_UINT8, TUTTI_ANY_SOURCE, (int)base, comm, &w),
+               "any recv");
+        bool two = got + 1 < total;
+        tutti_status_t st2 = TUTTI_OK;
+        if (two)
+            st2 = tutti_recv(r[1], len, TUTTI_UINT8, TUTTI_ANY_SOURCE, (int)base, comm, NULL);
+        tutti_status_t st = tutti_work_wait(w, -1.0);
+        int src = tutti_work_source(w);
+        if (st != TUTTI_OK)
+            bad |= th_fail("any: recv: %d (%s): %s", st, tutti_strerror(st), tutti_work_error(w));
+        else /* the first posted meets the earlier of two messages from one rank */
+            bad |= any_check(r[0], len, n, src, next_id, base);
+        tutti_work_free(w);
+        if (two && st2 != TUTTI_OK)
+            bad |= th_fail("any: blocking recv: %d (%s): %s", st2, tutti_strerror(st2),
+                           tutti_last_error());
+        else if (two && !bad)
+            bad |= any_check(r[1], len, n, -1, next_id, base);
+        got += two ? 2 : 1;
+    }
+    if (tutti_work_source(NULL) != -1)
+        bad |= th_fail("tutti_work_source(NULL) is not -1");
+    for (int p = 1; p < n && !bad; p++)
+        if (next_id[p] != K)
+            bad |= th_fail("any: %d messages from rank %d, expected %d", next_id[p], p, K);
+    free(r[0]);
+    free(r[1]);
+    return bad;
+}
+
+/* mismatch: receives of the wrong length fail with TUTTI_ERR_INVALID_ARG naming both lengths,
+ * the peer and the tag; the message is consumed, the next ones meet the right receives, the
+ * sends complete, and a collective still works. */
+static int mismatch(tutti_comm_t *comm, int rank, int n)
+{
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    static const size_t sl[4] = {100, 200000, 20, 8}, rl[4] = {101, 199999, 20, 8};
+    static const int tg[4] = {4, 4, 4, 5};
+    unsigned char *s[4], *r = malloc(200000);
+    tutti_work_t *w[4];
+    int bad = 0;
+    for (int k = 0; k < 4; k++) {
+        s[k] = malloc(sl[k]);
+        fill(s[k], sl[k], rank, next, 500u + (unsigned)k);
+        POSTED(tutti_send(s[k], sl[k], TUTTI_UINT8, next, tg[k], comm, &w[k]), "mismatch send");
+    }
+    for (int k = 0; k < 4; k++) {
+        memset(r, 0xee, 200000);
+        tutti_status_t st = tutti_recv(r, rl[k], TUTTI_UINT8, prev, tg[k], comm, NULL);
+        const char *msg = tutti_comm_last_error(comm);
+        if (sl[k] != rl[k]) {
+            char a[32], b[32], c[32];
+            snprintf(a, sizeof a, "%zu bytes", sl[k]);
+            snprintf(b, sizeof b, "expects %zu", rl[k]);
+            snprintf(c, sizeof c, "tag %d", tg[k]);
+            if (st != TUTTI_ERR_INVALID_ARG)
+                bad |= th_fail("mismatch %d: expected TUTTI_ERR_INVALID_ARG, got %d (%s)", k, st,
+                               tutti_strerror(st));
+            else if (!strstr(msg, a) || !strstr(msg, b) || !strstr(msg, c) ||
+                     !th_mentions_rank(msg, prev))
+                bad |= th_fail("mismatch %d: the text lacks \"%s\", \"%s\", \"%s\" or rank %d: %s",
+                               k, a, b, c, prev, msg);
+            for (size_t i = 0; i < 200000 && !bad; i++)
+                if (r[i] != 0xee)
+                    bad |= th_fail("mismatch %d: the failed receive wrote byte %zu", k, i);
+        } else if (st != TUTTI_OK) {
+            bad |= th_fail("mismatch %d: the receive after the mismatches: %d (%s): %s", k, st,
+                           tutti_strerror(st), msg);
+        } else {
+            bad |= check(r, rl[k], prev, rank, 500u + (unsigned)k, "after a mismatch");
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        bad |= wait_ok(w[k], "mismatch send");
+        free(s[k]);
+    }
+    free(r);
+    int one = 1, sum = 0;
+    tutti_status_t st = tutti_allreduce(&one, &sum, 1, TUTTI_INT32, TUTTI_SUM, comm, NULL);
+    if (st != TUTTI_OK || sum != n)
+        bad |= th_fail("the allreduce after the mismatches: %d (%s), sum %d of %d", st,
+                       tutti_strerror(st), sum, n);
+    return bad;
+}
+
+/* interleave: point-to-point and collectives on one communicator neither wait for each other.
+ * (a) rank 0 posts a receive, then joins a blocking allreduce that rank 1 joins before it
+ * sends; (b) rank 0 posts a large allreduce (run by the workers) and then receives blocking
+ * from rank 1, which sends blocking before it joins the allreduce; both allreduces are exact. */
+static int interleave(tutti_comm_t *comm, int rank, int n)
+{
+    int bad = 0;
+    size_t len = 1u << 20;
+    unsigned char *b = malloc(len);
+    int one = 1, sum = 0;
+    if (rank == 0) {
+        tutti_work_t *w;
+        POSTED(tutti_recv(b, len, TUTTI_UINT8, 1, 600, comm, &w), "interleave recv");
+        if (tutti_allreduce(&one, &sum, 1, TUTTI_INT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+            bad |= th_fail("interleave (a): allreduce: %s", tutti_last_error());
+        bad |= wait_ok(w, "interleave (a) recv");
+        if (!bad)
+            bad |= check(b, len, 1, 0, 600, "interleave (a)");
+    } else {
+        if (tutti_allreduce(&one, &sum, 1, TUTTI_INT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+            bad |= th_fail("interleave (a): allreduce: %s", tutti_last_error());
+        if (rank == 1) {
+            fill(b, len, 1, 0, 600);
+            if (tutti_send(b, len, TUTTI_UINT8, 0, 600, comm, NULL) != TUTTI_OK)
+                bad |= th_fail("interleave (a): send: %s", tutti_last_error());
+        }
+    }
+    if (sum != n)
+        bad |= th_fail("interleave (a): allreduce sum %d of %d", sum, n);
+    size_t cnt = 1u << 20;
+    float *x = malloc(cnt * sizeof *x);
+    for (size_t i = 0; i < cnt; i++)
+        x[i] = (float)(i % 5);
+    tutti_work_t *a = NULL;
+    if (rank == 0) {
+        POSTED(tutti_allreduce(TUTTI_IN_PLACE, x, cnt, TUTTI_FLOAT32, TUTTI_SUM, comm, &a),
+               "interleave (b) allreduce");
+        tutti_status_t st = tutti_recv(b, len, TUTTI_UINT8, 1, 601, comm, NULL);
+        if (st != TUTTI_OK)
+            bad |= th_fail("interleave (b): blocking recv behind a queued allreduce: %s",
+                           tutti_last_error());
+        else
+            bad |= check(b, len, 1, 0, 601, "interleave (b)");
+    } else {
+        if (rank == 1) {
+            fill(b, len, 1, 0, 601);
+            if (tutti_send(b, len, TUTTI_UINT8, 0, 601, comm, NULL) != TUTTI_OK)
+                bad |= th_fail("interleave (b): send: %s", tutti_last_error());
+        }
+        POSTED(tutti_allreduce(TUTTI_IN_PLACE, x, cnt, TUTTI_FLOAT32, TUTTI_SUM, comm, &a),
+               "interleave (b) allreduce");
+    }
+    bad |= wait_ok(a, "interleave (b) allreduce");
+    for (size_t i = 0; i < cnt && !bad; i++)
+        if (x[i] != (float)(n * (int)(i % 5)))
+            bad |= th_fail("interleave (b): allreduce element %zu is %g, expected %d", i,
+                           (double)x[i], n * (int)(i % 5));
+    free(x);
+    free(b);
+    return bad;
+}
+
+static int semantics_body(int rank, int n, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    unsigned id = 0;
+    for (int o = 0; o < 6 && !bad; o++)
+        for (int k = 0; k < NEX && !bad; k++)
+            bad |= exchange(comm, rank, n, o, ex_sizes[k], id++);
+    for (int k = 0; k < NEX && !bad; k++)
+        bad |= ring(comm, rank, n, ex_sizes[k], 100u + (unsigned)k);
+    if (!bad)
+        bad |= tags(comm, rank, n);
+    if (!bad)
+        bad |= order(comm, rank, n);
+    if (!bad)
+        bad |= any(comm, rank, n, 64, 700);
+    if (!bad)
+        bad |= any(comm, rank, n, 100000, 800);
+    if (!bad)
+        bad |= mismatch(comm, rank, n);
+    if (!bad)
+        bad |= interleave(comm, rank, n);
+    if (tutti_comm_destroy(comm) != TUTTI_OK && !bad)
+        bad = th_fail("destroy: %s", tutti_last_error());
+    return bad;
+}
+
+typedef struct pcase {
+    const char *tp;
+    int n;
+} pcase_t;
+
+static const pcase_t sem_cases[] = {{"shm", 2}, {"shm", 3}, {"shm", 4},
+                                    {"ofi", 2}, {"ofi", 3}, {"ofi", 4}};
+
+START_TEST(test_semantics)
+{
+    const pcase_t *pc = &sem_cases[_i];
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = pc->tp;
+    o.timeout_s = 170;
+    o.rank_timeout_s = 30;
+    o.env[0] = "CCL_WORKER_COUNT=2";  /* a large allreduce runs as slices beside the engine */
+    o.env[1] = "TUTTI_OFI_CHUNK=1048576"; /* several MiB travel as several ofi pieces */
+    double t0 = th_now();
+    ck_assert_msg(th_run_opts(pc->n, &o, semantics_body, NULL) == 0,
+                  "point-to-point semantics on %s at %d ranks: see stderr", pc->tp, pc->n);
+    fprintf(stderr, "[p2p semantics %s x %d] %.1f s\n", pc->tp, pc->n, th_now() - t0);
+}
+END_TEST
+
+/* ---- ends other than success ---------------------------------------------------------------- */
+
+#define VICTIM 1
+
+/* A peer killed while rank 0 waits on a receive from it, a receive from any source and a
+ * large send to it: each fails with TUTTI_ERR_PEER_FAILED within seconds, naming it; the
+ * communicator goes on for point-to-point with the other rank (at 3 ranks). */
+static int dead_body(int rank, int n, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    th_shared_t *sh = th_shared();
+    if (tutti_barrier(comm, NULL) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_last_error());
+    if (rank == VICTIM) {
+        th_ready();
+        sleep(60); /* killed */
+        return 0;
+    }
+    unsigned char small[8], *big = malloc(100000);
+    memset(big, 1, 100000);
+    if (rank == 0) {
+        tutti_work_t *w[3];
+        POSTED(tutti_recv(small, 8, TUTTI_UINT8, VICTIM, 51, comm, &w[0]), "dead recv");
+        POSTED(tutti_recv(small, 8, TUTTI_UINT8, TUTTI_ANY_SOURCE, 50, comm, &w[1]), "dead any");
+        POSTED(tutti_send(big, 100000, TUTTI_UINT8, VICTIM, 52, comm, &w[2]), "dead send");
+        th_ready();
+        static const char *const what[3] = {"recv from the victim", "recv from any source",
+                                            "send to the victim"};
+        for (int k = 0; k < 3; k++) {
+            tutti_status_t st = tutti_work_wait(w[k], 40);
+            double lag = sh->killed_at > 0 ? th_now() - sh->killed_at : -1;
+            const char *msg = tutti_work_error(w[k]);
+            if (st != TUTTI_ERR_PEER_FAILED)
+                bad |= th_fail("%s: expected TUTTI_ERR_PEER_FAILED, got %d (%s) %.2f s after the "
+                               "kill: %s", what[k], st, tutti_strerror(st), lag, msg);
+            else if (lag > 5)
+                bad |= th_fail("%s: failed %.1f s after the kill (allowed 5)", what[k], lag);
+            else if (!th_mentions_rank(msg, VICTIM))
+                bad |= th_fail("%s: the text does not name rank %d: %s", what[k], VICTIM, msg);
+            fprintf(stderr, "[dead] %s: %.2f s after the kill: %s\n", what[k], lag, msg);
+            tutti_work_free(w[k]);
+        }
+        if (n > 2) { /* the other peer is still reachable */
+            fill(big, 100000, 0, 2, 900);
+            tutti_status_t st = tutti_send(big, 100000, TUTTI_UINT8, 2, 53, comm, NULL);
+            if (st != TUTTI_OK)
+                bad |= th_fail("send to rank 2 after rank %d died: %s", VICTIM, tutti_last_error());
+        }
+    } else if (rank == 2) {
+        th_ready();
+        tutti_status_t st = tutti_recv(big, 100000, TUTTI_UINT8, 0, 53, comm, NULL);
+        if (st != TUTTI_OK)
+            bad |= th_fail("recv from rank 0 after rank %d died: %s", VICTIM, tutti_last_error());
+        else
+            bad |= check(big, 100000, 0, 2, 900, "after the death");
+    }
+    free(big);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+static const pcase_t dead_cases[] = {{"shm", 2}, {"ofi", 2}, {"shm", 3}, {"ofi", 3}};
+
+START_TEST(test_dead_peer)
+{
+    const pcase_t *pc = &dead_cases[_i];
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = pc->tp;
+    o.timeout_s = 50;
+    o.rank_timeout_s = 60; /* only the liveness mesh can end it in time */
+    o.kill_rank = VICTIM;
+    o.kill_after_s = 0.3;
+    o.kill_after_ready = 1;
+    ck_assert_msg(th_run_opts(pc->n, &o, dead_body, NULL) == 0,
+                  "dead peer on %s at %d ranks: see stderr", pc->tp, pc->n);
+    ck_assert_msg(th_shared()->killed_at > 0, "rank %d was never killed", VICTIM);
+}
+END_TEST
+
+/* TUTTI_TIMEOUT=2: a receive nobody sends to fails at its deadline, naming the peer, and its
+ * buffer is not touched when the message comes later, which the next receive gets (the stream
+ * in step); a large send nobody receives fails at its deadline, and the receive that comes
+ * later is told it was withdrawn. */
+static int timeout_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    th_shared_t *sh = th_shared();
+    int bad = 0;
+    unsigned char buf[4096], *big = malloc(100000);
+    if (rank == 0) {
+        memset(buf, 0xee, sizeof buf);
+        double t0 = th_now();
+        tutti_status_t st = tutti_recv(buf, sizeof buf, TUTTI_UINT8, 1, 99, comm, NULL);
+        double dt = th_now() - t0;
+        const char *msg = tutti_comm_last_error(comm);
+        if (st != TUTTI_ERR_TIMEOUT || dt < 1.5 || dt > 6)
+            bad |= th_fail("recv nobody sends, TUTTI_TIMEOUT=2: %d (%s) after %.2f s: %s", st,
+                           tutti_strerror(st), dt, msg);
+        else if (!th_mentions_rank(msg, 1) || !strstr(msg, "timed out"))
+            bad |= th_fail("the timeout's text does not say so or name rank 1: %s", msg);
+        fprintf(stderr, "[timeout] recv: %.2f s: %s\n", dt, msg);
+        __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE); /* now rank 1 sends */
+        while (__atomic_load_n(&sh->slots[1], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
+        usleep(300000);
+        for (size_t i = 0; i < sizeof buf; i++)
+            if (buf[i] != 0xee)
+                return th_fail("byte %zu of the timed-out receive's buffer was written later", i);
+        st = tutti_recv(buf, sizeof buf, TUTTI_UINT8, 1, 99, comm, NULL);
+        if (st != TUTTI_OK)
+            bad |= th_fail("the receive after the timeout: %s", tutti_last_error());
+        else
+            bad |= check(buf, sizeof buf, 1, 0, 990, "after the timeout");
+        /* a large send nobody receives in time */
+        fill(big, 100000, 0, 1, 991);
+        t0 = th_now();
+        st = tutti_send(big, 100000, TUTTI_UINT8, 1, 98, comm, NULL);
+        dt = th_now() - t0;
+        if (st != TUTTI_ERR_TIMEOUT || dt < 1.5 || dt > 6)
+            bad |= th_fail("send nobody receives, TUTTI_TIMEOUT=2: %d (%s) after %.2f s: %s", st,
+                           tutti_strerror(st), dt, tutti_last_error());
+        __atomic_store_n(&sh->slots[2], 1, __ATOMIC_RELEASE);
+    } else if (rank == 1) {
+        while (__atomic_load_n(&sh->slots[0], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
+        fill(buf, sizeof buf, 1, 0, 990);
+        /* asynchronous: over ofi the send may need rank 0 to take part (a connection, a
+         * rendezvous), and rank 0 only receives once it has checked its old buffer */
+        tutti_work_t *w;
+        POSTED(tutti_send(buf, sizeof buf, TUTTI_UINT8, 0, 99, comm, &w), "send after timeout");
+        __atomic_store_n(&sh->slots[1], 1, __ATOMIC_RELEASE);
+        bad |= wait_ok(w, "the send after rank 0's timeout");
+        while (__atomic_load_n(&sh->slots[2], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
+        tutti_status_t st = tutti_recv(big, 100000, TUTTI_UINT8, 0, 98, comm, NULL);
+        const char *msg = tutti_comm_last_error(comm);
+        if (st != TUTTI_ERR_PEER_FAILED || !strstr(msg, "withdrew"))
+            bad |= th_fail("the receive of a send that timed out: %d (%s): %s", st,
+                           tutti_strerror(st), msg);
+    }
+    int one = 1, sum = 0; /* the communicator still works */
+    if (tutti_allreduce(&one, &sum, 1, TUTTI_INT32, TUTTI_SUM, comm, NULL) != TUTTI_OK || sum != n)
+        bad |= th_fail("the allreduce after the timeouts: %s", tutti_last_error());
+    free(big);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_timeout)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 2;
+    ck_assert_msg(th_run_opts(2, &o, timeout_body, NULL) == 0, "timeouts on %s: see stderr",
+                  tps[_i]);
+}
+END_TEST
+
+/* A peer that sends and then destroys its communicator: its eager message is still received
+ * after it has left (it arrived whole), and a receive for what it never sent fails within about
+ * a second with TUTTI_ERR_PEER_FAILED saying it destroyed its communicator, not at the 60 s
+ * timeout. */
+static int left_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    unsigned char b[1000];
+    if (rank == 1) {
+        fill(b, sizeof b, 1, 0, 950);
+        if (tutti_send(b, sizeof b, TUTTI_UINT8, 0, 30, comm, NULL) != TUTTI_OK)
+            bad = th_fail("send before leaving: %s", tutti_last_error());
+        tutti_comm_destroy(comm); /* waits for rank 0's destroy */
+        return bad;
+    }
+    sleep(2); /* rank 1 has long left */
+    tutti_status_t st = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 30, comm, NULL);
+    if (st != TUTTI_OK)
+        bad |= th_fail("the message rank 1 sent before it left: %d (%s): %s", st,
+                       tutti_strerror(st), tutti_last_error());
+    else
+        bad |= check(b, sizeof b, 1, 0, 950, "sent before leaving");
+    double t0 = th_now();
+    st = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 31, comm, NULL);
+    const char *msg = tutti_comm_last_error(comm);
+    if (st != TUTTI_ERR_PEER_FAILED || th_now() - t0 > 5 || !strstr(msg, "destroyed"))
+        bad |= th_fail("a receive from a rank that left: %d (%s) after %.1f s: %s", st,
+                       tutti_strerror(st), th_now() - t0, msg);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_left)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 60;
+    ck_assert_msg(th_run_opts(2, &o, left_body, NULL) == 0, "a peer that left, on %s: see stderr",
+                  tps[_i]);
+}
+END_TEST
+
+/* Abort with operations open (and one blocking receive in another thread) ends each with
+ * TUTTI_ERR_ABORTED at once; destroy with a receive open ends it with TUTTI_ERR_ABORTED too,
+ * and the handle outlives the communicator. */
+typedef struct blocked {
+    tutti_comm_t *comm;
+    tutti_status_t st;
+    double t;
+} blocked_t;
+
+static void *blocked_recv(void *p)
+{
+    blocked_t *b = p;
+    unsigned char x[8];
+    b->st = tutti_recv(x, 8, TUTTI_UINT8, 1, 77, b->comm, NULL);
+    b->t = th_now();
+    return NULL;
+}
+
+static int abort_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    unsigned char small[8], *big = malloc(100000);
+    if (rank == 0) {
+        tutti_work_t *w[3];
+        POSTED(tutti_recv(small, 8, TUTTI_UINT8, 1, 70, comm, &w[0]), "abort recv");
+        POSTED(tutti_recv(small, 8, TUTTI_UINT8, TUTTI_ANY_SOURCE, 71, comm, &w[1]), "abort any");
+        POSTED(tutti_send(big, 100000, TUTTI_UINT8, 1, 72, comm, &w[2]), "abort send");
+        blocked_t b = {comm, TUTTI_OK, 0};
+        pthread_t th;
+        pthread_create(&th, NULL, blocked_recv, &b);
+        usleep(200000);
+        double t0 = th_now();
+        tutti_comm_abort(comm);
+        for (int k = 0; k < 3; k++) {
+            tutti_status_t st = tutti_work_wait(w[k], 10);
+            if (st != TUTTI_ERR_ABORTED || th_now() - t0 > 2)
+                bad |= th_fail("op %d after abort: %d (%s) after %.2f s: %s", k, st,
+                               tutti_strerror(st), th_now() - t0, tutti_work_error(w[k]));
+            tutti_work_free(w[k]);
+        }
+        pthread_join(th, NULL);
+        if (b.st != TUTTI_ERR_ABORTED || b.t - t0 > 2)
+            bad |= th_fail("the blocking receive after abort: %d (%s) after %.2f s", b.st,
+                           tutti_strerror(b.st), b.t - t0);
+        if (tutti_recv(small, 8, TUTTI_UINT8, 1, 73, comm, NULL) != TUTTI_ERR_ABORTED)
+            bad |= th_fail("a receive posted after abort was not refused");
+    }
+    /* rank 1 stays until rank 0 is done: its leaving would end rank 0's ops by itself */
+    if (rank == 0)
+        __atomic_store_n(&sh->slots[3], 1, __ATOMIC_RELEASE);
+    else
+        while (__atomic_load_n(&sh->slots[3], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
+    tutti_comm_destroy(comm);
+
+    /* destroy with a receive open */
+    comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    if (rank == 0) {
+        tutti_work_t *w;
+        POSTED(tutti_recv(small, 8, TUTTI_UINT8, 1, 74, comm, &w), "destroy recv");
+        tutti_comm_destroy(comm);
+        int done = 0;
+        tutti_status_t st = tutti_work_test(w, &done);
+        if (!done || st != TUTTI_ERR_ABORTED)
+            bad |= th_fail("a receive open at destroy: done %d, %d (%s): %s", done, st,
+                           tutti_strerror(st), tutti_work_error(w));
+        tutti_work_free(w);
+    } else {
+        tutti_comm_destroy(comm);
+    }
+    free(big);
+    return bad;
+}
+
+START_TEST(test_abort)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 20;
+    ck_assert_msg(th_run_opts(2, &o, abort_body, NULL) == 0, "abort on %s: see stderr", tps[_i]);
+}
+END_TEST
+
+static void add_tcases(Suite *s)
+{
+    TCase *tc = tcase_create("semantics");
+    tcase_set_timeout(tc, 180);
+    tcase_add_loop_test(tc, test_semantics, 0, (int)(sizeof sem_cases / sizeof sem_cases[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("ends");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_dead_peer, 0, (int)(sizeof dead_cases / sizeof dead_cases[0]));
+    tcase_add_loop_test(tc, test_timeout, 0, 2);
+    tcase_add_loop_test(tc, test_left, 0, 2);
+    tcase_add_loop_test(tc, test_abort, 0, 2);
+    suite_add_tcase(s, tc);
+}
+
 static const cm_family_t family = {
     .name = "p2p",
     .body = {[CM_P2P] = run_p2p},
+    .add_tcases = add_tcases,
 };
+
 
 CM_FAMILY_MAIN(family)

@@ -412,8 +412,8 @@ END_TEST
  * receive whose sender only sends once the post has returned (run in the caller's thread, the
  * post would wait for that send for ever), and, with tutti_comm_config_t.inline_max = -1
  * (never), a small asynchronous allreduce that the other rank only joins once this one's post has
- * returned. (Operations of one communicator still run one after the other, in posting order:
- * a receive queued before a send to the same peer on both ranks would wait for each other.) */
+ * returned. (Collectives of one communicator still run one after the other, in posting order;
+ * sends and receives run apart from them: check_p2p.) */
 static int nonblocking_rank(int rank, int size, void *arg)
 {
     (void)arg;

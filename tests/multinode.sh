@@ -1,70 +1,278 @@
 #!/usr/bin/env bash
-# multinode.sh: runs tutti across two "hosts" made of network namespaces joined by a veth pair
-# (2 ranks in each), so that ranks of one namespace talk over shm and across over ofi/tcp, and
-# checks every collective's result with tutti-bench -c. Exits 77 (skip) without root or iproute2.
-set -euo pipefail
-bench=${1:?usage: multinode.sh path/to/tutti-bench}
-[ "$(id -u)" = 0 ] && command -v ip >/dev/null || { echo "1..0 # SKIP needs root and ip"; exit 77; }
-tag=tt$$
-nsa=${tag}a nsb=${tag}b nsc=${tag}c
-cleanup() { for ns in "$nsa" "$nsb" "$nsc"; do ip netns del "$ns" 2>/dev/null || true; done; }
-trap cleanup EXIT
-if ! ip netns add "$nsa" 2>/dev/null || ! ip netns add "$nsb" 2>/dev/null ||
-   ! ip netns add "$nsc" 2>/dev/null; then
-  echo "1..0 # SKIP cannot create network namespaces here"; exit 77
-fi
-ip link add "${tag}x" type veth peer name "${tag}y"
-ip link set "${tag}x" netns "$nsa"
-ip link set "${tag}y" netns "$nsb"
-# A private test subnet that exists only between these two namespaces.
-ip -n "$nsa" addr add 10.231.7.1/24 dev "${tag}x"
-ip -n "$nsb" addr add 10.231.7.2/24 dev "${tag}y"
-for ns in "$nsa" "$nsb" "$nsc"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set "${tag}x" up
-ip -n "$nsb" link set "${tag}y" up
+# multinode.sh: tutti across "hosts" made of network namespaces (scripts/cluster.sh: one bridge,
+# a shaped link per host), shm inside a host and ofi/tcp between hosts; TAP output. Each part
+# brings up its own cluster and takes it down at the end, whatever happens. Exits 77 (skip)
+# without root, iproute2 or namespaces.
+#
+#   multinode.sh BUILD_DIR hier      every collective checked by tutti-bench -c on 2 hosts x 2
+#                                    ranks; multinode_check (hier against the flat algorithms,
+#                                    bit for bit where the arithmetic allows, within the bound
+#                                    otherwise) on 2 x 2, 3 x 2 placed cyclically, 3 ranks on 2
+#                                    hosts, and with 2 workers; a rank that dies mid-run; the
+#                                    shm-only refusal; a host whose only interface is loopback
+#   multinode.sh BUILD_DIR ifaces    hosts with a second interface that reaches nothing: no
+#                                    setting needed; TUTTI_SOCKET_IFNAME's syntax; one that
+#                                    names the wrong interface or none fails clearly; FI_PROVIDER
+#   multinode.sh BUILD_DIR launchers MPICH's Hydra and Open MPI's mpirun through the ssh
+#                                    stand-in, and RANK/WORLD_SIZE by hand, block and cyclic
+#   multinode.sh BUILD_DIR train     examples/train_bf16 across hosts (env and MPICH), and
+#                                    examples/torch_ddp.py under torchrun (when the build has
+#                                    tutti_torch): weights identical on every rank of every host
+set -uo pipefail
+build=${1:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train}
+part=${2:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+cluster="$root/scripts/cluster.sh"
+build=$(cd "$build" && pwd)
+bench="$build/bench/tutti-bench"
+check="$build/tests/multinode_check"
 
-port=29731
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+    echo "1..0 # SKIP needs root and iproute2"
+    exit 77
+fi
+if ! ip netns add "tmnprobe$$" 2>/dev/null; then
+    echo "1..0 # SKIP cannot create network namespaces here"
+    exit 77
+fi
+ip netns del "tmnprobe$$"
+
+name="m$(($$ % 10000000))"    # this run's cluster, unlike any other's
+tmp=$(mktemp -d)
+lo_ns=""
+cleanup() {
+    bash "$cluster" down --name "$name" >/dev/null 2>&1
+    [ -z "$lo_ns" ] || ip netns del "$lo_ns" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
 n=0
 fail=0
-# run COLL ARGS...: 4 ranks, 0-1 in namespace a, 2-3 in namespace b. With LOOPBACK=1: 2 ranks
-# in namespace c, whose only interface is loopback, all over ofi.
-run() {
-  local pids=() r ns rc=0 out nranks=4 master=10.231.7.1 nodes=2 extra=(${EXTRA:-})
-  if [ "${LOOPBACK:-0}" = 1 ]; then nranks=2 master=127.0.0.1 nodes=1 extra=(TUTTI_TRANSPORT=ofi); fi
-  out=$(mktemp)
-  for ((r = 0; r < nranks; r++)); do
-    ns=$nsa; [ "$r" -ge 2 ] && ns=$nsb; [ "$nranks" = 2 ] && ns=$nsc
-    ip netns exec "$ns" env RANK=$r WORLD_SIZE=$nranks MASTER_ADDR=$master MASTER_PORT=$port \
-      TUTTI_TIMEOUT=30 "${extra[@]}" timeout 120 "$bench" "$@" -c >"$out.$r" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || rc=1; done
-  port=$((port + 1))
-  n=$((n + 1))
-  if [ -n "${EXPECT_FAIL:-}" ]; then
-    # every rank must fail, and say why
-    if [ $rc = 1 ] && grep -q "$EXPECT_FAIL" "$out.0" "$out.3"; then rc=ok; fi
-  elif [ $rc = 0 ] && grep -q "nodes $nodes" "$out.0"; then
-    rc=ok
-  fi
-  if [ $rc = ok ]; then
-    echo "ok $n - $*"
-  else
-    echo "not ok $n - $*"; fail=1
-    for ((r = 0; r < nranks; r++)); do sed "s/^/# rank $r: /" "$out.$r"; done
-  fi
-  rm -f "$out" "$out".*
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+notok() {
+    n=$((n + 1)); fail=1; echo "not ok $n - $1"
+    [ -f "${2:-}" ] && sed 's/^/#   /' "$2" | tail -40
 }
-echo "1..11"
-run allreduce -b 4 -e 4M -f 8 -i 3 -x 1
-run allreduce -b 4 -e 1M -f 16 -i 3 -x 1 -a ring -d bf16
-run allreduce -b 4 -e 1M -f 16 -i 3 -x 1 -a tree -d int32 -o max
-run allgather -b 4 -e 1M -f 16 -i 3 -x 1
-run alltoall -b 4 -e 1M -f 16 -i 3 -x 1
-run reduce_scatter -b 4 -e 1M -f 16 -i 3 -x 1
-run bcast -b 4 -e 1M -f 16 -i 3 -x 1
-run reduce -b 4 -e 1M -f 16 -i 3 -x 1 -d fp64
-run barrier -i 5 -x 1
-EXTRA=TUTTI_TRANSPORT=shm EXPECT_FAIL="span 2 nodes" run allreduce -b 4 -e 4 -i 1 -x 1
-LOOPBACK=1 run allreduce -b 4 -e 1M -f 16 -i 3 -x 1
+
+up() { # up ARGS...: a fresh cluster
+    bash "$cluster" down --name "$name" >/dev/null 2>&1
+    if ! bash "$cluster" up "$@" --name "$name" >"$tmp/up" 2>&1; then
+        notok "cluster up $*" "$tmp/up"
+        echo "1..$n"
+        exit 1
+    fi
+}
+
+launch() { # launch KIND [launch options] -- CMD...: output in $tmp/out, returns the status
+    local kind=$1
+    shift
+    bash "$cluster" launch "$kind" --name "$name" --timeout 180 "$@" >"$tmp/out" 2>&1
+}
+
+# bench_ok DESC EXPECT_NODES [launch options] -- tutti-bench ARGS: every result checked
+bench_ok() {
+    local desc=$1 nodes=$2
+    shift 2
+    if launch env "$@" -c && grep -q "nodes $nodes " "$tmp/out"; then ok "$desc"; else notok "$desc" "$tmp/out"; fi
+}
+
+export TUTTI_TIMEOUT=60
+
+part_hier() {
+    up 2 --ranks-per-host 2 --rate 10gbit
+    local a
+    for a in "allreduce -b 4 -e 4M -f 8" "allreduce -b 4 -e 1M -f 16 -a ring -d bf16" \
+        "allreduce -b 4 -e 1M -f 16 -a tree -d int32 -o max" "allreduce -b 4 -e 1M -f 16 -d bf16 -o avg" \
+        "allgather -b 4 -e 1M -f 16" "alltoall -b 4 -e 1M -f 16" "reduce_scatter -b 4 -e 1M -f 16" \
+        "bcast -b 4 -e 1M -f 16" "reduce -b 4 -e 1M -f 16 -d fp64" "barrier"; do
+        # shellcheck disable=SC2086
+        bench_ok "2 hosts x 2 ranks, tutti-bench -c $a" 2 -- "$bench" $a -i 3 -x 1
+    done
+    # the hierarchical algorithms against the flat ones; a small window: many segments
+    if launch env -- env TUTTI_SHM_WINDOW=262144 "$check" && ! grep -q "^not ok" "$tmp/out" &&
+        [ "$(grep -c '^ok' "$tmp/out")" -ge 40 ]; then
+        ok "2 x 2: multinode_check ($(grep -c '^ok' "$tmp/out") cases: hier against flat)"
+    else
+        notok "2 x 2: multinode_check" "$tmp/out"
+    fi
+    if launch env -- env CCL_WORKER_COUNT=2 TUTTI_SHM_WINDOW=1048576 "$check" && ! grep -q "^not ok" "$tmp/out"; then
+        ok "2 x 2 with 2 workers (sliced calls, a window per slice): multinode_check"
+    else
+        notok "2 x 2 with 2 workers: multinode_check" "$tmp/out"
+    fi
+    # 3 ranks: 2 on one host, 1 on the other (the rail algorithms are not offered)
+    if launch env --np 3 -- "$check" && ! grep -q "^not ok" "$tmp/out" && grep -q "2 nodes, 1..2 ranks" "$tmp/out"; then
+        ok "3 ranks on 2 hosts (2 + 1): multinode_check"
+    else
+        notok "3 ranks on 2 hosts: multinode_check" "$tmp/out"
+    fi
+    # a rank dies in the middle of hierarchical allreduces: the others fail, naming it
+    launch env -- "$check" --die 3
+    local rc=$?
+    if [ $rc = 3 ] && [ "$(grep -c 'failed as it should' "$tmp/out")" = 3 ]; then
+        ok "a rank that dies mid-run: the 3 others fail with an error, none hangs"
+    else
+        notok "a rank that dies mid-run (rc $rc)" "$tmp/out"
+    fi
+    # shared memory alone cannot span hosts: every rank refuses, saying why
+    if ! launch env -- env TUTTI_TRANSPORT=shm "$bench" allreduce -b 4 -e 4 -i 1 -x 1 &&
+        [ "$(grep -c 'span 2 nodes' "$tmp/out")" -ge 4 ]; then
+        ok "TUTTI_TRANSPORT=shm across hosts is refused on every rank"
+    else
+        notok "TUTTI_TRANSPORT=shm across hosts is refused" "$tmp/out"
+    fi
+    # the hierarchical algorithms named where they cannot run: refused at creation
+    if ! launch env --np 3 -- env CCL_ALLGATHER=hier "$bench" allgather -b 4 -e 4 -i 1 -x 1 &&
+        grep -q "CCL_ALLGATHER: allgather algorithm \"hier\" needs" "$tmp/out"; then
+        ok "CCL_ALLGATHER=hier on nodes of unequal size is refused, saying what it needs"
+    else
+        notok "CCL_ALLGATHER=hier on unequal nodes" "$tmp/out"
+    fi
+
+    up 3 --ranks-per-host 2
+    if launch env --cyclic -- env TUTTI_SHM_WINDOW=262144 "$check" && ! grep -q "^not ok" "$tmp/out" &&
+        grep -q "3 nodes, 2..2 ranks" "$tmp/out"; then
+        ok "3 hosts x 2 ranks placed cyclically (rank r on host r mod 3): multinode_check"
+    else
+        notok "3 x 2 cyclic: multinode_check" "$tmp/out"
+    fi
+    bench_ok "3 x 2 cyclic: tutti-bench -c allreduce" 3 --cyclic -- "$bench" allreduce -b 4 -e 4M -f 64 -i 2 -x 1
+
+    # a host whose only interface is loopback: 2 ranks there, all over ofi
+    lo_ns="tmnlo$$"
+    ip netns add "$lo_ns" && ip -n "$lo_ns" link set lo up
+    local pids=() r
+    for r in 0 1; do
+        ip netns exec "$lo_ns" env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+            TUTTI_TRANSPORT=ofi timeout -k 5 120 "$bench" allreduce -b 4 -e 1M -f 16 -i 3 -x 1 -c \
+            >"$tmp/lo.$r" 2>&1 &
+        pids+=($!)
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    if [ $rc = 0 ] && grep -q "nodes 1 " "$tmp/lo.0"; then
+        ok "a host with loopback only: 2 ranks over ofi"
+    else
+        cat "$tmp"/lo.* >"$tmp/out"
+        notok "a host with loopback only" "$tmp/out"
+    fi
+}
+
+part_ifaces() {
+    up 2 --ranks-per-host 2 --decoy
+    local a="allreduce -b 4 -e 1M -f 64 -i 2 -x 1"
+    # shellcheck disable=SC2086
+    if launch env -- env CCL_LOG_LEVEL=info "$bench" $a -c && grep -q "nodes 2 " "$tmp/out" &&
+        [ "$(grep -c 'ofi: provider .*interface/domain eth0' "$tmp/out")" = 4 ] &&
+        [ "$(grep -c 'interface eth0 (10.77.0.[12], the one that reaches MASTER_ADDR)' "$tmp/out")" = 4 ]; then
+        ok "a second interface that reaches nothing (listed first by libfabric): nothing to set, eth0 chosen"
+    else
+        notok "a second interface that reaches nothing" "$tmp/out"
+    fi
+    local spec
+    for spec in eth "=eth0" "^dcy" "^=dcy0,lo"; do
+        # shellcheck disable=SC2086
+        if launch env -- env TUTTI_SOCKET_IFNAME="$spec" CCL_LOG_LEVEL=info "$bench" $a -c &&
+            [ "$(grep -c 'interface eth0 (10.77.0.[12], TUTTI_SOCKET_IFNAME)' "$tmp/out")" = 4 ] &&
+            [ "$(grep -c 'ofi: provider .*interface/domain eth0' "$tmp/out")" = 4 ]; then
+            ok "TUTTI_SOCKET_IFNAME=$spec: eth0 for the store, the liveness mesh and ofi"
+        else
+            notok "TUTTI_SOCKET_IFNAME=$spec" "$tmp/out"
+        fi
+    done
+    # shellcheck disable=SC2086
+    if ! launch env -- env TUTTI_SOCKET_IFNAME=nosuch "$bench" $a &&
+        [ "$(grep 'TUTTI_SOCKET_IFNAME=nosuch matches no interface' "$tmp/out" | grep 'dcy0 10.78' | grep -c 'eth0 10.77')" = 4 ]; then
+        ok "TUTTI_SOCKET_IFNAME naming no interface: every rank fails at once, listing the interfaces"
+    else
+        notok "TUTTI_SOCKET_IFNAME=nosuch" "$tmp/out"
+    fi
+    # shellcheck disable=SC2086
+    if ! launch env -- env TUTTI_SOCKET_IFNAME=dcy0 TUTTI_TIMEOUT=5 "$bench" $a &&
+        grep -q "does interface dcy0 (10.78.2.1), which TUTTI_SOCKET_IFNAME=dcy0 chose, reach MASTER_ADDR" "$tmp/out" &&
+        [ "$(grep -c 'init_env failed' "$tmp/out")" = 4 ]; then
+        ok "TUTTI_SOCKET_IFNAME naming an interface that reaches nothing: every rank fails within its timeout, saying which"
+    else
+        notok "TUTTI_SOCKET_IFNAME=dcy0" "$tmp/out"
+    fi
+    # shellcheck disable=SC2086
+    if launch env -- env FI_PROVIDER=tcp CCL_LOG_LEVEL=info "$bench" $a -c &&
+        [ "$(grep -c 'ofi: provider tcp;ofi_rxm (FI_PROVIDER tcp)' "$tmp/out")" = 4 ]; then
+        ok "FI_PROVIDER=tcp is honoured and logged"
+    else
+        notok "FI_PROVIDER=tcp" "$tmp/out"
+    fi
+    # shellcheck disable=SC2086
+    if ! launch env -- env FI_PROVIDER=nosuch "$bench" $a &&
+        [ "$(grep -c 'FI_PROVIDER=nosuch' "$tmp/out")" = 4 ]; then
+        ok "FI_PROVIDER naming no provider: every rank fails, naming it"
+    else
+        notok "FI_PROVIDER=nosuch" "$tmp/out"
+    fi
+}
+
+part_launchers() {
+    up 2 --ranks-per-host 2 --rate 10gbit
+    local a="allreduce -b 4 -e 4M -f 32 -i 2 -x 1 -c" k
+    for k in mpich openmpi; do
+        # shellcheck disable=SC2086
+        if launch "$k" -- "$bench" $a && grep -q "ranks 4  nodes 2 " "$tmp/out" &&
+            grep -q "algorithm auto (hier at -b, hier at -e)" "$tmp/out"; then
+            ok "$k's mpirun through the ssh stand-in: 4 ranks on 2 hosts find their nodes, hier chosen"
+        else
+            notok "$k's mpirun across hosts" "$tmp/out"
+        fi
+    done
+    # shellcheck disable=SC2086
+    bench_ok "RANK/WORLD_SIZE with MASTER_ADDR on host 0, block placement" 2 -- "$bench" allgather -b 4 -e 1M -f 32 -i 2 -x 1
+    # shellcheck disable=SC2086
+    bench_ok "RANK/WORLD_SIZE, cyclic placement (ranks of a host not consecutive)" 2 --cyclic -- "$bench" alltoall -b 4 -e 1M -f 32 -i 2 -x 1
+    # shellcheck disable=SC2086
+    if launch mpich --launcher-arg -bind-to --launcher-arg core -- "$bench" $a && grep -q "nodes 2 " "$tmp/out"; then
+        ok "mpich with -bind-to core across hosts"
+    else
+        notok "mpich -bind-to core across hosts" "$tmp/out"
+    fi
+}
+
+part_train() {
+    up 2 --ranks-per-host 2 --rate 10gbit
+    local train="$build/examples/train_bf16" targs="--steps 24 --batch 64 --hidden 128 --param-hash" k
+    for k in env mpich; do
+        # shellcheck disable=SC2086
+        if launch "$k" -- "$train" $targs; then
+            local hashes
+            hashes=$(sed -n 's/^param_hash: rank [0-9]* //p' "$tmp/out" | sort -u)
+            if [ "$(grep -c '^param_hash: rank' "$tmp/out")" = 4 ] && [ "$(echo "$hashes" | wc -l)" = 1 ]; then
+                ok "train_bf16 under $k on 2 hosts x 2 ranks: bit-identical weights on all 4 ranks ($hashes)"
+                continue
+            fi
+        fi
+        notok "train_bf16 under $k across hosts" "$tmp/out"
+    done
+    if [ ! -d "$build/python/tutti_torch" ] || [ ! -x "$root/.venv/bin/torchrun" ]; then
+        echo "ok $((n + 1)) - torch_ddp.py under torchrun # SKIP no tutti_torch in this build"
+        n=$((n + 1))
+        return
+    fi
+    if PYTHONPATH="$build/python" OMP_NUM_THREADS=1 \
+        launch torchrun -- "$root/examples/torch_ddp.py" --steps 12 --dtype bf16 --hidden 64 &&
+        grep -q "torch_ddp.py: 4 ranks, backend tutti" "$tmp/out" &&
+        grep -q "replicas identical: yes" "$tmp/out"; then
+        ok "torch_ddp.py (DDP, bf16) under torchrun on 2 hosts x 2 ranks: replicas identical bit for bit"
+    else
+        notok "torch_ddp.py under torchrun across hosts" "$tmp/out"
+    fi
+}
+
+case $part in
+hier) part_hier ;;
+ifaces) part_ifaces ;;
+launchers) part_launchers ;;
+train) part_train ;;
+*) echo "multinode.sh: unknown part $part" >&2; exit 2 ;;
+esac
+echo "1..$n"
 exit $fail

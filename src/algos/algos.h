@@ -18,9 +18,16 @@ typedef struct tutti__algo tutti__algo_t;
  */
 typedef struct tutti__coll {
     tutti__net_t *net;    /* the network it runs on (the communicator's) */
-    int rank, size;
-    tutti_coll_t kind;    /* which collective; TUTTI_COLL_COUNT for send/recv */
-    const char *name;     /* "allreduce", "allgatherv", "send", ... for messages */
+    int rank, size;       /* this rank's index in the group the call runs on, and its size */
+    const int *group;     /* NULL: the group is the communicator; else group[i] is the
+                             communicator rank of member i (a part of a hierarchical call,
+                             run by a flat algorithm among some of the ranks); the primitives
+                             take member indexes and map them */
+    bool node_window;     /* the group is this rank's node: window primitives use the node's
+                             windows (indexed by local index) instead of the whole group's */
+    int avg_n;            /* AVG divides by this; 0: by size (tutti__avg_div) */
+    tutti_coll_t kind;    /* which collective */
+    const char *name;     /* "allreduce", "allgatherv", ... for messages */
     uint64_t seq;         /* sequence number on the communicator */
     const tutti__algo_t *algo;
     int slice;            /* which slice of execution runs it: its channel, window and scratch */
@@ -41,8 +48,7 @@ typedef struct tutti__coll {
     tutti_dtype_t dtype;
     size_t esize;         /* bytes per element */
     tutti_op_t op;
-    int root;             /* bcast, reduce; the peer for send/recv */
-    int tag;              /* send/recv */
+    int root;             /* bcast, reduce */
     const size_t *counts;  /* allgatherv: recvcounts; alltoallv: recvcounts */
     const size_t *displs;  /* allgatherv, alltoallv: recv displacements (never NULL here) */
     const size_t *scounts; /* alltoallv: sendcounts */
@@ -58,9 +64,18 @@ typedef tutti_status_t (*tutti__algo_fn)(tutti__coll_t *c);
 struct tutti__algo {
     const char *name;
     tutti__algo_fn run;
-    bool needs_window; /* direct algorithms: offered only where there is a shm window */
+    unsigned needs;    /* TUTTI__NEEDS_* bits (net.h): offered only where the network has them */
     const char *desc;
 };
+
+/* tutti__algo_offered tells whether a can run on a network that offers caps. */
+static inline bool tutti__algo_offered(const tutti__algo_t *a, unsigned caps)
+{
+    return (a->needs & ~caps) == 0;
+}
+
+/* tutti__avg_div is what AVG divides by when the last step of c's reduction rounds. */
+static inline int tutti__avg_div(const tutti__coll_t *c) { return c->avg_n > 0 ? c->avg_n : c->size; }
 
 /* ---- primitives (prims.c) ---- */
 
@@ -70,8 +85,10 @@ struct tutti__algo {
 tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* tutti__isend / tutti__irecv post bytes to / from peer on the collective channel (chan of c:
- * P2P for send/recv). req must stay alive until tutti__waitall returns for it. */
+/* tutti__isend / tutti__irecv post bytes to / from peer (an index in c's group: the
+ * communicator rank unless c->group maps it) on c's channel (its slice's). req must stay alive
+ * until tutti__waitall returns for it; a post that fails withdraws everything else c has posted
+ * (see tutti__waitall). */
 tutti_status_t tutti__isend(tutti__coll_t *c, int peer, const void *buf, size_t bytes,
                             tutti__req_t *req);
 tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes, tutti__req_t *req);
@@ -80,7 +97,10 @@ tutti_status_t tutti__irecv(tutti__coll_t *c, int peer, void *buf, size_t bytes,
  * tutti__waitall progresses until all n requests are done. Every wait has c->deadline, checks
  * that no peer has died and that the communicator was not aborted, and backs off when ranks
  * outnumber cores. On failure the text in c->err names the collective, its sequence number and
- * the peers still missing; what the failure means is the executor's to decide.
+ * the peers still missing; what the failure means is the executor's to decide. Before it
+ * returns an error it withdraws (transport cancel) everything c still has posted, these
+ * requests and any other of c's channel, so that nothing on the failing algorithm's stack is
+ * touched afterwards.
  */
 tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n);
 
@@ -90,12 +110,20 @@ tutti_status_t tutti__recv(tutti__coll_t *c, int peer, void *buf, size_t bytes);
 tutti_status_t tutti__sendrecv(tutti__coll_t *c, int speer, const void *sbuf, size_t sbytes,
                                int rpeer, void *rbuf, size_t rbytes);
 
+/* tutti__coll_window is c's slice of the window its group shares: the whole group's, or for a
+ * part that runs on this rank's node (node_window), the node's; NULL when there is none. */
+static inline tutti__window_t *tutti__coll_window(const tutti__coll_t *c)
+{
+    tutti__window_t *const *w = c->node_window ? c->net->links.node_wins : c->net->links.wins;
+    return w != NULL ? w[c->slice] : NULL;
+}
+
 /* tutti__direct_window sets *w to c's slice of the shm window for a direct algorithm that uses
  * whole regions; without a window that serves all c->size ranks with room for one element it
  * declines (TUTTI_ERR_INTERNAL: select.c offers direct algorithms only with a window). */
 static inline tutti_status_t tutti__direct_window(tutti__coll_t *c, tutti__window_t **w)
 {
-    tutti__window_t *x = c->net->links.wins ? c->net->links.wins[c->slice] : NULL;
+    tutti__window_t *x = tutti__coll_window(c);
     *w = x;
     if (__builtin_expect(x == NULL || x->nranks != c->size || x->region_size < c->esize, 0))
         return tutti__decline(c, TUTTI_ERR_INTERNAL, "%s (direct): no usable shm window on rank %d",
@@ -116,6 +144,27 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
  * after it. Same deadline and failure checks as tutti__waitall.
  */
 tutti_status_t tutti__win_barrier(tutti__coll_t *c);
+
+/*
+ * Single copy (cma): a rank publishes the address of its data in the first words of its region
+ * of c's slice's window, a barrier later the others read it straight from its memory with
+ * tutti__cma_get, and tutti__cma_finish ends the call. tutti__cma_window sets
+ * *w to the window when single copy is on (w->cma) and a region holds words 64-bit words;
+ * otherwise it declines (TUTTI_ERR_NOT_SUPPORTED, naming the direct algorithm). Words past the
+ * first are the algorithm's (alltoallv's displacements).
+ */
+tutti_status_t tutti__cma_window(tutti__coll_t *c, size_t words, tutti__window_t **w);
+
+/* tutti__cma_get reads len bytes at address remote of rank r (tutti__cma_read) into dst; a
+ * refused read writes its text, naming the call, to c->err. */
+tutti_status_t tutti__cma_get(tutti__coll_t *c, tutti__window_t *w, int r, uint64_t remote,
+                              void *dst, size_t len);
+
+/* tutti__cma_finish is the barrier after the reads (no rank may change or free what others
+ * read before it): mine is this rank's outcome (its text in c->err). Every rank fails when any
+ * rank's reads failed, so that all agree; returns mine, or TUTTI_ERR_SYSTEM naming the rank
+ * whose reads failed. */
+tutti_status_t tutti__cma_finish(tutti__coll_t *c, tutti_status_t mine);
 
 /* The tail of every region of a window (2 x TUTTI__WIN_SMALL_HALF bytes, small_size) is kept
  * for the small paths of the direct algorithms, when the region can spare it (the process
@@ -164,9 +213,57 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
                               uint64_t tag);
 
+/* ---- threads that share a core (colocate.c) ---- */
+
+/* tutti__colo_note publishes the core the calling thread runs c's slice on (in its word of the
+ * slice's window; nothing without a window). The executor calls it as a call starts. */
+void tutti__colo_note(const tutti__coll_t *c);
+
+/* tutti__colo_shared tells whether rank r's thread of c's slice was last seen on the calling
+ * thread's core: the waiter should then step aside at once. When so, and the network context
+ * allows it (net->may_move), one of the two threads (the higher rank's, unless only the other
+ * may move) is moved to a core that no other thread of the node's ranks was seen on, at most
+ * every 50 ms per slice, without narrowing the cores it may use. */
+bool tutti__colo_shared(tutti__coll_t *c, int r);
+
+/* tutti__colo_ring wakes the threads asleep on this rank's doorbell (tutti__colo_sleep), if
+ * any, once this rank has published what they may wait for. Nothing unless net->sleep_waits:
+ * a fence and a load where it is. */
+void tutti__colo_ring(const tutti__coll_t *c);
+
+/* tutti__colo_sleep sleeps until rank r rings its doorbell or timeout_s passes, unless
+ * ready(arg) (looked at after this thread counted itself among r's sleepers) already holds;
+ * without a window it only sleeps. The caller looks again either way. */
+void tutti__colo_sleep(const tutti__coll_t *c, int r, bool (*ready)(const void *),
+                       const void *arg, double timeout_s);
+
 /* tutti__coll_scratch returns the slice's scratch buffer, of at least bytes (grown on demand,
  * freed with the communicator), or NULL with c->err set. */
 void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes);
+
+/* tutti__coll_aux is tutti__coll_scratch's twin, a second buffer per slice for an algorithm
+ * that runs other algorithms inside it (they take the scratch, and may move it). */
+void *tutti__coll_aux(tutti__coll_t *c, size_t bytes);
+
+/* ---- hierarchical building blocks (hier.c) ---- */
+
+/* tutti__hier_node makes loc the part of c that runs among the ranks of this rank's node, over
+ * the node's windows: rank is the local index, size the local size. It shares c's error text
+ * and deadline (set now if c had none yet). */
+void tutti__hier_node(tutti__coll_t *c, tutti__coll_t *loc);
+
+/* tutti__hier_group makes sub the part of c that runs among the n communicator ranks of
+ * group (this rank is group[me]), for a flat algorithm to run; AVG still divides by c's whole
+ * group. Shares c's error text and deadline (set now if c had none yet). */
+void tutti__hier_group(tutti__coll_t *c, const int *group, int n, int me, tutti__coll_t *sub);
+
+/* tutti__hier_window is the node window a hierarchical algorithm uses for loc (NULL when this
+ * node has one rank, which needs none); a node of several ranks without one declines
+ * (TUTTI_ERR_INTERNAL: select.c offers these algorithms only where every such node has one).
+ * *seg is the elements of c's dtype that every node's region holds (topo.node_seg), at least
+ * min; a window too small for min declines (TUTTI_ERR_NOT_SUPPORTED, naming alt). */
+tutti_status_t tutti__hier_window(tutti__coll_t *c, tutti__coll_t *loc, size_t min,
+                                  const char *alt, tutti__window_t **w, size_t *seg);
 
 /* Block layout of the gathering and exchanging collectives, plain or v: tutti__rcount and
  * tutti__rdispl are the elements and displacement of the block from (or, for allgather, of)
@@ -201,14 +298,17 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root);
 /* ---- algorithm tables (one file per algorithm; the tables live in select.c) ---- */
 
 extern const tutti__algo_t tutti__allreduce_ring, tutti__allreduce_tree, tutti__allreduce_direct;
-extern const tutti__algo_t tutti__allgather_ring, tutti__allgather_direct;
-extern const tutti__algo_t tutti__alltoall_pairwise, tutti__alltoall_direct;
+extern const tutti__algo_t tutti__allreduce_rhd;
+extern const tutti__algo_t tutti__allgather_ring, tutti__allgather_direct, tutti__allgather_cma;
+extern const tutti__algo_t tutti__alltoall_pairwise, tutti__alltoall_direct, tutti__alltoall_cma;
 extern const tutti__algo_t tutti__reduce_scatter_ring, tutti__reduce_scatter_direct;
-extern const tutti__algo_t tutti__bcast_tree, tutti__bcast_direct;
+extern const tutti__algo_t tutti__bcast_tree, tutti__bcast_direct, tutti__bcast_cma;
 extern const tutti__algo_t tutti__reduce_tree, tutti__reduce_direct;
 extern const tutti__algo_t tutti__barrier_dissemination, tutti__barrier_direct;
-/* point-to-point send and recv (algos/p2p.c); not selectable */
-extern const tutti__algo_t tutti__p2p_send, tutti__p2p_recv;
+/* hierarchical: node-local steps over the node's shm window, steps between nodes over the
+ * flat algorithms above */
+extern const tutti__algo_t tutti__allreduce_hier, tutti__allgather_hier, tutti__alltoall_hier;
+extern const tutti__algo_t tutti__reduce_scatter_hier, tutti__bcast_hier;
 
 /* ---- the choice (select.c) ---- */
 
@@ -235,11 +335,29 @@ const char *tutti__coll_name(tutti_coll_t coll);
 /* tutti__algo_find returns coll's algorithm named by the len bytes at name, or NULL. */
 const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_t len);
 
-/* tutti__select picks the algorithm for a call of coll moving bytes: the override ov's range
- * that holds bytes, else the default by size and topology (window: every rank is on this node
- * over shm, so the direct algorithms can run). */
-const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool window, tutti_coll_t coll,
-                                   size_t bytes);
+/* tutti__select picks the algorithm for a call of coll moving bytes among n ranks: the
+ * override ov's range that holds bytes, else the default by size and topology (caps: the
+ * TUTTI__NEEDS_* bits the network offers). */
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps, int n,
+                                   tutti_coll_t coll, size_t bytes);
+
+/* tutti__allreduce_flat is the flat allreduce for bytes among n ranks that talk through the
+ * network (a whole group, or a rail of a hierarchical one): the tree up to TUTTI__TREE_MAX
+ * bytes, then the ring or recursive halving/doubling, whichever a cost model of the two says
+ * takes less time (a function of n and bytes only, so every rank picks alike). */
+#define TUTTI__TREE_MAX ((size_t)64 << 10)
+const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes);
+
+/* ---- the nodes (topo.c) ---- */
+
+/* tutti__topo_init fills t for rank of size from node discovery (every rank gets the same
+ * tables); node_seg is left 0 for the process group to agree on. Free with tutti__topo_free,
+ * also after a failure. */
+tutti_status_t tutti__topo_init(tutti__topo_t *t, int rank, int size, const tutti__nodes_t *nodes);
+void tutti__topo_free(tutti__topo_t *t);
+
+/* tutti__topo_caps is what a network with links l and topology t offers (TUTTI__NEEDS_*). */
+unsigned tutti__topo_caps(const tutti__topo_t *t, const tutti__links_t *l);
 
 /* tutti__coll_bytes is the size that selection and overrides see: count * esize (allgather,
  * reduce_scatter, alltoall: per rank); allgatherv: the largest block; alltoallv: 0, since its

@@ -69,7 +69,7 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__allgather_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
+    .needs = TUTTI__NEEDS_WINDOW,
     .desc = "shm window: every rank copies its block in and all others out, 2 barriers per "
             "4 MiB; one node only, any size",
 };

@@ -31,7 +31,6 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__allgather_ring = {
     .name = "ring",
     .run = run,
-    .needs_window = false,
     .desc = "ring allgather(v): n-1 neighbour steps, bandwidth-optimal; for large blocks "
             "across nodes",
 };

@@ -111,7 +111,7 @@ static tutti_status_t run(tutti__coll_t *c) { return tutti__direct_reduce(c, -1)
 const tutti__algo_t tutti__allreduce_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
+    .needs = TUTTI__NEEDS_WINDOW,
     .desc = "shm window: each rank reduces 1/n of the buffer over all ranks' copies, 3 "
             "barriers per 4 MiB; one node only, any size",
 };

@@ -56,7 +56,8 @@ static tutti_status_t run(tutti__coll_t *c)
                 TUTTI__CHECK(tutti__irecv(c, left, rbuf[(k + 1) & 1], LEN(nrb) * es, &req[0]));
             }
             const void *srcs[2] = {in + OFF(rb), rbuf[k & 1]};
-            tutti__reduce(out + OFF(rb), srcs, 2, LEN(rb), c->dtype, c->op, last ? n : 0);
+            tutti__reduce(out + OFF(rb), srcs, 2, LEN(rb), c->dtype, c->op,
+                          last ? tutti__avg_div(c) : 0);
             if (!last) /* the chunk just reduced is the one to send next */
                 TUTTI__CHECK(tutti__isend(c, right, out + OFF(rb), LEN(rb) * es, &req[1]));
         }
@@ -77,7 +78,6 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__allreduce_ring = {
     .name = "ring",
     .run = run,
-    .needs_window = false,
     .desc = "ring reduce-scatter + ring allgather in 1 MiB chunks: bandwidth-optimal, "
             "2(n-1) steps; for large messages across nodes",
 };

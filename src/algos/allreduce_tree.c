@@ -20,7 +20,6 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__allreduce_tree = {
     .name = "tree",
     .run = run,
-    .needs_window = false,
     .desc = "binomial-tree reduce to rank 0 + binomial-tree broadcast: 2 log2 n steps; for "
             "small messages and many nodes",
 };

@@ -79,7 +79,7 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__alltoall_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
+    .needs = TUTTI__NEEDS_WINDOW,
     .desc = "shm window: every rank writes a slot per peer and reads its slot from every "
             "region, 2 barriers per round; one node only, any size",
 };

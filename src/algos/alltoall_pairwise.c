@@ -54,7 +54,6 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__alltoall_pairwise = {
     .name = "pairwise",
     .run = run,
-    .needs_window = false,
     .desc = "pairwise exchange alltoall(v): n-1 steps, one partner each way per step; any "
             "size, across nodes",
 };

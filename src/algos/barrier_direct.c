@@ -13,6 +13,6 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__barrier_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
+    .needs = TUTTI__NEEDS_WINDOW,
     .desc = "shm window epoch flags: one barrier, no messages; one node only",
 };

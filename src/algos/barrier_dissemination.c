@@ -20,6 +20,5 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__barrier_dissemination = {
     .name = "dissemination",
     .run = run,
-    .needs_window = false,
     .desc = "dissemination barrier: ceil(log2 n) rounds of empty messages; across nodes",
 };

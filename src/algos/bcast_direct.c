@@ -1,30 +1,46 @@
-/* bcast_direct.c: one-node broadcast through the shm window.
+/* bcast_direct.c: one-node broadcast through the shm window, pipelined through the two halves
+ * of the root's region.
  *
- * Per segment of up to region_size bytes: the root copies it into its region; barrier; every
- * other rank copies it out; barrier (before the root overwrites the region). Cost: 2 barriers
- * per segment, one copy in and n-1 copies out that run in parallel, no messages: wins at every
- * size when every rank is on one node.
+ * The buffer goes in chunks of up to half a region. At step k the root copies chunk k into half
+ * k % 2 of its region while every other rank copies chunk k - 1 out of the other half; a barrier
+ * ends each step. The root writes a half again two steps after it filled it, once every reader
+ * has passed the barrier that ended its copy-out. A buffer of one chunk takes the two steps and
+ * two barriers an unpipelined copy-in, copy-out would; a long one keeps the root and the
+ * readers copying at the same time, so it takes about one copy's time, not two.
+ *
+ * Cost: chunks + 1 barriers (one per half region), one copy in by the root and one copy out by
+ * each reader, no messages: wins at every size when every rank is on one node (the readers'
+ * copies run in parallel; a single copy by process_vm_readv lost to it, see select.c).
  */
 #include "algos.h"
 #include "patterns/chunk.h"
 
 static tutti_status_t run(tutti__coll_t *c)
 {
-    const int rank = c->rank;
     const size_t es = c->esize;
     tutti__window_t *w;
     TUTTI__CHECK(tutti__direct_window(c, &w));
-    const size_t seg = w->region_size / es;
+    /* Half a region, 64-byte aligned where the region allows (TUTTI_SHM_WINDOW is at least 64
+     * bytes, so a half holds at least 4 elements of 8 bytes). */
+    size_t half = w->region_size / 2;
+    half = half >= 64 ? half & ~(size_t)63 : half;
+    const size_t per = half / es;
+    if (per == 0)
+        return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
+                              "bcast (direct): the shm window (%zu bytes per rank) cannot hold "
+                              "two elements; raise TUTTI_SHM_WINDOW or use the tree algorithm",
+                              w->region_size);
+    const size_t nchunks = tutti__div_up(c->count, per);
     char *buf = c->recvbuf;
-    const char *region = w->regions[c->root];
+    const bool root = c->rank == c->root;
 
-    for (size_t base = 0; base < c->count; base += seg) {
-        const size_t bytes = tutti__min_size(seg, c->count - base) * es;
-        if (rank == c->root)
-            memcpy(w->regions[rank], buf + base * es, bytes);
-        TUTTI__CHECK(tutti__win_barrier(c));
-        if (rank != c->root)
-            memcpy(buf + base * es, region, bytes);
+    for (size_t k = 0; k <= nchunks; k++) {
+        if (root && k < nchunks)
+            memcpy(w->regions[c->rank] + (k & 1) * half, buf + k * per * es,
+                   tutti__min_size(per, c->count - k * per) * es);
+        if (!root && k > 0)
+            memcpy(buf + (k - 1) * per * es, w->regions[c->root] + ((k - 1) & 1) * half,
+                   tutti__min_size(per, c->count - (k - 1) * per) * es);
         TUTTI__CHECK(tutti__win_barrier(c));
     }
     return TUTTI_OK;
@@ -33,7 +49,7 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__bcast_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
-    .desc = "shm window: the root copies in, all others copy out, 2 barriers per 4 MiB; one "
-            "node only, any size",
+    .needs = TUTTI__NEEDS_WINDOW,
+    .desc = "shm window: the root copies each half-region chunk in while the others copy the "
+            "previous one out, a barrier per chunk; one node only, any size",
 };

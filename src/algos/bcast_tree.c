@@ -54,7 +54,6 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__bcast_tree = {
     .name = "tree",
     .run = run,
-    .needs_window = false,
     .desc = "binomial-tree broadcast in pipelined 256 KiB segments: ceil(log2 n) steps; the "
             "default for any size",
 };

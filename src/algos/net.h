@@ -1,5 +1,5 @@
 /* net.h: the network context that algorithms and their primitives run on (ranks, the transport
- * of each peer, the shm windows, per-slice scratch, liveness, the timeout), which the
+ * of each peer, the shm windows, the nodes, per-slice scratch, liveness, the timeout), which the
  * communicator embeds; nothing below the process group sees the communicator itself. */
 #ifndef TUTTI_ALGOS_NET_H
 #define TUTTI_ALGOS_NET_H
@@ -13,19 +13,66 @@
 typedef struct tutti__slice {
     void *scratch; /* tutti__coll_scratch's buffer */
     size_t scratch_size;
+    void *aux;     /* tutti__coll_aux's buffer: a hierarchical algorithm's own, since the flat
+                      algorithms it runs inside take the scratch */
+    size_t aux_size;
     double next_live_check; /* rate limit for tutti__live_check */
+    double next_move;       /* rate limit for moving the slice's thread (colocate.c) */
 } tutti__slice_t;
+
+/*
+ * Where the ranks are, as the hierarchical algorithms see them (algos/topo.c builds it at
+ * creation from node discovery, the same tables on every rank). Nodes are numbered by their
+ * lowest rank; local index i of a node is its i-th lowest rank, the same index as in the
+ * node's shm windows. A "rail" j is local index j of every node, in node order: the ranks that
+ * carry one part of the traffic between nodes.
+ */
+typedef struct tutti__topo {
+    int nnodes;
+    int node;             /* this rank's node */
+    int local_rank;       /* this rank's local index */
+    int local_size;       /* ranks on this node */
+    int ppn_min, ppn_max; /* fewest and most ranks on one node */
+    int *node_of;         /* [size]: each rank's node */
+    int *lidx;            /* [size]: each rank's local index on its node */
+    int *node_off;        /* [nnodes + 1]: node k's ranks are members[node_off[k] ..
+                             node_off[k + 1]), increasing */
+    int *members;         /* [size]: the ranks, node by node */
+    int *rails;           /* [ppn_min * nnodes]: rails[j * nnodes + k] is local index j of node k */
+    size_t node_seg;      /* bytes per rank that the window region of every node with several
+                             ranks holds, agreed at creation; 0 when one of them has none */
+} tutti__topo_t;
+
+/* What the network offers the algorithms (tutti__algo_t.needs names what one needs). */
+enum {
+    TUTTI__NEEDS_WINDOW = 1u << 0,  /* a shm window over every rank: all on one node, on shm */
+    TUTTI__NEEDS_NODES = 1u << 1,   /* the group spans nodes, some node has several ranks, and
+                                       every such node has a shm window over its ranks */
+    TUTTI__NEEDS_UNIFORM = 1u << 2, /* every node has as many ranks */
+    TUTTI__NEEDS_CMA = 1u << 3,     /* the window's ranks can read each other's memory
+                                       (process_vm_readv: the single-copy algorithms) */
+};
 
 typedef struct tutti__net {
     int rank, size;
     int nchan;              /* transport channels: P2P plus one per slice */
     tutti__links_t links;   /* the transport of each peer (shm and ofi are the ones to
                                progress) and the windows, one per slice (or none) */
+    tutti__topo_t topo;     /* which ranks share a node */
+    unsigned caps;          /* TUTTI__NEEDS_* bits that hold here */
     tutti__slice_t *slices; /* [nchan - 1] */
     tutti__liveness_t *live;
     double timeout_s;       /* how long any wait may take; read with tutti__net_timeout
                                (tutti_comm_set_timeout changes it while others wait) */
-    bool oversubscribed;    /* more busy threads than cores: waits yield at once */
+    bool oversubscribed;    /* a busy thread of this rank shares its core by design (more
+                               busy threads than cores, or ranks bound to one core): waits
+                               yield at once */
+    bool may_move;          /* a wait that finds its thread on the core of the thread it waits
+                               for may move its own thread to a free core (colocate.c) */
+    bool sleep_waits;       /* the local ranks run in different scheduling groups (each in a
+                               session of its own, as MPICH's Hydra starts them): sched_yield
+                               cannot hand the core to the rank waited for, so a wait that
+                               steps aside sleeps on that rank's doorbell instead (colocate.c) */
     const volatile tutti_status_t *failed; /* the communicator's status word, only read here
                                               (to stop waiting once it is aborted) */
 } tutti__net_t;

@@ -17,9 +17,6 @@
 /* describe writes "allreduce #12 (ring, 4096 bytes of fp32)" for error texts. */
 static int describe(const tutti__coll_t *c, char *buf, size_t cap)
 {
-    if (c->kind == TUTTI_COLL_COUNT)
-        return snprintf(buf, cap, "%s #%llu (%zu bytes, tag %d, peer %d)", c->name,
-                        (unsigned long long)c->seq, c->count * c->esize, c->tag, c->root);
     return snprintf(buf, cap, "%s #%llu (%s, %zu bytes of %s)", c->name,
                     (unsigned long long)c->seq, c->algo ? c->algo->name : "-",
                     c->count * c->esize, tutti_dtype_name(c->dtype));
@@ -37,7 +34,7 @@ static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt,
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    snprintf(c->err, TUTTI__ERRLEN, "rank %d: %s: %s", c->rank, what, detail);
+    snprintf(c->err, TUTTI__ERRLEN, "rank %d: %s: %s", c->net->rank, what, detail);
     return st;
 }
 
@@ -51,20 +48,47 @@ tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t st, const char *f
     return st;
 }
 
-static tutti_status_t post(tutti__coll_t *c, int kind, int peer, const void *buf, size_t bytes,
+/*
+ * abandon withdraws everything the failing call c still has posted, since all of it lives on
+ * its algorithm's stack, which is about to go: first reqs[0..n) (the failing wait's own; every
+ * one was posted), then whatever else c's channel holds (an algorithm that pipelines keeps
+ * requests in flight outside the wait). Only c's slice posts on c's channel, so nothing of
+ * another call is touched. A stream a cancel breaks does not matter here: the executor fails
+ * the communicator for any error of a run.
+ */
+static void abandon(tutti__coll_t *c, tutti__req_t *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        tutti__transport_t *tp = c->net->links.peer_tp[reqs[i].peer];
+        if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE) && tp != NULL)
+            tp->ops->cancel(tp, &reqs[i]);
+    }
+    tutti__transport_t *tps[2] = {c->net->links.shm, c->net->links.ofi};
+    for (int i = 0; i < 2; i++)
+        if (tps[i] != NULL)
+            tps[i]->ops->cancel_chan(tps[i], TUTTI__CHAN_COLL + c->slice);
+}
+
+/* global maps member index i of c's group to its communicator rank. */
+static inline int global(const tutti__coll_t *c, int i) { return c->group ? c->group[i] : i; }
+
+static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *buf, size_t bytes,
                            tutti__req_t *req)
 {
+    const int peer = global(c, member);
     tutti__transport_t *tp = c->net->links.peer_tp[peer];
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
-    req->chan = c->kind == TUTTI_COLL_COUNT ? TUTTI__CHAN_P2P : TUTTI__CHAN_COLL + c->slice;
-    req->tag = req->chan == TUTTI__CHAN_P2P ? (uint32_t)c->tag : 0u;
+    req->chan = TUTTI__CHAN_COLL + c->slice;
+    req->tag = 0u;
     req->peer = peer;
     req->buf = (char *)buf;
     req->len = bytes;
     if (tp == NULL)
         return fail(c, TUTTI_ERR_INTERNAL, "no transport reaches rank %d", peer);
     tutti_status_t st = tp->ops->post(tp, req);
+    if (st < 0)
+        abandon(c, NULL, 0);
     if (st < 0)
         return fail(c, st, "%s could not post a %s of %zu bytes %s rank %d: %s", tp->ops->name,
                     kind == TUTTI__REQ_SEND ? "send" : "receive", bytes,
@@ -147,16 +171,65 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 left ? " (some had already destroyed the communicator)" : "");
 }
 
-tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
+/* A wait that steps aside where yielding may not reach the peer still yields this many times
+ * first: across scheduling groups a yield does pass the core when the yielding group has run
+ * longer than the other (cheaper than a sleep and a wake-up), and the doorbell bounds the rest. */
+#define YIELDS_FIRST 8u
+
+/* How long a wait that sleeps on a doorbell sleeps at most before it looks again (a doorbell
+ * that no one rings, such as a transport's, costs no more than this). */
+#define DOORBELL_SLEEP_S 200e-6
+
+/*
+ * pause_for is one pause of a wait for rank peer (ready(arg) tells whether what it waits for
+ * has come). A few spins into a wait, and now and then after, it asks whether the thread of
+ * peer runs on this core: if so, spinning only keeps it from running, and the wait steps aside
+ * from then on (colocate.c may also move one of the two). Stepping aside yields the core, or
+ * where yielding cannot reach the peer (net->sleep_waits) sleeps on the peer's doorbell.
+ */
+static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int peer,
+                      bool (*ready)(const void *), const void *arg)
+{
+    if ((it & 31u) == 4u && tutti__backoff_spinning(b) && tutti__colo_shared(c, peer))
+        tutti__backoff_step_aside(b);
+    if (c->net->sleep_waits && b->oversubscribed && b->iter >= YIELDS_FIRST) {
+        b->iter++;
+        tutti__colo_sleep(c, peer, ready, arg, DOORBELL_SLEEP_S);
+        return;
+    }
+    tutti__backoff_pause(b);
+}
+
+typedef struct reqs_ready {
+    tutti__coll_t *c;
+    tutti__req_t *reqs;
+    int n;
+} reqs_ready_t;
+
+static bool reqs_done(const void *p)
+{
+    const reqs_ready_t *q = p;
+    if (progress_all(q->c) < 0)
+        return true; /* the wait loop reports it */
+    for (int i = 0; i < q->n; i++)
+        if (!__atomic_load_n(&q->reqs[i].done, __ATOMIC_ACQUIRE))
+            return false;
+    return true;
+}
+
+static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
+    reqs_ready_t rr = {c, reqs, n};
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
-        int pending = 0;
+        tutti__colo_ring(c); /* what progress moved may be what a sleeping peer waits for */
+        int pending = 0, first = -1;
         for (int i = 0; i < n; i++) {
             if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE)) {
-                pending++;
+                if (pending++ == 0)
+                    first = reqs[i].peer;
                 continue;
             }
             if (reqs[i].status < 0) {
@@ -180,8 +253,16 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
                     missing[nm++] = reqs[i].peer;
             TUTTI__CHECK(check_time(c, missing, nm));
         }
-        tutti__backoff_pause(&b);
+        pause_for(c, &b, it, first, reqs_done, &rr);
     }
+}
+
+tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
+{
+    tutti_status_t st = wait_reqs(c, reqs, n);
+    if (__builtin_expect(st < 0, 0))
+        abandon(c, reqs, n);
+    return st;
 }
 
 tutti_status_t tutti__send(tutti__coll_t *c, int peer, const void *buf, size_t bytes)
@@ -211,7 +292,7 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
                                    tutti__window_t **w, size_t *slot)
 {
     const int n = c->size;
-    tutti__window_t *x = c->net->links.wins ? c->net->links.wins[c->slice] : NULL;
+    tutti__window_t *x = tutti__coll_window(c);
     size_t s = x && x->region_size > head ? (x->region_size - head) / (size_t)n : 0;
     s = s >= 64 ? s & ~(size_t)63 : s;
     *w = x;
@@ -225,11 +306,34 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
     return TUTTI_OK;
 }
 
-tutti_status_t tutti__win_barrier(tutti__coll_t *c)
+typedef struct epoch_ready {
+    const tutti__window_t *w;
+    uint64_t e;
+} epoch_ready_t;
+
+static bool all_arrived(const void *p)
 {
-    tutti__window_t *w = c->net->links.wins[c->slice];
+    const epoch_ready_t *q = p;
+    for (int r = 0; r < q->w->nranks; r++)
+        if (__atomic_load_n(q->w->flags[r], __ATOMIC_ACQUIRE) < q->e)
+            return false;
+    return true;
+}
+
+/* A rank whose single-copy reads failed says so in its barrier epoch: the epoch stays at or
+ * past every later one (it still counts as arrived, and its communicator is failed anyway), and
+ * the others see the bit once they pass the barrier. */
+#define EPOCH_FAILED ((uint64_t)1 << 63)
+
+/* barrier is tutti__win_barrier; failed marks this rank's epoch with EPOCH_FAILED, and
+ * *failed_rank (when not NULL) is then the lowest rank whose epoch carried it, or -1. */
+static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
+{
+    tutti__window_t *w = tutti__coll_window(c);
     uint64_t e = ++w->epoch;
-    __atomic_store_n(w->flags[c->rank], e, __ATOMIC_RELEASE);
+    __atomic_store_n(w->flags[c->rank], e | (failed ? EPOCH_FAILED : 0), __ATOMIC_RELEASE);
+    tutti__colo_ring(c);
+    epoch_ready_t er = {w, e};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
     /* Epochs only grow, so a rank that has already moved on to the next barrier still counts
@@ -238,13 +342,60 @@ tutti_status_t tutti__win_barrier(tutti__coll_t *c)
         int missing[64], nm = 0;
         for (int r = 0; r < w->nranks; r++)
             if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) < e && nm < 64)
-                missing[nm++] = r;
+                missing[nm++] = global(c, r);
         if (nm == 0)
-            return TUTTI_OK;
+            break;
         if ((it & 63u) == 63u || !tutti__backoff_spinning(&b))
             TUTTI__CHECK(check_time(c, missing, nm));
-        tutti__backoff_pause(&b);
+        pause_for(c, &b, it, missing[0], all_arrived, &er);
     }
+    for (int r = 0; failed_rank != NULL && r < w->nranks; r++)
+        if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) & EPOCH_FAILED) {
+            *failed_rank = r;
+            break;
+        }
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__win_barrier(tutti__coll_t *c) { return barrier(c, false, NULL); }
+
+tutti_status_t tutti__cma_window(tutti__coll_t *c, size_t words, tutti__window_t **w)
+{
+    TUTTI__CHECK(tutti__direct_window(c, w));
+    if (!(*w)->cma || (*w)->pids == NULL)
+        return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
+                              "%s (cma): single copy (process_vm_readv) is off on this node "
+                              "(TUTTI_CMA=off, or ptrace rules forbid it): use the direct "
+                              "algorithm",
+                              c->name);
+    if (words > (*w)->region_size / sizeof(uint64_t))
+        return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
+                              "%s (cma): the shm window (%zu bytes per rank) cannot hold %zu "
+                              "addresses; raise TUTTI_SHM_WINDOW or use the direct algorithm",
+                              c->name, (*w)->region_size, words);
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__cma_get(tutti__coll_t *c, tutti__window_t *w, int r, uint64_t remote,
+                             void *dst, size_t len)
+{
+    char why[TUTTI__ERRLEN];
+    tutti_status_t st = tutti__cma_read(w, r, remote, dst, len, why);
+    return st < 0 ? fail(c, st, "%s", why) : TUTTI_OK;
+}
+
+tutti_status_t tutti__cma_finish(tutti__coll_t *c, tutti_status_t mine)
+{
+    int failed = -1;
+    TUTTI__CHECK(barrier(c, mine < 0, &failed));
+    if (mine < 0)
+        return mine; /* its own text is in c->err */
+    if (failed >= 0)
+        return fail(c, TUTTI_ERR_SYSTEM,
+                    "rank %d could not read with process_vm_readv (its error says why); set "
+                    "TUTTI_CMA=off to copy through shared memory instead",
+                    failed);
+    return TUTTI_OK;
 }
 
 void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)
@@ -257,18 +408,32 @@ void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag)
     }
 }
 
+typedef struct line_ready {
+    const uint64_t *t;
+    uint64_t tag;
+} line_ready_t;
+
+static bool line_here(const void *p)
+{
+    const line_ready_t *q = p;
+    return __atomic_load_n(q->t, __ATOMIC_ACQUIRE) == q->tag;
+}
+
 tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 {
-    const uint64_t *t = (const uint64_t *)(const void *)(c->net->links.wins[c->slice]->regions[r] +
-                                                         off + TUTTI__LL_DATA);
+    const uint64_t *t = (const uint64_t *)(const void *)(tutti__coll_window(c)->regions[r] + off +
+                                                         TUTTI__LL_DATA);
     if (__atomic_load_n(t, __ATOMIC_ACQUIRE) == tag)
         return TUTTI_OK;
+    tutti__colo_ring(c); /* this rank wrote its lines before it waits for others' */
+    line_ready_t lr = {t, tag};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
+    const int g = global(c, r);
     for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
         if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
-            TUTTI__CHECK(check_time(c, &r, 1));
-        tutti__backoff_pause(&b);
+            TUTTI__CHECK(check_time(c, &g, 1));
+        pause_for(c, &b, it, g, line_here, &lr);
     }
     return TUTTI_OK;
 }
@@ -276,7 +441,7 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
 tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, size_t bytes,
                               uint64_t tag)
 {
-    const char *src = c->net->links.wins[c->slice]->regions[r] + off;
+    const char *src = tutti__coll_window(c)->regions[r] + off;
     char *d = dst;
     /* Line by line: the loads of lines that are already there run ahead while the first one
      * is fetched, so a rank's lines cost about one hand-off together. */
@@ -289,11 +454,11 @@ tutti_status_t tutti__ll_copy(tutti__coll_t *c, int r, size_t off, void *dst, si
     return TUTTI_OK;
 }
 
-void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
+/* grow returns *buf, grown to at least bytes (page multiples, 64-byte aligned). */
+static void *grow(tutti__coll_t *c, void **buf, size_t *size, size_t bytes)
 {
-    tutti__slice_t *sl = &c->net->slices[c->slice];
-    if (bytes <= sl->scratch_size && sl->scratch != NULL)
-        return sl->scratch;
+    if (bytes <= *size && *buf != NULL)
+        return *buf;
     if (bytes == 0)
         bytes = 1; /* callers take NULL for out of memory */
     size_t sz = (bytes + 4095) & ~(size_t)4095;
@@ -302,8 +467,20 @@ void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
         fail(c, TUTTI_ERR_NO_MEMORY, "out of memory for %zu bytes of scratch", sz);
         return NULL;
     }
-    free(sl->scratch);
-    sl->scratch = p;
-    sl->scratch_size = sz;
+    free(*buf);
+    *buf = p;
+    *size = sz;
     return p;
+}
+
+void *tutti__coll_scratch(tutti__coll_t *c, size_t bytes)
+{
+    tutti__slice_t *sl = &c->net->slices[c->slice];
+    return grow(c, &sl->scratch, &sl->scratch_size, bytes);
+}
+
+void *tutti__coll_aux(tutti__coll_t *c, size_t bytes)
+{
+    tutti__slice_t *sl = &c->net->slices[c->slice];
+    return grow(c, &sl->aux, &sl->aux_size, bytes);
 }

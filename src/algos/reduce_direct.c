@@ -15,7 +15,7 @@ static tutti_status_t run(tutti__coll_t *c) { return tutti__direct_reduce(c, c->
 const tutti__algo_t tutti__reduce_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
+    .needs = TUTTI__NEEDS_WINDOW,
     .desc = "shm window: each rank reduces 1/n of the buffer, the root gathers the slices; one "
             "node only, any size",
 };

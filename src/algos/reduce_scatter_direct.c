@@ -42,7 +42,7 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__reduce_scatter_direct = {
     .name = "direct",
     .run = run,
-    .needs_window = true,
+    .needs = TUTTI__NEEDS_WINDOW,
     .desc = "shm window: each rank reduces its block over all ranks' copies, 2 barriers per "
             "round; one node only, any size",
 };

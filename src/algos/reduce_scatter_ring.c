@@ -44,7 +44,7 @@ static tutti_status_t run(tutti__coll_t *c)
             const int rb = tutti__ring_rs_block(left, n, k);
             const void *srcs[2] = {CHUNK(rb), buf[k & 1]};
             if (k == n - 2) { /* rb == rank: the final value */
-                tutti__reduce(out + off * es, srcs, 2, m, c->dtype, c->op, n);
+                tutti__reduce(out + off * es, srcs, 2, m, c->dtype, c->op, tutti__avg_div(c));
                 break;
             }
             TUTTI__CHECK(tutti__irecv(c, left, buf[(k + 1) & 1], bytes, &req[0]));
@@ -59,7 +59,6 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__reduce_scatter_ring = {
     .name = "ring",
     .run = run,
-    .needs_window = false,
     .desc = "ring reduce-scatter in 1 MiB chunks: bandwidth-optimal, n-1 steps; for large "
             "blocks across nodes",
 };

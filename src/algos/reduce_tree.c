@@ -69,7 +69,7 @@ static tutti_status_t run(tutti__coll_t *c)
             for (int i = 0; i < nk; i++)
                 srcs[1 + i] = rbuf[b][i];
             char *dst = parent < 0 ? (char *)c->recvbuf + off * es : acc[b];
-            tutti__reduce(dst, srcs, 1 + nk, m, c->dtype, c->op, parent < 0 ? n : 0);
+            tutti__reduce(dst, srcs, 1 + nk, m, c->dtype, c->op, parent < 0 ? tutti__avg_div(c) : 0);
             src = dst;
         }
         if (parent >= 0) {
@@ -86,7 +86,6 @@ static tutti_status_t run(tutti__coll_t *c)
 const tutti__algo_t tutti__reduce_tree = {
     .name = "tree",
     .run = run,
-    .needs_window = false,
     .desc = "binomial-tree reduce in pipelined 256 KiB segments: ceil(log2 n) steps; for "
             "small and medium messages",
 };

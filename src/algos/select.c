@@ -3,14 +3,21 @@
 #include "algos.h"
 
 static const tutti__algo_t *const allreduce_algos[] = {&tutti__allreduce_direct, &tutti__allreduce_ring,
-                                                       &tutti__allreduce_tree, NULL};
+                                                       &tutti__allreduce_tree,
+                                                       &tutti__allreduce_hier,
+                                                       &tutti__allreduce_rhd, NULL};
 static const tutti__algo_t *const allgather_algos[] = {&tutti__allgather_direct, &tutti__allgather_ring,
+                                                       &tutti__allgather_cma, &tutti__allgather_hier,
                                                        NULL};
 static const tutti__algo_t *const alltoall_algos[] = {&tutti__alltoall_direct,
-                                                      &tutti__alltoall_pairwise, NULL};
+                                                      &tutti__alltoall_pairwise,
+                                                      &tutti__alltoall_cma, &tutti__alltoall_hier,
+                                                      NULL};
 static const tutti__algo_t *const reduce_scatter_algos[] = {&tutti__reduce_scatter_direct,
-                                                            &tutti__reduce_scatter_ring, NULL};
-static const tutti__algo_t *const bcast_algos[] = {&tutti__bcast_direct, &tutti__bcast_tree, NULL};
+                                                            &tutti__reduce_scatter_ring,
+                                                            &tutti__reduce_scatter_hier, NULL};
+static const tutti__algo_t *const bcast_algos[] = {&tutti__bcast_direct, &tutti__bcast_tree,
+                                                   &tutti__bcast_cma, &tutti__bcast_hier, NULL};
 static const tutti__algo_t *const reduce_algos[] = {&tutti__reduce_direct, &tutti__reduce_tree, NULL};
 static const tutti__algo_t *const barrier_algos[] = {&tutti__barrier_direct,
                                                      &tutti__barrier_dissemination, NULL};
@@ -46,24 +53,95 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
     return NULL;
 }
 
+/*
+ * Single copy (the cma algorithms: process_vm_readv) is taken from these sizes on, where every
+ * pair of local ranks may use it. SIZE_MAX: never by default; an override still can.
+ *
+ * Set by measurement on the development machine (2-core AMD EPYC Zen 4 KVM guest, Linux 6.18),
+ * 2026-11-24, which other jobs shared (load 4-10): tutti-bench, plain env launch, -a direct
+ * against -a cma, launches alternated, median [min] avg_us of 6-10 launches each:
+ *   alltoall, 2 ranks:  1 MiB 162 [102] vs 326 [168]; 4 MiB 1654 [1052] vs 1050 [784];
+ *                       64 MiB 32028 [27380] vs 38031 [25571]; a rerun: 64 MiB min 29471
+ *                       vs 52787, and direct's min lower at every size from 256 KiB
+ *   alltoall, 4 ranks:  min lower for direct at every size from 256 KiB (64 MiB 83909 vs
+ *                       234769)
+ *   allgather, 2 ranks: direct ahead at every size from 256 KiB (64 MiB 59534 [41221] vs
+ *                       69847 [57600]); 4 ranks: direct 2-4x ahead
+ *   bcast, 2 ranks (direct pipelined, bcast_direct.c): 1 MiB 532 [238] vs 837 [390]; 16 MiB
+ *                       9438 [7882] vs 12520 [10635]; 64 MiB 39356 [29110] vs 49750 [36628]
+ *   bcast, 4 ranks:     direct ahead from 1 MiB (64 MiB 55972 [33344] vs 96463 [73626])
+ * Why: the kernel pins the source 4 KiB page by page and copies 7-15 GB/s (process_vm_readv of
+ * 1-64 MiB in one process here), where memcpy moves about 60 GB/s within the caches and 20 GB/s
+ * from memory: two copies through the L3-resident window beat one through the kernel.
+ */
+#define CMA_ALLTOALL_MIN SIZE_MAX
+#define CMA_ALLGATHER_MIN SIZE_MAX
+#define CMA_BCAST_MIN SIZE_MAX
+
+static bool cma_from(bool cma, size_t bytes, size_t min)
+{
+    return cma && min != SIZE_MAX && bytes >= min;
+}
+
+/* The latency of one network step, in bytes of transfer time (alpha / beta): 64 KiB is about
+ * 25 us at 20 Gbit/s or 5 us at 100 Gbit/s. Only the order of magnitude matters here. */
+#define LAT_BYTES ((double)(64 << 10))
+
+const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes)
+{
+    if (bytes <= TUTTI__TREE_MAX || n <= 2)
+        return bytes <= TUTTI__TREE_MAX ? &tutti__allreduce_tree : &tutti__allreduce_ring;
+    int k = 0, p2 = 1;
+    while (p2 * 2 <= n)
+        p2 *= 2, k++;
+    /* Time in units of one byte's transfer: the ring takes 2(n-1) steps and sends
+     * 2(n-1)/n of the buffer; recursive halving/doubling 2k steps and 2(p2-1)/p2 of it, plus
+     * two steps with the whole buffer when it folds n down to p2. */
+    const double b = (double)bytes;
+    double ring = 2.0 * (n - 1) * LAT_BYTES + 2.0 * (n - 1) / n * b;
+    double rhd = 2.0 * k * LAT_BYTES + 2.0 * (p2 - 1) / p2 * b;
+    if (p2 != n)
+        rhd += 2.0 * (LAT_BYTES + b);
+    return rhd < ring ? &tutti__allreduce_rhd : &tutti__allreduce_ring;
+}
+
 /* Defaults. One node over shm: the direct algorithms touch each byte the fewest times and need
- * no hand-offs between neighbours. Across nodes: a tree for latency-bound sizes, a ring once
- * bandwidth dominates. */
-const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, bool win, tutti_coll_t coll,
-                                   size_t bytes)
+ * no hand-offs between neighbours (single copy from the sizes above, where it is on). Across
+ * nodes, where some node has several ranks: the
+ * hierarchical algorithms, which keep node-local traffic in shared memory and send each byte
+ * across once per node (the ones that split traffic into equal rails need equal nodes).
+ * Otherwise: a tree for latency-bound sizes, a ring or recursive halving/doubling once
+ * bandwidth dominates (tutti__allreduce_flat). */
+const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps, int n,
+                                   tutti_coll_t coll, size_t bytes)
 {
     for (int i = 0; i < ov->n; i++)
         if (bytes >= ov->r[i].lo && bytes <= ov->r[i].hi)
             return ov->r[i].algo;
+    const bool win = caps & TUTTI__NEEDS_WINDOW, nodes = caps & TUTTI__NEEDS_NODES;
+    const bool even = nodes && (caps & TUTTI__NEEDS_UNIFORM), cma = caps & TUTTI__NEEDS_CMA;
     switch (coll) {
     case TUTTI_COLL_ALLREDUCE:
         return win ? &tutti__allreduce_direct
-                   : bytes <= 65536 ? &tutti__allreduce_tree : &tutti__allreduce_ring;
-    case TUTTI_COLL_ALLGATHER: return win ? &tutti__allgather_direct : &tutti__allgather_ring;
-    case TUTTI_COLL_ALLTOALL: return win ? &tutti__alltoall_direct : &tutti__alltoall_pairwise;
+                   : nodes ? &tutti__allreduce_hier : tutti__allreduce_flat(n, bytes);
+    case TUTTI_COLL_ALLGATHER:
+        return win && cma_from(cma, bytes, CMA_ALLGATHER_MIN) ? &tutti__allgather_cma
+               : win  ? &tutti__allgather_direct
+               : even ? &tutti__allgather_hier
+                      : &tutti__allgather_ring;
+    case TUTTI_COLL_ALLTOALL:
+        return win && cma_from(cma, bytes, CMA_ALLTOALL_MIN) ? &tutti__alltoall_cma
+               : win  ? &tutti__alltoall_direct
+               : even ? &tutti__alltoall_hier
+                      : &tutti__alltoall_pairwise;
     case TUTTI_COLL_REDUCE_SCATTER:
-        return win ? &tutti__reduce_scatter_direct : &tutti__reduce_scatter_ring;
-    case TUTTI_COLL_BCAST: return win ? &tutti__bcast_direct : &tutti__bcast_tree;
+        return win    ? &tutti__reduce_scatter_direct
+               : even ? &tutti__reduce_scatter_hier : &tutti__reduce_scatter_ring;
+    case TUTTI_COLL_BCAST:
+        return win && cma_from(cma, bytes, CMA_BCAST_MIN) ? &tutti__bcast_cma
+               : win   ? &tutti__bcast_direct
+               : nodes ? &tutti__bcast_hier
+                       : &tutti__bcast_tree;
     case TUTTI_COLL_REDUCE: return win ? &tutti__reduce_direct : &tutti__reduce_tree;
     case TUTTI_COLL_BARRIER: return win ? &tutti__barrier_direct : &tutti__barrier_dissemination;
     default: return NULL;

@@ -21,17 +21,48 @@ typedef struct tutti__nodes {
     int local_size;     /* ranks on this node */
     int *local_ranks;   /* [local_size]: global ranks on this node, increasing */
     int ncpus;          /* cores this process may run on */
+    tutti__cpuset_t *local_cpus; /* [local_size]: the cores each local rank may run on, as it
+                                    reported them (empty: it could not tell) */
+    bool one_sched_group; /* every local rank runs in the kernel's same scheduling group
+                             (autogroup and cpu cgroup), so sched_yield can hand a core from one
+                             to another */
 } tutti__nodes_t;
 
-/* tutti__nodes_discover allgathers each rank's host, boot, network namespace and /dev/shm
- * through bs (collective over bs's ranks) and fills n; ranks share a node when all four are
+/* tutti__nodes_discover allgathers each rank's host, boot, network namespace, /dev/shm,
+ * allowed cores and scheduling group through bs (collective over bs's ranks) and fills n; ranks share a node when all four are
  * the same. Free with tutti__nodes_free, also after a failure. */
 tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n);
 void tutti__nodes_free(tutti__nodes_t *n);
 
-/* tutti__local_ip writes the IPv4 address peers reach this rank at: loopback when the job has
- * one node, else the address this rank reached store from (store NULL: the one that routes to
- * MASTER_ADDR). */
-void tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[64]);
+#define TUTTI__IFNAME_LEN 32
+
+/*
+ * tutti__local_ip writes the IPv4 address peers reach this rank at (the liveness mesh listens
+ * there, sub-communicators' stores are published there, ofi uses its interface across nodes)
+ * and the name of its interface: the first interface TUTTI_SOCKET_IFNAME matches when that is
+ * set (an error naming the interfaces there are when none does); else loopback when the job
+ * has one node; else the address this rank reached store from, which is on the interface that
+ * routes to rank 0 (store NULL: the one that routes to MASTER_ADDR; if that is loopback, the
+ * first interface that is not). So a host with several interfaces, only one of which reaches
+ * the others, needs no setting.
+ */
+tutti_status_t tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[64],
+                               char ifname[TUTTI__IFNAME_LEN]);
+
+/* ---- interfaces (ifaces.c) ---- */
+
+/* tutti__ifname_match tells whether interface name matches spec, in NCCL_SOCKET_IFNAME's
+ * syntax: a comma-separated list of name prefixes ("eth,ib"); a leading '^' excludes them
+ * instead ("^lo,docker"); a '=' first (after any '^') compares whole names ("=eth0",
+ * "^=lo"). */
+bool tutti__ifname_match(const char *spec, const char *name);
+
+/* tutti__iface_pick writes the IPv4 address and name of the first interface that is up, has
+ * an IPv4 address and matches spec (in the order the system lists them, loopback last); none
+ * is TUTTI_ERR_INVALID_ARG naming the interfaces there are. */
+tutti_status_t tutti__iface_pick(const char *spec, char ip[64], char name[TUTTI__IFNAME_LEN]);
+
+/* tutti__iface_of writes the name of the interface that holds IPv4 address ip ("?": none). */
+void tutti__iface_of(const char *ip, char name[TUTTI__IFNAME_LEN]);
 
 #endif /* TUTTI_BOOTSTRAP_DISCOVER_H */

@@ -471,6 +471,13 @@ bool tutti__live_left(const tutti__liveness_t *l, int rank)
     return __atomic_load_n(&l->peers[rank].state, __ATOMIC_ACQUIRE) == PEER_LEFT;
 }
 
+bool tutti__live_dead(const tutti__liveness_t *l, int rank)
+{
+    if (l == NULL || rank < 0 || rank >= l->size)
+        return false;
+    return __atomic_load_n(&l->peers[rank].state, __ATOMIC_ACQUIRE) == PEER_DEAD;
+}
+
 int tutti__live_pid(const tutti__liveness_t *l, int rank)
 {
     if (l == NULL || rank < 0 || rank >= l->size)

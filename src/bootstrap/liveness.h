@@ -24,6 +24,10 @@ tutti_status_t tutti__live_check(tutti__liveness_t *l, int *dead);
 /* tutti__live_left tells whether rank has said goodbye (destroyed its communicator). */
 bool tutti__live_left(const tutti__liveness_t *l, int rank);
 
+/* tutti__live_dead tells whether rank's connection closed without a goodbye (it died), as
+ * found by the last tutti__live_check. */
+bool tutti__live_dead(const tutti__liveness_t *l, int rank);
+
 /* tutti__live_pid is rank's process id, as it announced it. */
 int tutti__live_pid(const tutti__liveness_t *l, int rank);
 

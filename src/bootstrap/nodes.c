@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -21,8 +20,10 @@ typedef struct node_info {
     char boot_id[40];
     uint64_t netns, shm_dev;
     int32_t pid;
-    int32_t ncpus; /* cores this process may run on */
+    uint32_t sched_group; /* which scheduling group the kernel runs this process in (a hash) */
+    tutti__cpuset_t cpus; /* the cores this process may run on; empty: it could not tell */
 } node_info_t;
+_Static_assert(sizeof(node_info_t) <= 256, "a node record fits the small stores callers bring");
 
 static uint64_t inode_of(const char *path)
 {
@@ -34,6 +35,45 @@ static uint64_t device_of(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 ? (uint64_t)st.st_dev : 0;
+}
+
+/* hash_file mixes the first 4 KiB of path (what matches keep, when not NULL: the lines that
+ * contain it) into h, FNV-1a. */
+static uint32_t hash_file(uint32_t h, const char *path, const char *keep)
+{
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (keep == NULL || strstr(line, keep) != NULL)
+            for (const char *p = line; *p != '\0'; p++)
+                h = (h ^ (unsigned char)*p) * 16777619u;
+    if (f != NULL)
+        fclose(f);
+    return h;
+}
+
+/*
+ * sched_group names the group the kernel's fair scheduler runs this process in: its autogroup
+ * (one per session, when the kernel uses them) and its cpu cgroup. Ranks of one group share a
+ * run queue, so sched_yield hands the core to another rank; across groups it hands it to no
+ * one (the yielding group runs on), and a rank that waits for another on its core must sleep
+ * instead. MPICH's Hydra starts every rank in a session of its own.
+ */
+static uint32_t sched_group(void)
+{
+    uint32_t h = 2166136261u;
+    FILE *f = fopen("/proc/sys/kernel/sched_autogroup_enabled", "r");
+    int on = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%d", &on) != 1)
+            on = 0;
+        fclose(f);
+    }
+    if (on)
+        h = hash_file(h, "/proc/self/autogroup", NULL);
+    /* cgroup v1's cpu controller ("N:cpu,cpuacct:/path") and the v2 hierarchy ("0::/path") */
+    h = hash_file(h, "/proc/self/cgroup", ":cpu");
+    return hash_file(h, "/proc/self/cgroup", "0::");
 }
 
 static void read_node_info(node_info_t *ni)
@@ -49,8 +89,8 @@ static void read_node_info(node_info_t *ni)
     ni->netns = inode_of("/proc/self/ns/net");
     ni->shm_dev = device_of("/dev/shm");
     ni->pid = (int32_t)getpid();
-    cpu_set_t set;
-    ni->ncpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    ni->sched_group = sched_group();
+    tutti__cpuset_self(&ni->cpus); /* empty when the system does not say */
 }
 
 static bool same_node(const node_info_t *a, const node_info_t *b)
@@ -66,7 +106,8 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
     node_info_t mine, *all = calloc((size_t)size, sizeof *all);
     n->node_of = calloc((size_t)size, sizeof(int));
     n->local_ranks = calloc((size_t)size, sizeof(int));
-    if (all == NULL || n->node_of == NULL || n->local_ranks == NULL) {
+    n->local_cpus = calloc((size_t)size, sizeof *n->local_cpus);
+    if (all == NULL || n->node_of == NULL || n->local_ranks == NULL || n->local_cpus == NULL) {
         free(all);
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "bootstrap: out of memory for %d ranks", size);
     }
@@ -90,13 +131,21 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
         if (n->node_of[r] < 0)
             n->node_of[r] = n->nnodes++;
     }
+    n->one_sched_group = true;
     for (int r = 0; r < size; r++)
         if (n->node_of[r] == n->node_of[rank]) {
             if (r == rank)
                 n->local_rank = n->local_size;
+            /* Another process wrote this set: whatever it holds is only a set of core
+             * numbers, and an empty one (unknown) makes the placement leave that rank's threads
+             * where the system puts them. */
+            n->local_cpus[n->local_size] = all[r].cpus;
+            n->one_sched_group &= all[r].sched_group == mine.sched_group;
             n->local_ranks[n->local_size++] = r;
         }
-    n->ncpus = mine.ncpus;
+    n->ncpus = tutti__cpuset_count(&mine.cpus);
+    if (n->ncpus == 0)
+        n->ncpus = 1;
     free(all);
     return TUTTI_OK;
 }
@@ -105,31 +154,48 @@ void tutti__nodes_free(tutti__nodes_t *n)
 {
     free(n->node_of);
     free(n->local_ranks);
+    free(n->local_cpus);
     n->node_of = n->local_ranks = NULL;
+    n->local_cpus = NULL;
 }
 
-/* The address other ranks reach this one at: loopback on one node (the only safe choice on a
- * machine whose other interfaces lead nowhere), else the one that routes to MASTER_ADDR. */
-void tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[64])
+tutti_status_t tutti__local_ip(int nnodes, const tutti__store_t *store, char ip[64],
+                               char ifname[TUTTI__IFNAME_LEN])
 {
+    const char *spec = tutti__env_get("TUTTI_SOCKET_IFNAME");
+    if (spec != NULL)
+        return tutti__iface_pick(spec, ip, ifname);
+    /* One node: loopback, the only safe choice on a machine whose other interfaces may lead
+     * nowhere. */
     snprintf(ip, 64, "127.0.0.1");
-    if (nnodes == 1)
-        return;
-    if (store != NULL) {
+    if (nnodes > 1 && store != NULL) {
         snprintf(ip, 64, "%s", tutti__store_local_ip(store));
-        return;
+    } else if (nnodes > 1) {
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+        if (getaddrinfo(tutti__env_get("MASTER_ADDR"), "9", &hints, &ai) == 0 && ai != NULL) {
+            int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+            struct sockaddr_in sa;
+            socklen_t len = sizeof sa;
+            /* connect() on UDP sends nothing: it only asks the kernel for the route. */
+            if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+                getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+                inet_ntop(AF_INET, &sa.sin_addr, ip, 64);
+            if (fd >= 0)
+                close(fd);
+            freeaddrinfo(ai);
+        }
     }
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
-    if (getaddrinfo(tutti__env_get("MASTER_ADDR"), "9", &hints, &ai) == 0 && ai != NULL) {
-        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_in sa;
-        socklen_t len = sizeof sa;
-        /* connect() on UDP sends nothing: it only asks the kernel for the route. */
-        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-            getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-            inet_ntop(AF_INET, &sa.sin_addr, ip, 64);
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(ai);
+    /* Several nodes but the route says loopback (MASTER_ADDR unset under a caller's store, or
+     * pointing at this host by a loopback name): peers could not reach that, so take the first
+     * interface that is up and not loopback, if there is one. */
+    if (nnodes > 1 && strncmp(ip, "127.", 4) == 0) {
+        tutti__saved_error_t saved; /* none found is not an error: loopback stays */
+        tutti__save_error(&saved);
+        tutti_status_t st = tutti__iface_pick("^lo", ip, ifname);
+        tutti__restore_error(&saved, TUTTI_OK);
+        if (st == TUTTI_OK)
+            return TUTTI_OK;
     }
+    tutti__iface_of(ip, ifname);
+    return TUTTI_OK;
 }

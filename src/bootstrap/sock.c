@@ -33,12 +33,24 @@ int tutti__sock_wait(int fd, short events, double deadline)
 
 int tutti__sock_connect(const struct sockaddr *sa, socklen_t salen, double deadline, int *err)
 {
+    return tutti__sock_connect_from(sa, salen, NULL, 0, deadline, err);
+}
+
+int tutti__sock_connect_from(const struct sockaddr *sa, socklen_t salen,
+                             const struct sockaddr *src, socklen_t srclen, double deadline,
+                             int *err)
+{
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         *err = errno;
         return -1;
     }
     int e = 0;
+    if (src != NULL && bind(fd, src, srclen) < 0) {
+        *err = errno;
+        close(fd);
+        return -1;
+    }
     if (connect(fd, sa, salen) < 0) {
         e = errno;
         if (e == EINPROGRESS || e == EINTR) { /* either way the handshake goes on */

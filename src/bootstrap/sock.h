@@ -21,6 +21,12 @@ int tutti__sock_wait(int fd, short events, double deadline);
  * with *err the reason (an errno value; ETIMEDOUT when the deadline passed). */
 int tutti__sock_connect(const struct sockaddr *sa, socklen_t salen, double deadline, int *err);
 
+/* tutti__sock_connect_from is tutti__sock_connect from local address src (port 0: any), or
+ * from wherever the route leads when src is NULL. */
+int tutti__sock_connect_from(const struct sockaddr *sa, socklen_t salen,
+                             const struct sockaddr *src, socklen_t srclen, double deadline,
+                             int *err);
+
 /* tutti__sock_sendv sends all niov buffers of iov on the non-blocking socket fd before deadline
  * (it advances iov as it goes): 0, or an errno value (ETIMEDOUT when the deadline passed). */
 int tutti__sock_sendv(int fd, struct iovec *iov, int niov, double deadline);

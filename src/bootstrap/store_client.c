@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../common/sha256.h"
+#include "discover.h"
 #include "sock.h"
 #include "store.h"
 #include "wire.h"
@@ -194,8 +195,8 @@ static int oob_get(void *ctx, const char *key_, void *buf, size_t cap, size_t *l
 
 /* try_connect makes one attempt at every address of addr:port; returns a connected fd, or -1
  * with *why set to the last failure. */
-static int try_connect(const char *addr, int port, double deadline, char *why, size_t whylen,
-                       bool *fatal)
+static int try_connect(const char *addr, int port, const struct sockaddr_in *src, double deadline,
+                       char *why, size_t whylen, bool *fatal)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
     char ps[16];
@@ -213,7 +214,8 @@ static int try_connect(const char *addr, int port, double deadline, char *why, s
         double now = tutti__now(), d = now + 2.0;
         d = d < deadline ? d : deadline;
         int err = 0;
-        fd = tutti__sock_connect(ai->ai_addr, ai->ai_addrlen, d > now + 0.1 ? d : now + 0.1, &err);
+        fd = tutti__sock_connect_from(ai->ai_addr, ai->ai_addrlen, (const struct sockaddr *)src,
+                                      src ? sizeof *src : 0, d > now + 0.1 ? d : now + 0.1, &err);
         if (fd < 0)
             snprintf(why, whylen, "%s", strerror(err));
     }
@@ -461,12 +463,23 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         port = s->port = tutti__store_server_port(s->srv);
     }
 
+    /* TUTTI_SOCKET_IFNAME: connect from that interface's address, as the liveness mesh and ofi
+     * will use it. */
+    struct sockaddr_in src = {.sin_family = AF_INET}, *srcp = NULL;
+    const char *spec = tutti__env_get("TUTTI_SOCKET_IFNAME");
+    char src_ip[64] = "", src_if[TUTTI__IFNAME_LEN] = "";
+    if (spec != NULL) {
+        TUTTI__CHECK_GOTO(tutti__iface_pick(spec, src_ip, src_if), st, fail);
+        inet_pton(AF_INET, src_ip, &src.sin_addr);
+        srcp = &src;
+    }
+
     double start = tutti__now();
     char why[256] = "connection refused";
     unsigned pause_ms = 20;
     for (;;) {
         bool fatal = false, retry = false;
-        s->fd = try_connect(addr, port, deadline, why, sizeof why, &fatal);
+        s->fd = try_connect(addr, port, srcp, deadline, why, sizeof why, &fatal);
         if (s->fd >= 0) {
             tutti__sock_nodelay(s->fd);
             st = handshake(s, deadline, &retry);
@@ -488,11 +501,15 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         }
         double left = deadline - tutti__now();
         if (left <= 0) {
+            char hint[256] = "is rank 0 running, and are MASTER_ADDR/MASTER_PORT the same on "
+                             "every rank?";
+            if (srcp != NULL)
+                snprintf(hint, sizeof hint, "does interface %s (%s), which TUTTI_SOCKET_IFNAME=%s "
+                         "chose, reach MASTER_ADDR? Is rank 0 running?", src_if, src_ip, spec);
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank %d could not reach the rendezvous store at %s:%d within "
-                                  "%.3g s (%s): is rank 0 running, and are MASTER_ADDR/MASTER_PORT "
-                                  "the same on every rank?",
-                                  rank, addr, port, deadline - start, why);
+                                  "%.3g s (%s): %s",
+                                  rank, addr, port, deadline - start, why, hint);
             goto fail;
         }
         /* Refused is normal while rank 0 starts; retry at a pace that costs rank 0 nothing. */

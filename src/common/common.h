@@ -93,7 +93,60 @@ static inline bool tutti__backoff_spinning(const tutti__backoff_t *b)
     return !b->oversubscribed && b->iter <= TUTTI__SPIN_ITERS;
 }
 
+/* tutti__backoff_step_aside makes the rest of b's wait yield at once, as if oversubscribed:
+ * for a waiter that found the thread it waits for on its own core. */
+static inline void tutti__backoff_step_aside(tutti__backoff_t *b) { b->oversubscribed = true; }
+
 static inline void tutti__cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* tutti__futex_wait sleeps while *word == expect, at most timeout_s seconds or until
+ * tutti__futex_wake; *word may be in memory shared between processes. Wakes may be spurious:
+ * callers look again. */
+void tutti__futex_wait(volatile uint32_t *word, uint32_t expect, double timeout_s);
+/* tutti__futex_wake wakes every thread, of any process, sleeping on word. */
+void tutti__futex_wake(volatile uint32_t *word);
+
+/* ---- cores (cpu.c) ------------------------------------------------------------------------ */
+
+/* A set of cores, as many as a cpu_set_t holds, in a fixed layout that processes can exchange. */
+#define TUTTI__CPUSET_WORDS 16
+#define TUTTI__CPUSET_MAX (TUTTI__CPUSET_WORDS * 64)
+typedef struct tutti__cpuset {
+    uint64_t w[TUTTI__CPUSET_WORDS];
+} tutti__cpuset_t;
+
+static inline bool tutti__cpuset_has(const tutti__cpuset_t *s, int c)
+{
+    return c >= 0 && c < TUTTI__CPUSET_MAX && (s->w[c / 64] >> (c % 64) & 1u) != 0;
+}
+static inline void tutti__cpuset_add(tutti__cpuset_t *s, int c)
+{
+    if (c >= 0 && c < TUTTI__CPUSET_MAX)
+        s->w[c / 64] |= (uint64_t)1 << (c % 64);
+}
+/* tutti__cpuset_count is the number of cores in s. */
+int tutti__cpuset_count(const tutti__cpuset_t *s);
+/* tutti__cpuset_next is the lowest core of s at or above from, or -1. */
+int tutti__cpuset_next(const tutti__cpuset_t *s, int from);
+
+/* tutti__cpuset_self fills s with the cores the calling thread may run on (taskset, a
+ * launcher's binding, cgroup cpusets); false (s empty) when the system does not say. */
+bool tutti__cpuset_self(tutti__cpuset_t *s);
+
+/* tutti__cpu_now is the core the calling thread runs on now, or -1; cheap enough for a wait
+ * loop (no system call where the C library has rseq). */
+int tutti__cpu_now(void);
+
+/* tutti__thread_movable tells whether the calling thread may run on more than one core (so
+ * that tutti__thread_move can place it without pinning it); remembered per thread, looked up
+ * again with refresh (a system call) and after each tutti__thread_move. */
+bool tutti__thread_movable(bool refresh);
+
+/* tutti__thread_move moves the calling thread onto core (one of its allowed cores) and, unless
+ * keep, gives it back the set of cores it had, so that only where it runs now changes, not
+ * where it (or a thread it creates later) may run. False, with nothing changed, when core is
+ * not allowed or the system refuses. */
+bool tutti__thread_move(int core, bool keep);
 
 /* ---- logging (CCL_LOG_LEVEL) --------------------------------------------------------------- */
 

@@ -69,10 +69,16 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "worker threads per rank that run the collectives (1..16); "
      "`tutti_comm_config_t.worker_count` overrides it"},
     {"CCL_WORKER_AFFINITY", "auto",
-     "cores for the workers: `auto` (distinct cores from the process's allowed set, from the last "
-     "one down), `none`, or a list like `3,4,5-7` with local ranks x workers entries, entry i for "
-     "local worker i"},
+     "cores for the workers: `auto` (allowed cores that no local rank's calling thread was "
+     "given, from the last one down; where none is left, the rank's own calling thread's core, "
+     "never another rank's), `none`, or a list like `3,4,5-7` with local ranks x workers "
+     "entries, entry i for local worker i"},
     {"CCL_WORKER_WAIT", "1", "`1`: idle workers sleep until work arrives; `0`: they spin"},
+    {"TUTTI_CALLER_AFFINITY", "move",
+     "the thread that creates a communicator, when the launcher lets it run on several cores: "
+     "`move` (onto a core of its own, keeping every core it may use, and again when a wait finds "
+     "it sharing a core with a peer), `pin` (pinned to that core: its later threads inherit the "
+     "one core), `none` (never touched)"},
     {"TUTTI_INLINE_MAX", "65536",
      "bytes up to which an asynchronous collective posted on an idle communicator runs in the "
      "caller's thread (a blocking call on an idle communicator always does; asynchronous "
@@ -84,7 +90,19 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"TUTTI_SHM_WINDOW", "4194304",
      "bytes per rank of the shared window the direct algorithms use (split between the slices "
      "when `CCL_WORKER_COUNT` > 1)"},
+    {"TUTTI_OFI_CHUNK", "1073741824",
+     "largest piece of one ofi message in bytes, 4096 to 1 GiB (the ranks use the smallest "
+     "any of them asks for): a larger message travels as several tagged messages, up to 8 of "
+     "them in flight; lower it only for a provider that mishandles large messages"},
+    {"TUTTI_CMA", "auto",
+     "single copy between the ranks of a node with `process_vm_readv`, where the algorithms "
+     "choose it: `auto` (where every pair of local ranks may, probed at creation), `off` (never)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
+    {"TUTTI_SOCKET_IFNAME", NULL,
+     "network interface for the rendezvous store's connections, the liveness mesh and ofi "
+     "across nodes, in NCCL_SOCKET_IFNAME's syntax: name prefixes \"eth,ib\", \"=eth0\" for "
+     "exact names, \"^lo,docker\" to exclude; unset: the interface that reaches MASTER_ADDR "
+     "(loopback on one node)"},
 };
 const size_t tutti__env_knob_count = sizeof tutti__env_knobs / sizeof tutti__env_knobs[0];
 

@@ -1,6 +1,10 @@
-/* time.c: the monotonic clock and the backoff that every wait loop uses. */
+/* time.c: the monotonic clock, the backoff that every wait loop uses, and sleeping on a word
+ * until another thread or process changes it (futex). */
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -43,4 +47,17 @@ void tutti__backoff_pause(tutti__backoff_t *b)
     /* Long waits: sleep, growing to 200 us, so an idle rank costs almost nothing. */
     double waited = tutti__now() - b->start;
     tutti__sleep_us(waited < 0.05 ? 20u : 200u);
+}
+
+/* Not FUTEX_PRIVATE: the word may live in a segment other processes map. */
+void tutti__futex_wait(volatile uint32_t *word, uint32_t expect, double timeout_s)
+{
+    struct timespec ts = {.tv_sec = (time_t)timeout_s,
+                          .tv_nsec = (long)((timeout_s - (double)(time_t)timeout_s) * 1e9)};
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expect, &ts, NULL, 0);
+}
+
+void tutti__futex_wake(volatile uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }

@@ -1,24 +1,12 @@
-/* affinity.c: which cores the worker threads run on (CCL_WORKER_AFFINITY, oneCCL's meaning),
- * taken only from the cores this process is allowed to use (taskset, cgroup cpusets). */
+/* affinity.c: this rank's share of the node's thread placement: its workers' cores
+ * (CCL_WORKER_AFFINITY, oneCCL's meaning, only cores this process may use), its calling
+ * thread's core, and whether its waits must yield at once (placement.c works them out). */
 #include <ctype.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "comm.h"
-
-/* allowed lists the cores sched_getaffinity grants, increasing; returns their number. */
-static int allowed(int *out, int cap)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0)
-        return 0;
-    int n = 0;
-    for (int c = 0; c < CPU_SETSIZE && n < cap; c++)
-        if (CPU_ISSET(c, &set))
-            out[n++] = c;
-    return n;
-}
 
 static bool in(const int *a, int n, int x)
 {
@@ -59,27 +47,21 @@ static int parse_list(const char *s, int *out, int cap)
     return n;
 }
 
-tutti_status_t tutti__worker_cpus(int local_rank, int local_size, int nworkers, int *cpus)
+/* worker_list fills workers[0..nlocal*nworkers) from CCL_WORKER_AFFINITY's list v, after
+ * checking that this rank's entries are cores it may use (the other ranks check theirs). */
+static tutti_status_t worker_list(const char *v, const tutti__nodes_t *nodes, int nworkers,
+                                  int *workers)
 {
-    /* On the stack (8 KiB): two threads may create communicators at once. */
-    int ok[CPU_SETSIZE], list[CPU_SETSIZE];
-    int m = allowed(ok, CPU_SETSIZE);
-    const char *v = tutti__env_get("CCL_WORKER_AFFINITY");
-    if (strcmp(v, "none") == 0 || m == 0) {
-        for (int i = 0; i < nworkers; i++)
-            cpus[i] = -1;
-        return TUTTI_OK;
-    }
-    if (strcmp(v, "auto") == 0) {
-        /* From the last allowed core down, as oneCCL does, so that the low cores stay with the
-         * callers; when workers outnumber cores they share, round robin. */
-        for (int i = 0; i < nworkers; i++)
-            cpus[i] = ok[m - 1 - (local_rank * nworkers + i) % m];
-        return TUTTI_OK;
-    }
+    int list[CPU_SETSIZE], ok[CPU_SETSIZE], m = 0; /* on the stack (8 KiB): no shared scratch */
+    const tutti__cpuset_t *mine = &nodes->local_cpus[nodes->local_rank];
+    for (int c = tutti__cpuset_next(mine, 0); c >= 0 && m < CPU_SETSIZE;
+         c = tutti__cpuset_next(mine, c + 1))
+        ok[m++] = c;
+    if (m == 0)
+        return TUTTI_OK; /* the system would not say which cores: leave the workers unpinned */
     char okt[256];
     tutti__format_ranks(okt, sizeof okt, ok, m < 32 ? m : 32, m);
-    int n = parse_list(v, list, CPU_SETSIZE);
+    int n = parse_list(v, list, CPU_SETSIZE), local_size = nodes->local_size;
     if (n < 0)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "CCL_WORKER_AFFINITY=\"%s\" is not auto, none, or a list of cores "
@@ -91,13 +73,47 @@ tutti_status_t tutti__worker_cpus(int local_rank, int local_size, int nworkers, 
                                 "x %d worker(s) need %d (entry i is for local worker i)",
                                 v, n, local_size, nworkers, local_size * nworkers);
     for (int i = 0; i < nworkers; i++) {
-        int c = list[local_rank * nworkers + i];
+        int c = list[nodes->local_rank * nworkers + i];
         if (!in(ok, m, c))
             return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                     "CCL_WORKER_AFFINITY names core %d for local rank %d, but this "
                                     "process may only run on cores %s (taskset or cgroup cpuset)",
-                                    c, local_rank, okt);
-        cpus[i] = c;
+                                    c, nodes->local_rank, okt);
     }
+    memcpy(workers, list, (size_t)n * sizeof *workers);
     return TUTTI_OK;
+}
+
+tutti_status_t tutti__threads_plan(const tutti__nodes_t *nodes, int nworkers, bool workers_spin,
+                                   tutti__threads_t *out)
+{
+    int nl = nodes->local_size, me = nodes->local_rank;
+    const char *v = tutti__env_get("CCL_WORKER_AFFINITY");
+    bool automatic = strcmp(v, "auto") == 0;
+    int *caller = malloc((size_t)nl * sizeof *caller);
+    int *workers = malloc((size_t)nl * (size_t)nworkers * sizeof *workers);
+    bool *over = malloc((size_t)nl * sizeof *over);
+    tutti_status_t st = TUTTI_OK;
+    if (caller == NULL || workers == NULL || over == NULL) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory placing %d local ranks", nl);
+        goto done;
+    }
+    for (int j = 0; j < nl * nworkers; j++)
+        workers[j] = -1;
+    if (!automatic && strcmp(v, "none") != 0)
+        TUTTI__CHECK_GOTO(worker_list(v, nodes, nworkers, workers), st, done);
+    if (!tutti__place(nl, nodes->local_cpus, nworkers, workers_spin, automatic, caller, workers,
+                      over)) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory placing %d local ranks", nl);
+        goto done;
+    }
+    out->caller = caller[me];
+    out->oversubscribed = over[me];
+    for (int i = 0; i < nworkers; i++)
+        out->workers[i] = workers[me * nworkers + i];
+done:
+    free(caller);
+    free(workers);
+    free(over);
+    return st;
 }

@@ -22,7 +22,7 @@ static void valid_list(const tutti_comm_t *comm, tutti_coll_t coll, char *buf, s
     size_t n = 0;
     buf[0] = '\0';
     for (const tutti__algo_t *const *a = tutti__algos_for(coll); *a != NULL; a++)
-        if (!(*a)->needs_window || comm->net.links.wins != NULL)
+        if (tutti__algo_offered(*a, comm->net.caps))
             n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%s", n ? ", " : "", (*a)->name);
 }
 
@@ -58,13 +58,31 @@ static tutti_status_t parse(tutti_comm_t *comm, tutti_coll_t coll, const char *s
             return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
                                      "%s: unknown %s algorithm \"%.*s\"; valid here: %s", origin,
                                      tutti__coll_name(coll), (int)(name_end - p), p, valid);
-        if (a->needs_window && comm->net.links.wins == NULL)
+        const unsigned miss = a->needs & ~comm->net.caps; /* what it lacks here */
+        if (miss != 0)
             return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
-                                     "%s: %s algorithm \"%s\" needs every rank on one node over "
-                                     "shared memory, which this communicator is not (%d node(s), "
-                                     "transport %s); valid here: %s",
-                                     origin, tutti__coll_name(coll), a->name, comm->nodes.nnodes,
-                                     comm->net.links.ofi ? "ofi" : "shm", valid);
+                                     "%s: %s algorithm \"%s\" needs %s, which this communicator "
+                                     "is not (%d node(s) of %d to %d ranks, transport %s); valid "
+                                     "here: %s",
+                                     origin, tutti__coll_name(coll), a->name,
+                                     miss & TUTTI__NEEDS_WINDOW
+                                         ? "every rank on one node over shared memory"
+                                     : miss & TUTTI__NEEDS_UNIFORM
+                                         ? "ranks on several nodes, as many on each, more than "
+                                           "one per node, with shared memory inside each"
+                                     : miss & TUTTI__NEEDS_CMA
+                                         ? "every rank on one node over shared memory, with single "
+                                           "copy (process_vm_readv) between them, which is off "
+                                           "(TUTTI_CMA=off, or ptrace rules forbid it: see "
+                                           "/proc/sys/kernel/yama/ptrace_scope)"
+                                         : "ranks on several nodes, more than one on some node, "
+                                           "with shared memory inside each",
+                                     comm->nodes.nnodes, comm->net.topo.ppn_min,
+                                     comm->net.topo.ppn_max,
+                                     comm->net.links.ofi && comm->net.links.shm ? "shm+ofi"
+                                     : comm->net.links.ofi                      ? "ofi"
+                                                                                : "shm",
+                                     valid);
         size_t lo = 0, hi = SIZE_MAX;
         if (colon != NULL) {
             const char *dash = memchr(colon + 1, '-', (size_t)(end - colon - 1));
@@ -120,5 +138,5 @@ TUTTI_API const char *tutti_comm_algorithm(const tutti_comm_t *comm, tutti_coll_
 {
     if (!tutti__comm_valid(comm) || (unsigned)coll >= TUTTI_COLL_COUNT)
         return NULL;
-    return tutti__select(&comm->algo[coll], comm->net.links.wins != NULL, coll, bytes)->name;
+    return tutti__select(&comm->algo[coll], comm->net.caps, comm->size, coll, bytes)->name;
 }

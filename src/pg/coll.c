@@ -1,5 +1,6 @@
 /* coll.c: the public collectives: argument checks (bad input changes nothing and posts nothing),
  * in-place resolution, algorithm selection, and running the call into a work handle. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -151,6 +152,7 @@ static tutti_status_t run_then(tutti_comm_t *comm, tutti__coll_t *c, tutti_work_
     w->cb_state = 0;
     w->cb_taken = 0;
     w->cb = NULL;
+    w->source = -1;
     w->owned = owned;
     w->post_fn = post_fn;
     tutti__exec_submit(comm, w, bytes, trivial || comm->size == 1, work == NULL);
@@ -478,18 +480,22 @@ static tutti_status_t p2p(const char *fn, bool is_send, void *buf, size_t count,
     size_t bytes = 0;
     BEGIN(fn);
     TUTTI__CHECK(check_dtype(comm, fn, dtype));
-    TUTTI__CHECK(check_rank(comm, fn, "peer", peer));
-    if (peer == comm->rank)
-        return BAD(comm, "%s: peer %d is this rank; sending to oneself is not supported", fn, peer);
-    if (tag < 0 || tag > 1023)
-        return BAD(comm, "%s: tag %d is out of range 0..1023", fn, tag);
+    if (!is_send && peer == TUTTI_ANY_SOURCE) {
+        if (comm->size == 1)
+            return BAD(comm, "%s: TUTTI_ANY_SOURCE on a communicator of one rank: no other rank "
+                             "can send to it", fn);
+    } else {
+        TUTTI__CHECK(check_rank(comm, fn, "peer", peer));
+        if (peer == comm->rank)
+            return BAD(comm, "%s: peer %d is this rank; sending to oneself is not supported", fn,
+                       peer);
+    }
+    if (tag < 0)
+        return BAD(comm, "%s: tag %d is negative; tags are 0..%d", fn, tag, INT_MAX);
     TUTTI__CHECK(check_bytes(comm, fn, count, tutti_dtype_size(dtype), 1, &bytes));
     TUTTI__CHECK(check_buf(comm, fn, "buf", buf, bytes));
-    tutti__coll_t c;
-    init_coll(&c, comm, TUTTI_COLL_COUNT, is_send ? "send" : "recv");
-    c.sendbuf = buf, c.recvbuf = buf, c.count = count, c.dtype = dtype, c.root = peer, c.tag = tag;
-    c.algo = is_send ? &tutti__p2p_send : &tutti__p2p_recv;
-    return run(comm, &c, work, false, NULL);
+    return tutti__p2p_submit(comm, is_send ? TUTTI__P2P_SEND : TUTTI__P2P_RECV, buf, bytes, peer,
+                             tag, work);
 }
 
 TUTTI_API tutti_status_t tutti_send(const void *buf, size_t count, tutti_dtype_t dtype, int peer,

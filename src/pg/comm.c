@@ -97,6 +97,8 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
      * has failed or was aborted). */
     tutti__exec_stop(comm, TUTTI_ERR_ABORTED,
                      "tutti_comm_destroy was called while it was still queued");
+    tutti__p2p_close(comm, TUTTI_ERR_ABORTED,
+                     "tutti_comm_destroy was called while it was still in progress");
     /* A healthy communicator waits for its peers: a peer may still be reading this rank's shared
      * memory or receiving its last message. A failed one has nothing left to protect. */
     bool wait = comm->failed == TUTTI_OK;

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "../algos/algos.h"
+#include "../algos/p2p.h"
 #include "../bootstrap/bootstrap.h"
 #include "../common/common.h"
 #include "../transport/transport.h"
@@ -19,6 +20,14 @@
 #define TUTTI__TIMEOUT_MAX 1e9
 
 typedef struct tutti__exec tutti__exec_t;
+typedef struct tutti__p2p_pg tutti__p2p_pg_t;
+
+/* This rank's part of the node's placement. */
+typedef struct tutti__threads {
+    int caller;          /* the core for the calling thread; -1: none known */
+    int workers[16];     /* the core of each worker; -1: not pinned */
+    bool oversubscribed; /* waits yield at once */
+} tutti__threads_t;
 
 /* How a communicator was asked for (config.c); sub-communicators inherit it. */
 typedef struct tutti__config {
@@ -27,6 +36,7 @@ typedef struct tutti__config {
     long workers;
     bool worker_sleep;     /* CCL_WORKER_WAIT=1: idle workers sleep */
     long inline_max;       /* TUTTI_INLINE_MAX or the config's (-1: blocking calls only) */
+    const char *caller_affinity; /* TUTTI_CALLER_AFFINITY: "move", "pin" or "none" (static) */
 } tutti__config_t;
 
 struct tutti_comm {
@@ -35,10 +45,12 @@ struct tutti_comm {
     char ip[64];        /* the address peers reach this rank at (liveness mesh, sub-stores) */
     int rank, size;
     tutti__nodes_t nodes; /* which ranks share this node */
+    tutti__threads_t threads; /* where this rank's threads go (a split child keeps its parent's) */
     tutti__net_t net;     /* what the algorithms run on: transports, windows, slices, liveness */
 
     uint64_t seq;              /* collectives posted so far (atomic) */
     uint64_t p2p_seq;          /* send/recv calls so far, for messages (atomic) */
+    tutti__p2p_pg_t *p2p;      /* the point-to-point engine and its progress thread (p2p.c) */
     pthread_mutex_t err_lock;  /* guards failed, failed_msg and last_error */
     volatile tutti_status_t failed; /* TUTTI_OK, or the error that broke the communicator */
     char failed_msg[TUTTI__ERRLEN];
@@ -68,6 +80,7 @@ struct tutti_work {
     void (*cb)(tutti_work_t *, void *);
     void *cb_arg;
     tutti_status_t status;
+    int source;              /* a receive's sender once it completed, else -1 */
     void *owned;             /* memory the operation needs (copied layouts, packed data) */
     void (*post_fn)(tutti_work_t *); /* run on success before completion (unpacking) */
     char error[TUTTI__ERRLEN];
@@ -115,11 +128,54 @@ void tutti__work_complete(tutti_work_t *w, tutti_status_t st);
 /* tutti__work_release drops one reference to w, freeing it at zero. */
 void tutti__work_release(tutti_work_t *w);
 
-/* ---- affinity (affinity.c) ---- */
+/* ---- point-to-point (p2p.c) ---- */
 
-/* tutti__worker_cpus fills cpus[0..nworkers-1] for this rank's workers from
- * CCL_WORKER_AFFINITY ("auto" or an explicit list for all local ranks' workers). */
-tutti_status_t tutti__worker_cpus(int local_rank, int local_size, int nworkers, int *cpus);
+/* tutti__p2p_open gives comm its point-to-point state (the engine itself comes with the first
+ * send or receive). */
+tutti_status_t tutti__p2p_open(tutti_comm_t *comm);
+
+/* tutti__p2p_submit runs a checked send or receive (kind TUTTI__P2P_SEND or _RECV, len bytes,
+ * peer a rank or TUTTI_ANY_SOURCE, tag >= 0) in comm's engine, apart from the collectives'
+ * queue: with work NULL it returns once the op is done (driving the engine in this thread),
+ * else it stores a handle the progress thread completes. Failures are recorded as comm's and
+ * the thread's last error; they never fail the communicator. */
+tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t len, int peer,
+                                 int tag, tutti_work_t **work);
+
+/* tutti__p2p_close ends every open send and receive of comm with status and why, stops the
+ * progress thread and frees the engine (destroy, and a half-made communicator). */
+void tutti__p2p_close(tutti_comm_t *comm, tutti_status_t status, const char *why);
+
+/* ---- thread placement (placement.c, affinity.c) ---- */
+
+/*
+ * tutti__place works out one node's placement from the cores each of its nlocal ranks may use
+ * (sets[r]; empty: unknown): caller[r], the core for local rank r's calling thread (-1: none
+ * known); with auto_workers, workers[r * nworkers + i], the core for its worker i (otherwise
+ * workers holds the given cores, -1 for unpinned, and is only read); over[r], whether rank r's
+ * waits must yield at once because one of its busy threads shares a core with another busy
+ * thread of the node (workers count as busy only when workers_spin), or the node's busy threads
+ * outnumber its cores. Calling threads go to distinct cores where there are enough, bound
+ * ranks first; automatic workers take cores no calling thread has, else their own caller's,
+ * never another rank's caller's. The same inputs give the same result on every rank. False
+ * only when out of memory.
+ */
+bool tutti__place(int nlocal, const tutti__cpuset_t *sets, int nworkers, bool workers_spin,
+                  bool auto_workers, int *caller, int *workers, bool *over);
+
+
+/* tutti__threads_plan reads CCL_WORKER_AFFINITY ("auto", "none" or a list with an entry per
+ * local worker, each checked against this rank's allowed cores) and places this node's threads
+ * with tutti__place. A bad list is TUTTI_ERR_INVALID_ARG naming the variable. */
+tutti_status_t tutti__threads_plan(const tutti__nodes_t *nodes, int nworkers, bool workers_spin,
+                                   tutti__threads_t *out);
+
+/* tutti__comm_cma tells whether comm's ranks, all on this node, can read each other's memory
+ * (single copy: the cma algorithms can run). */
+static inline bool tutti__comm_cma(const tutti_comm_t *comm)
+{
+    return comm->net.links.wins != NULL && comm->net.links.wins[0]->cma;
+}
 
 /* ---- the handle: registry and errors (comm.c) ---- */
 
@@ -151,9 +207,12 @@ const char *tutti__config_token(const tutti_comm_config_t *config);
 /* ---- creation (create.c) ---- */
 
 /* tutti__comm_create builds a communicator of size ranks over the bootstrap bs (store: the TCP
- * store bs runs on, or NULL for a caller's store); collective over those ranks. */
+ * store bs runs on, or NULL for a caller's store); collective over those ranks. A split's child
+ * (parent not NULL) keeps its parent's thread placement; a communicator made from scratch
+ * places this node's threads (affinity.c) and, per TUTTI_CALLER_AFFINITY, the calling thread. */
 tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
-                                  const tutti__config_t *cfg, tutti_comm_t **out);
+                                  const tutti__config_t *cfg, const tutti_comm_t *parent,
+                                  tutti_comm_t **out);
 
 /* tutti__comm_free stops comm's workers and frees everything it holds (also a half-made one). */
 void tutti__comm_free(tutti_comm_t *comm);

@@ -1,5 +1,6 @@
 /* config.c: how a communicator is asked for: the caller's tutti_comm_config_t over the
- * environment's knobs (timeout, transport, workers, inline size), checked and kept. */
+ * environment's knobs (timeout, transport, workers, inline size, the calling thread's
+ * placement), checked and kept. */
 #include <limits.h>
 #include <stddef.h>
 
@@ -14,6 +15,17 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));
     TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");
+    const char *caller = tutti__env_get("TUTTI_CALLER_AFFINITY");
+    static const char *const callers[] = {"move", "pin", "none"};
+    const char *caller_mode = NULL;
+    for (size_t i = 0; i < sizeof callers / sizeof callers[0]; i++)
+        if (strcmp(caller, callers[i]) == 0)
+            caller_mode = callers[i];
+    if (caller_mode == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "TUTTI_CALLER_AFFINITY=\"%s\": valid are move (the default), pin "
+                                "and none",
+                                caller);
     if (cfg != NULL) {
         if (cfg->struct_size < offsetof(tutti_comm_config_t, timeout_s) + sizeof(double))
             return tutti__set_error(TUTTI_ERR_INVALID_ARG,
@@ -59,7 +71,7 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
                                 transport);
     /* Keep a static copy: sub-communicators inherit it after the caller's string is gone. */
     const char *mode = strcmp(transport, "shm") == 0 ? "shm" : strcmp(transport, "ofi") == 0 ? "ofi" : "auto";
-    *out = (tutti__config_t){t, mode, workers, worker_wait != 0, inline_max};
+    *out = (tutti__config_t){t, mode, workers, worker_wait != 0, inline_max, caller_mode};
     return TUTTI_OK;
 }
 

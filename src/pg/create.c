@@ -14,10 +14,14 @@ void tutti__comm_free(tutti_comm_t *c)
     if (c == NULL)
         return;
     tutti__exec_stop(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
-    for (int i = 0; c->net.slices != NULL && i < c->nslices; i++)
+    tutti__p2p_close(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
+    for (int i = 0; c->net.slices != NULL && i < c->nslices; i++) {
         free(c->net.slices[i].scratch);
+        free(c->net.slices[i].aux);
+    }
     free(c->net.slices);
     tutti__links_close(&c->net.links);
+    tutti__topo_free(&c->net.topo);
     tutti__live_destroy(c->net.live);
     tutti__nodes_free(&c->nodes);
     pthread_mutex_destroy(&c->err_lock);
@@ -38,15 +42,66 @@ static void reserve_small(tutti__window_t *w)
     }
 }
 
+/*
+ * place_caller moves the calling thread onto the core the placement gave it, when the launcher
+ * left it free to run on several (torchrun, a plain env launch, MPICH's mpirun without
+ * -bind-to): otherwise the kernel often leaves two ranks that have just talked over sockets on
+ * one core, and every blocking collective then costs a context switch per hand-off.
+ *
+ * By default ("move") the thread gets back every core it had, so it is placed, not pinned:
+ * threads it creates later inherit its allowed cores, and a thread pool started after
+ * init_process_group (PyTorch's intra-op threads, OpenMP) would otherwise all be squeezed onto
+ * this one core. Waits keep the placement up (colocate.c). "pin" leaves it pinned, for
+ * programs whose calling thread starts no compute threads; "none" never touches it. Only the
+ * first communicator a thread makes places it: a later one has its own local rank numbers,
+ * which need not match the node's.
+ */
+static void place_caller(tutti_comm_t *c)
+{
+    static __thread bool placed;
+    const char *mode = c->cfg.caller_affinity;
+    const tutti__cpuset_t *mine = &c->nodes.local_cpus[c->nodes.local_rank];
+    c->net.may_move = strcmp(mode, "move") == 0;
+    if (strcmp(mode, "none") == 0 || c->threads.caller < 0 || tutti__cpuset_count(mine) <= 1 ||
+        placed)
+        return;
+    if (tutti__thread_move(c->threads.caller, strcmp(mode, "pin") == 0)) {
+        placed = true;
+        TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: calling thread %s core %d (TUTTI_CALLER_AFFINITY=%s)",
+                   c->rank, strcmp(mode, "pin") == 0 ? "pinned to" : "moved to",
+                   c->threads.caller, mode);
+    }
+}
+
+/* agree_node_seg sets topo.node_seg to the region bytes of the smallest window among the nodes
+ * of several ranks (0 when one of them has none), from an exchange over bs: the hierarchical
+ * algorithms cut their segments alike on every node. Collective over bs's ranks; only for a
+ * group that spans nodes. */
+static tutti_status_t agree_node_seg(tutti_comm_t *c, tutti__bootstrap_t *bs)
+{
+    tutti__topo_t *t = &c->net.topo;
+    uint64_t mine = UINT64_MAX, *all = calloc((size_t)c->size, sizeof *all);
+    if (all == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    if (t->local_size > 1)
+        mine = c->net.links.node_wins ? c->net.links.node_wins[0]->region_size : 0;
+    tutti_status_t st = tutti__bs_allgather(bs, &mine, sizeof mine, all);
+    uint64_t lo = UINT64_MAX;
+    for (int r = 0; st == TUTTI_OK && r < c->size; r++)
+        lo = all[r] < lo ? all[r] : lo;
+    free(all);
+    t->node_seg = lo == UINT64_MAX ? 0 : (size_t)lo;
+    return st;
+}
+
 static tutti_status_t start_workers(tutti_comm_t *c)
 {
-    int cpus[16];
-    TUTTI__CHECK(tutti__worker_cpus(c->nodes.local_rank, c->nodes.local_size, c->nslices, cpus));
-    return tutti__exec_create(c, cpus, c->cfg.worker_sleep, c->cfg.inline_max);
+    return tutti__exec_create(c, c->threads.workers, c->cfg.worker_sleep, c->cfg.inline_max);
 }
 
 tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tutti__store_t *store,
-                                  const tutti__config_t *cfg, tutti_comm_t **out)
+                                  const tutti__config_t *cfg, const tutti_comm_t *parent,
+                                  tutti_comm_t **out)
 {
     tutti_status_t st;
     tutti_comm_t *c = calloc(1, sizeof *c);
@@ -71,28 +126,52 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         goto fail;
     }
     TUTTI__CHECK_GOTO(tutti__nodes_discover(bs, &c->nodes), st, fail);
-    /* More busy threads than cores means that waits must give the core away at once. Sleeping
-     * workers do not count (a caller waiting on its worker sleeps too); spinning ones do. */
-    c->net.oversubscribed =
-        c->nodes.local_size * (1 + (cfg->worker_sleep ? 0 : c->nslices)) > c->nodes.ncpus;
+    /* Where the threads go, and whether waits must give the core away at once: from the cores
+     * every local rank may use, not only this one's (two ranks bound to a core each are not
+     * oversubscribed). A split's child runs on its parent's threads. */
+    if (parent != NULL) {
+        c->threads = parent->threads;
+        c->net.may_move = parent->net.may_move;
+    } else {
+        TUTTI__CHECK_GOTO(tutti__threads_plan(&c->nodes, c->nslices, !cfg->worker_sleep,
+                                              &c->threads),
+                          st, fail);
+        place_caller(c);
+    }
+    c->net.oversubscribed = c->threads.oversubscribed;
+    c->net.sleep_waits = !c->nodes.one_sched_group;
+    /* The interface: the liveness mesh listens on it and ofi crosses nodes through it. */
+    char ifname[TUTTI__IFNAME_LEN];
+    TUTTI__CHECK_GOTO(tutti__local_ip(c->nodes.nnodes, store, c->ip, ifname), st, fail);
     TUTTI__CHECK_GOTO(tutti__links_open(&c->net.links, rank, size, c->net.nchan, cfg->transport,
-                                        &c->nodes, bs),
+                                        &c->nodes, c->nodes.nnodes > 1 ? c->ip : NULL, bs),
                       st, fail);
-    for (int s = 0; c->net.links.wins != NULL && s < c->nslices; s++)
-        reserve_small(c->net.links.wins[s]);
+    for (int s = 0; c->net.links.node_wins != NULL && s < c->nslices; s++)
+        reserve_small(c->net.links.node_wins[s]);
+    TUTTI__CHECK_GOTO(tutti__topo_init(&c->net.topo, rank, size, &c->nodes), st, fail);
+    if (c->nodes.nnodes > 1)
+        TUTTI__CHECK_GOTO(agree_node_seg(c, bs), st, fail);
+    c->net.caps = tutti__topo_caps(&c->net.topo, &c->net.links);
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__override_init(c), st, fail);
-    tutti__local_ip(c->nodes.nnodes, store, c->ip);
     c->has_secret = store != NULL && tutti__store_secret(store, c->secret);
     TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, &c->net.live), st, fail);
     TUTTI__CHECK_GOTO(start_workers(c), st, fail);
+    TUTTI__CHECK_GOTO(tutti__p2p_open(c), st, fail);
     if (!tutti__comm_register(c)) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }
-    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d/%d: %d node(s), %d local rank(s), shm %s, ofi %s", rank,
-               size, c->nodes.nnodes, c->nodes.local_size, c->net.links.shm ? "yes" : "no",
-               c->net.links.ofi ? "yes" : "no");
+    TUTTI__LOG(TUTTI__LOG_INFO,
+               "rank %d/%d: %d node(s) of %d to %d rank(s), %d here, shm %s, ofi %s; interface "
+               "%s (%s%s); hierarchical algorithms %s",
+               rank, size, c->nodes.nnodes, c->net.topo.ppn_min, c->net.topo.ppn_max,
+               c->nodes.local_size, c->net.links.shm ? "yes" : "no",
+               c->net.links.ofi ? "yes" : "no", ifname, c->ip,
+               tutti__env_get("TUTTI_SOCKET_IFNAME") ? ", TUTTI_SOCKET_IFNAME"
+               : c->nodes.nnodes > 1                 ? ", the one that reaches MASTER_ADDR"
+                                                     : "",
+               c->net.caps & TUTTI__NEEDS_NODES ? "on" : "off");
     *out = c;
     return TUTTI_OK;
 fail:
@@ -109,7 +188,7 @@ static tutti_status_t init_solo(const tutti__config_t *cfg, tutti_comm_t **comm)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
     tutti__bootstrap_t bs = {.rank = 0, .size = 1, .deadline = tutti__now() + cfg->timeout,
                              .oob = tutti__solo_oob(solo), .where = "a one-rank job's own store"};
-    tutti_status_t st = tutti__comm_create(0, 1, &bs, NULL, cfg, comm);
+    tutti_status_t st = tutti__comm_create(0, 1, &bs, NULL, cfg, NULL, comm);
     tutti__solo_free(solo);
     return st;
 }
@@ -151,7 +230,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     snprintf(where, sizeof where, "the rendezvous store at %s:%ld", addr, port);
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = deadline,
                              .oob = tutti__store_oob(store), .where = where};
-    st = tutti__comm_create(rank, size, &bs, store, &cfg, comm);
+    st = tutti__comm_create(rank, size, &bs, store, &cfg, NULL, comm);
     tutti__store_close(store); /* keeps a failure's text */
     if (st == TUTTI_OK)
         tutti__tls_error()[0] = '\0';
@@ -195,5 +274,5 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
     TUTTI__CHECK(tutti__config_read(config, &cfg));
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + cfg.timeout,
                              .oob = *oob, .where = "the caller's out-of-band store"};
-    return tutti__comm_create(rank, size, &bs, NULL, &cfg, comm);
+    return tutti__comm_create(rank, size, &bs, NULL, &cfg, NULL, comm);
 }

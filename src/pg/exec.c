@@ -93,7 +93,10 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
         return TUTTI_OK;
     }
     c->deadline = 0.0; /* from the start (its first wait), not from the post */
-    return c->algo->run(c);
+    tutti__colo_note(c);
+    tutti_status_t st = c->algo->run(c);
+    tutti__colo_ring(c); /* its last writes may be what a sleeping peer waits for */
+    return st;
 }
 
 /*
@@ -205,17 +208,13 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-/* number gives c its sequence number and, for a collective, its algorithm. Posts take numbers
+/* number gives c its sequence number and its algorithm. Posts take numbers
  * under the exec lock and the blocking fast path without it, so the counters are atomic. */
 static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes)
 {
-    if (c->kind == TUTTI_COLL_COUNT) {
-        c->seq = __atomic_fetch_add(&comm->p2p_seq, 1, __ATOMIC_RELAXED);
-        return;
-    }
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
     if (c->algo == NULL)
-        c->algo = tutti__select(&comm->algo[c->kind], comm->net.links.wins != NULL, c->kind, bytes);
+        c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
 }
 
 /* The inline path is claimed with a CAS, so that a blocking call can take it without the exec
@@ -277,8 +276,7 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
      * so it always may (unless TUTTI_INLINE_MAX=0 sends everything to the workers); an
      * asynchronous post does only for small operations, which end before it could overlap. */
     bool may_inline = trivial || (blocking && e->inline_max != 0) ||
-                      (e->inline_max > 0 && bytes <= (size_t)e->inline_max &&
-                       c->kind != TUTTI_COLL_COUNT);
+                      (e->inline_max > 0 && bytes <= (size_t)e->inline_max);
     if (e->head == NULL && may_inline && w->nsplit == 1 && claim_inline(e)) {
         pthread_mutex_unlock(&e->lock);
         run_slice(e, w, 0);

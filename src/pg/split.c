@@ -124,7 +124,7 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
         snprintf(where, sizeof where, "the sub-communicator's store at %s:%d (color %d)",
                  rvs[leader].ip, rvs[leader].port, color);
     }
-    st = tutti__comm_create(crank, csize, &bs, store, &parent->cfg, out);
+    st = tutti__comm_create(crank, csize, &bs, store, &parent->cfg, parent, out);
 fail:
     if (st < 0 && *out == NULL) {
         tutti__prefix_error(st, "tutti_comm_split (color %d)", color);

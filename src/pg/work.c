@@ -94,6 +94,11 @@ TUTTI_API const char *tutti_work_error(const tutti_work_t *w)
     return w != NULL && done(w) ? w->error : "";
 }
 
+TUTTI_API int tutti_work_source(const tutti_work_t *w)
+{
+    return w != NULL && done(w) && w->status == TUTTI_OK ? w->source : -1;
+}
+
 TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *w,
                                                 void (*fn)(tutti_work_t *work, void *arg),
                                                 void *arg)

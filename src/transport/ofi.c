@@ -7,10 +7,9 @@
 
 #include "ofi_impl.h"
 
-static inline struct reqst *st_of(tutti__req_t *req) { return (struct reqst *)(void *)req->priv; }
 
 /* chan_name says which stream a channel is, for messages ("send/recv", "collective slice 2"). */
-static const char *chan_name(int chan)
+const char *tutti__ofi_chan_name(int chan)
 {
     static const char *const names[] = {
         "send/recv",           "collective slice 0",  "collective slice 1",
@@ -43,7 +42,7 @@ static struct op *op_get(struct ofi *t)
     return op;
 }
 
-static void op_put(struct ofi *t, struct op *op)
+void tutti__ofi_op_put(struct ofi *t, struct op *op)
 {
     op->req = NULL;
     op->next = t->freeops;
@@ -59,7 +58,7 @@ static void inflight_add(struct ofi *t, struct op *op)
     t->inflight = op;
 }
 
-static void inflight_del(struct ofi *t, struct op *op)
+void tutti__ofi_inflight_del(struct ofi *t, struct op *op)
 {
     if (op->prev)
         op->prev->next = op->next;
@@ -84,7 +83,7 @@ static void pend_add(struct ofi *t, tutti__req_t *req)
     t->pend_tail = req;
 }
 
-static void pend_del(struct ofi *t, tutti__req_t *req)
+void tutti__ofi_pend_del(struct ofi *t, tutti__req_t *req)
 {
     if (!st_of(req)->pending)
         return;
@@ -116,26 +115,44 @@ static uint64_t make_tag(const struct ofi *t, int chan, int src, uint32_t utag, 
 
 /* finish sets the request's final status and hands it back to its owner; the request must not
  * be touched after this. */
-static void finish(struct ofi *t, tutti__req_t *req, tutti_status_t status)
+void tutti__ofi_finish(struct ofi *t, tutti__req_t *req, tutti_status_t status)
 {
-    pend_del(t, req);
+    tutti__ofi_pend_del(t, req);
     req->status = status;
     __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
 }
 
-/* fail ends req with status: pieces still in flight are orphaned (their completions are
- * dropped) and cancelled, pieces not yet posted are never posted. */
+/* fail ends req with status. Pieces not yet posted never will be; pieces libfabric holds are
+ * cancelled, and req is finished only once all of them have come back (complete_ok and
+ * complete_err count them), since until then libfabric may still write its buffer. */
 static void fail(struct ofi *t, tutti__req_t *req, tutti_status_t status)
 {
-    if (st_of(req)->inflight > 0) {
-        for (struct op *op = t->inflight; op; op = op->next) {
-            if (op->req != req)
-                continue;
-            op->req = NULL;
-            fi_cancel(&t->ep->fid, &op->ctx);
-        }
+    struct reqst *st = st_of(req);
+    tutti__ofi_pend_del(t, req);
+    if (st->inflight == 0) {
+        tutti__ofi_finish(t, req, status);
+        return;
     }
-    finish(t, req, status);
+    if (st->failed != 0)
+        return; /* failing already; its pieces are cancelled */
+    st->failed = status;
+    for (struct op *op = t->inflight; op; op = op->next)
+        if (op->req == req)
+            fi_cancel(&t->ep->fid, &op->ctx);
+}
+
+/* piece_back counts one of req's pieces come back while req fails or is being cancelled, and
+ * finishes a failing request whose last piece this was. True when req was in such a state. */
+static bool piece_back(struct ofi *t, tutti__req_t *req, bool moved, bool bad)
+{
+    struct reqst *st = st_of(req);
+    if (!st->cancelling && st->failed == 0)
+        return false;
+    st->ndone += moved;
+    st->bad |= bad;
+    if (!st->cancelling && st->inflight == 0)
+        tutti__ofi_finish(t, req, st->failed);
+    return true;
 }
 
 static bool full(const struct ofi *t, int kind)
@@ -171,7 +188,7 @@ static int post_pieces(struct ofi *t, tutti__req_t *req)
             ret = fi_trecv(t->ep, buf, n, NULL, FI_ADDR_UNSPEC, tag, ignore, &op->ctx);
         }
         if (ret != 0) {
-            op_put(t, op);
+            tutti__ofi_op_put(t, op);
             /* shm says -FI_ENOMEM when its pool of receive entries, which unexpected messages
              * share, runs dry: like -FI_EAGAIN, it clears as completions are read. */
             return ret == -FI_ENOMEM ? -FI_EAGAIN : (int)ret;
@@ -190,7 +207,7 @@ static void post_failed(struct ofi *t, tutti__req_t *req, int ret)
                      "ofi (%s): posting a %zu-byte %s %s rank %d failed: %s; the provider may be "
                      "out of resources or the endpoint broken",
                      t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                     chan_name(req->chan), req->peer, fi_strerror(-ret));
+                     tutti__ofi_chan_name(req->chan), req->peer, fi_strerror(-ret));
 }
 
 /* retry_pending posts what it can of every pending request, oldest first. */
@@ -206,7 +223,7 @@ static void retry_pending(struct ofi *t)
         }
         int ret = post_pieces(t, req);
         if (ret == 0 && st_of(req)->posted == st_of(req)->nchunks) {
-            pend_del(t, req);
+            tutti__ofi_pend_del(t, req);
         } else if (ret != 0 && ret != -FI_EAGAIN) {
             post_failed(t, req, ret);
             fail(t, req, TUTTI_ERR_TRANSPORT);
@@ -239,13 +256,16 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
 {
     tutti__req_t *req = op->req;
     size_t want = op->len;
-    inflight_del(t, op);
+    tutti__ofi_inflight_del(t, op);
     t->busy[op->kind]--;
-    op_put(t, op);
-    if (req == NULL) /* a piece of a request that failed earlier */
+    tutti__ofi_op_put(t, op);
+    if (req == NULL)
         return;
     struct reqst *st = st_of(req);
     st->inflight--;
+    bool short_recv = req->kind == TUTTI__REQ_RECV && e->len != want;
+    if (piece_back(t, req, !short_recv, short_recv))
+        return;
     st->ndone++;
     if (req->kind == TUTTI__REQ_RECV) {
         uint32_t got_tag = (uint32_t)(e->tag >> t->cbits) & UTAG_MASK;
@@ -254,7 +274,7 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
                              "ofi (%s): a receive of %zu bytes from rank %d (%s channel) got a "
                              "message of %zu bytes: the sizes differ, sender and receiver must "
                              "post the same length (a bug in the caller)",
-                             t->prov, want, req->peer, chan_name(req->chan), e->len);
+                             t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), e->len);
             fail(t, req, TUTTI_ERR_INTERNAL);
             return;
         }
@@ -263,15 +283,15 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
                              "ofi (%s): a receive from rank %d (%s channel) expected tag %u but "
                              "the matching message has tag %u (low %d bits compared): sender "
                              "and receiver disagree on the order or tags of their messages",
-                             t->prov, req->peer, chan_name(req->chan), req->tag & UTAG_MASK,
-                             got_tag, UTAG_BITS);
+                             t->prov, req->peer, tutti__ofi_chan_name(req->chan),
+                             req->tag & UTAG_MASK, got_tag, UTAG_BITS);
             fail(t, req, TUTTI_ERR_INTERNAL);
             return;
         }
     }
     req->off += want;
     if (st->ndone == st->nchunks)
-        finish(t, req, TUTTI_OK);
+        tutti__ofi_finish(t, req, TUTTI_OK);
 }
 
 static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
@@ -290,12 +310,15 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
     }
     tutti__req_t *req = op->req;
     size_t want = op->len;
-    inflight_del(t, op);
+    tutti__ofi_inflight_del(t, op);
     t->busy[op->kind]--;
-    op_put(t, op);
-    if (req == NULL) /* orphaned or cancelled piece of a request that already failed */
+    tutti__ofi_op_put(t, op);
+    if (req == NULL)
         return;
     st_of(req)->inflight--;
+    int err0 = e->err < 0 ? -e->err : e->err;
+    if (piece_back(t, req, false, err0 != FI_ECANCELED))
+        return;
     tutti_status_t status;
     const char *dir = req->kind == TUTTI__REQ_SEND ? "send to" : "receive from";
     int err = e->err < 0 ? -e->err : e->err; /* shm reports some errors negated */
@@ -308,19 +331,20 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
                                   "ofi (%s): a receive of %zu bytes from rank %d (%s channel) was "
                                   "truncated: the sender sent %s; the sizes differ, sender and "
                                   "receiver must post the same length (a bug in the caller)",
-                                  t->prov, want, req->peer, chan_name(req->chan), sent);
+                                  t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), sent);
     } else if (err == FI_ECANCELED) {
-        /* Only orphans are cancelled by us, and their completions never get here; rxm cancels
-         * receives itself when the connection to their peer breaks, i.e. the peer died. */
+        /* Pieces we cancel come back through piece_back; rxm cancels receives itself when
+         * the connection to their peer breaks, i.e. the peer died. */
         status = tutti__fmt_error(t->base.err, TUTTI_ERR_PEER_FAILED,
                                   "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled by "
                                   "the provider; the connection to that rank probably broke",
-                                  t->prov, req->len, dir, req->peer, chan_name(req->chan));
+                                  t->prov, req->len, dir, req->peer,
+                                  tutti__ofi_chan_name(req->chan));
     } else {
         status = classify(err);
         tutti__fmt_error(t->base.err, status,
                          "ofi (%s): a %zu-byte %s rank %d (%s channel) failed: %s (provider: %s)%s",
-                         t->prov, req->len, dir, req->peer, chan_name(req->chan),
+                         t->prov, req->len, dir, req->peer, tutti__ofi_chan_name(req->chan),
                          fi_strerror(err), ptxt,
                          status == TUTTI_ERR_PEER_FAILED
                              ? "; the peer probably died or its host is unreachable"
@@ -330,7 +354,7 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
 }
 
 /* drain reads the completion queue until it is empty. */
-static tutti_status_t drain(struct ofi *t)
+tutti_status_t tutti__ofi_drain(struct ofi *t)
 {
     struct fi_cq_tagged_entry ent[CQ_BATCH];
     for (;;) {
@@ -363,7 +387,7 @@ static tutti_status_t drain(struct ofi *t)
 
 static tutti_status_t progress_locked(struct ofi *t)
 {
-    tutti_status_t st = drain(t);
+    tutti_status_t st = tutti__ofi_drain(t);
     if (t->pend_head)
         retry_pending(t);
     return st;
@@ -396,8 +420,22 @@ static tutti_status_t ofi_post(tutti__transport_t *tp, tutti__req_t *req)
                                 t->prov, req->len, nchunks, t->chunk);
 
     pthread_mutex_lock(&t->lock);
-    uint32_t *ctr = &t->ctr[((size_t)req->peer * (size_t)t->nchan + (size_t)req->chan) * 2 +
-                            (size_t)req->kind];
+    size_t sidx = ((size_t)req->peer * (size_t)t->nchan + (size_t)req->chan) * 2 +
+                  (size_t)req->kind;
+    if (t->broken || t->broken_stream[sidx]) {
+        tutti_status_t rc = tutti__fmt_error(
+            tp->err, TUTTI_ERR_TRANSPORT,
+            "ofi (%s): cannot post a %s rank %d (%s channel): %s", t->prov,
+            req->kind == TUTTI__REQ_SEND ? "send to" : "receive from", req->peer,
+            tutti__ofi_chan_name(req->chan),
+            t->broken ? "the endpoint was closed after a cancel that libfabric could not finish; "
+                        "destroy the communicator"
+                      : "a cancelled request left that stream out of step; destroy the "
+                        "communicator");
+        pthread_mutex_unlock(&t->lock);
+        return rc;
+    }
+    uint32_t *ctr = &t->ctr[sidx];
     struct reqst *st = st_of(req);
     memset(st, 0, sizeof *st);
     st->base = *ctr;
@@ -442,7 +480,7 @@ static tutti_status_t ofi_progress(tutti__transport_t *tp)
     struct ofi *t = (struct ofi *)tp;
     if (pthread_mutex_trylock(&t->lock) != 0)
         return TUTTI_OK;
-    tutti_status_t st = progress_locked(t);
+    tutti_status_t st = t->broken ? TUTTI_ERR_TRANSPORT : progress_locked(t);
     pthread_mutex_unlock(&t->lock);
     return st;
 }
@@ -468,6 +506,7 @@ void tutti__ofi_close(struct ofi *t)
     }
     free(t->addrs);
     free(t->ctr);
+    free(t->broken_stream);
     pthread_mutex_destroy(&t->lock);
     free(t);
 }
@@ -478,7 +517,7 @@ static void ofi_destroy(tutti__transport_t *tp)
     if (t == NULL)
         return;
     pthread_mutex_lock(&t->lock);
-    for (struct op *op = t->inflight; op; op = op->next)
+    for (struct op *op = t->inflight; op && t->ep; op = op->next)
         fi_cancel(&t->ep->fid, &op->ctx);
     pthread_mutex_unlock(&t->lock);
     tutti__ofi_close(t);
@@ -488,5 +527,7 @@ const tutti__transport_ops_t tutti__ofi_ops = {
     .name = "ofi",
     .post = ofi_post,
     .progress = ofi_progress,
+    .cancel = tutti__ofi_cancel,
+    .cancel_chan = tutti__ofi_cancel_chan,
     .destroy = ofi_destroy,
 };

@@ -58,14 +58,53 @@ static const char *prov_of(const struct fi_info *fi)
     return fi->fabric_attr && fi->fabric_attr->prov_name ? fi->fabric_attr->prov_name : "?";
 }
 
+/* addr_text writes fi's source IP address (without port) for messages; "-" if it has none. */
+static void addr_text(const struct fi_info *fi, char *buf, size_t cap)
+{
+    int c = addr_class(fi);
+    if (c == ADDR_OTHER)
+        return;
+    sa_family_t fam;
+    memcpy(&fam, (const char *)fi->src_addr + offsetof(struct sockaddr, sa_family), sizeof fam);
+    if (fam == AF_INET) {
+        struct sockaddr_in in;
+        memcpy(&in, fi->src_addr, sizeof in);
+        inet_ntop(AF_INET, &in.sin_addr, buf, (socklen_t)cap);
+    } else {
+        struct sockaddr_in6 in6;
+        memcpy(&in6, fi->src_addr, sizeof in6);
+        inet_ntop(AF_INET6, &in6.sin6_addr, buf, (socklen_t)cap);
+    }
+}
+
+/* ipv4_is tells whether fi's source address is the IPv4 address ip (dotted). */
+static bool ipv4_is(const struct fi_info *fi, const char *ip)
+{
+    struct in_addr want;
+    if (ip == NULL || inet_pton(AF_INET, ip, &want) != 1 || addr_class(fi) == ADDR_OTHER)
+        return false;
+    sa_family_t fam;
+    memcpy(&fam, (const char *)fi->src_addr + offsetof(struct sockaddr, sa_family), sizeof fam);
+    if (fam != AF_INET || fi->src_addrlen < sizeof(struct sockaddr_in))
+        return false;
+    struct sockaddr_in in;
+    memcpy(&in, fi->src_addr, sizeof in);
+    return in.sin_addr.s_addr == want.s_addr;
+}
+
 /*
  * choose picks one of libfabric's infos. One node: the IPv4 loopback interface (the tcp provider
  * lists one info per interface, and only loopback is sure to work inside one host). Several
- * nodes: libfabric lists the best provider first; within that provider, an IPv4 interface that
- * leaves the host, then any address that does (IPv6, or a non-IP fabric such as efa). The
- * shared-memory providers cannot span nodes, so they are skipped unless FI_PROVIDER asked.
+ * nodes: libfabric lists the best provider first; within that provider, the interface whose
+ * address is ifaddr (the one this rank reached the others' rendezvous through, or the one
+ * TUTTI_SOCKET_IFNAME names), else an IPv4 interface that leaves the host, then any address
+ * that does (IPv6, or a non-IP fabric such as efa). Without the first rule a host with two
+ * interfaces, only one of which reaches the other hosts, could pick the wrong one and wait
+ * for peers that never answer. The shared-memory providers cannot span nodes, so they are
+ * skipped unless FI_PROVIDER asked.
  */
-static struct fi_info *choose(struct fi_info *list, bool single_node, bool prov_forced)
+static struct fi_info *choose(struct fi_info *list, bool single_node, bool prov_forced,
+                              const char *ifaddr)
 {
     struct fi_info *first = NULL;
     for (struct fi_info *fi = list; fi; fi = fi->next) {
@@ -80,6 +119,9 @@ static struct fi_info *choose(struct fi_info *list, bool single_node, bool prov_
         return first;
     const char *prov = prov_of(first);
     struct fi_info *fallback = NULL;
+    for (struct fi_info *fi = first; fi && ifaddr; fi = fi->next)
+        if (strcmp(prov_of(fi), prov) == 0 && ipv4_is(fi, ifaddr))
+            return fi;
     for (struct fi_info *fi = first; fi; fi = fi->next) {
         if (strcmp(prov_of(fi), prov) != 0)
             continue;
@@ -119,7 +161,7 @@ _Static_assert(sizeof(struct rec) == REC_SIZE, "record size");
 
 tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap_t *bs,
                                  const int *peers, int npeers, bool single_node,
-                                 tutti__transport_t **out)
+                                 const char *ifaddr, tutti__transport_t **out)
 {
     tutti_status_t st = TUTTI_OK;
     struct fi_info *hints = NULL, *list = NULL;
@@ -147,8 +189,9 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
     t->nchan = nchan;
     t->addrs = malloc((size_t)t->size * sizeof *t->addrs);
     t->ctr = calloc((size_t)t->size * (size_t)t->nchan * 2, sizeof *t->ctr);
+    t->broken_stream = calloc((size_t)t->size * (size_t)t->nchan * 2, 1);
     all = calloc((size_t)t->size, sizeof *all);
-    if (t->addrs == NULL || t->ctr == NULL || all == NULL) {
+    if (t->addrs == NULL || t->ctr == NULL || t->broken_stream == NULL || all == NULL) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "ofi: out of memory for %d ranks", t->size);
         goto fail;
     }
@@ -177,7 +220,7 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
                               forced ? forced : "unset", fi_strerror(-ret));
         goto fail;
     }
-    struct fi_info *fi = choose(list, single_node, forced != NULL);
+    struct fi_info *fi = choose(list, single_node, forced != NULL, ifaddr);
     if (fi == NULL) {
         st = tutti__set_error(TUTTI_ERR_TRANSPORT,
                               "ofi: libfabric offers only shared-memory providers, which cannot "
@@ -194,7 +237,10 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
 
     uint64_t fmt = t->info->ep_attr->mem_tag_format;
     unsigned tagbits = fmt ? 64u - (unsigned)__builtin_clzll(fmt) : 64u;
-    size_t chunk = TUTTI__OFI_MAX_CHUNK;
+    long piece = (long)TUTTI__OFI_MAX_CHUNK;
+    if ((st = tutti__env_long("TUTTI_OFI_CHUNK", 4096, (long)TUTTI__OFI_MAX_CHUNK, &piece)) < 0)
+        goto fail;
+    size_t chunk = (size_t)piece;
     if (t->info->ep_attr->max_msg_size > 0 && t->info->ep_attr->max_msg_size < chunk)
         chunk = t->info->ep_attr->max_msg_size;
     /* Receives get half the receive queue: providers such as shm hold unexpected messages in
@@ -202,10 +248,15 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
      * one of them behind an unexpected one. */
     t->cap[TUTTI__REQ_SEND] = t->info->tx_attr ? t->info->tx_attr->size : 0;
     t->cap[TUTTI__REQ_RECV] = t->info->rx_attr ? (t->info->rx_attr->size + 1) / 2 : 0;
+    char where[INET6_ADDRSTRLEN] = "-";
+    addr_text(t->info, where, sizeof where);
+    /* For the IP providers the domain is the interface (tcp: "eth0"). */
     TUTTI__LOG(TUTTI__LOG_INFO,
-               "ofi: provider %s, fabric %s, domain %s, %u tag bits, pieces of at most %zu bytes",
-               t->prov, t->info->fabric_attr->name ? t->info->fabric_attr->name : "?",
-               t->info->domain_attr->name ? t->info->domain_attr->name : "?", tagbits, chunk);
+               "ofi: provider %s (FI_PROVIDER %s), interface/domain %s, address %s, fabric %s, "
+               "%u tag bits, pieces of at most %zu bytes",
+               t->prov, forced ? forced : "unset",
+               t->info->domain_attr->name ? t->info->domain_attr->name : "?", where,
+               t->info->fabric_attr->name ? t->info->fabric_attr->name : "?", tagbits, chunk);
 
     FI_CHECK(fi_fabric(t->info->fabric_attr, &t->fabric, NULL), "fi_fabric");
     FI_CHECK(fi_domain(t->fabric, t->info, &t->domain, NULL), "fi_domain");

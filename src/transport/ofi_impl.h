@@ -1,5 +1,5 @@
 /* ofi_impl.h: the libfabric transport's private types and tag layout, shared by its data path
- * (ofi.c) and its creation (ofi_create.c). */
+ * (ofi.c), its cancel (ofi_cancel.c) and its creation (ofi_create.c). */
 #ifndef TUTTI_TRANSPORT_OFI_IMPL_H
 #define TUTTI_TRANSPORT_OFI_IMPL_H
 
@@ -34,9 +34,9 @@
 #define UTAG_MASK ((1u << UTAG_BITS) - 1u)
 #define MIN_CTR_BITS 16
 
-/* Largest piece one tagged message carries. Providers advertise max_msg_size, but some that
- * claim 2^64 mishandle lengths past 2^31; 1 GiB pieces already amortize per-message costs.
- * Tests define TUTTI__OFI_MAX_CHUNK small to exercise the splitting. */
+/* Largest piece one tagged message carries (TUTTI_OFI_CHUNK may ask for less). Providers
+ * advertise max_msg_size, but some that claim 2^64 mishandle lengths past 2^31; 1 GiB pieces
+ * already amortize per-message costs. */
 #ifndef TUTTI__OFI_MAX_CHUNK
 #define TUTTI__OFI_MAX_CHUNK ((size_t)1 << 30)
 #endif
@@ -45,6 +45,7 @@
 #define CQ_BATCH 16  /* completions read per fi_cq_read */
 #define EAGAIN_TRIES 4 /* progress-and-retry rounds in post() before leaving a request pending */
 #define SLAB_OPS 64
+#define CANCEL_WAIT_S 1.0 /* how long a cancel waits for libfabric to give its pieces back */
 #define REC_SIZE 512 /* bytes per rank in the endpoint-name exchange */
 #define REC_MAGIC 0x6f666931u /* "ofi1" */
 
@@ -63,14 +64,19 @@ struct slab {
     struct op ops[SLAB_OPS];
 };
 
-/* A request's state, kept in its priv bytes. */
+/* A request's state, kept in its priv bytes. A request that fails, or is being cancelled,
+ * stays not done until every piece libfabric holds has come back (completed or cancelled), so
+ * that no buffer is written after done is set. */
 struct reqst {
     uint32_t base;     /* counter of the first piece */
     uint32_t nchunks;  /* pieces in all (1 unless the message is split) */
     uint32_t posted;   /* pieces handed to libfabric */
-    uint32_t ndone;    /* pieces completed */
-    uint32_t inflight; /* posted - completed */
+    uint32_t ndone;    /* pieces completed with their data */
+    uint32_t inflight; /* posted - come back */
     uint32_t pending;  /* on the pending list (pieces left to post) */
+    int32_t failed;    /* the status it fails with once its pieces are back; 0: none */
+    uint8_t cancelling; /* ofi_cancel waits for its pieces */
+    uint8_t bad;       /* a piece came back with an error other than "cancelled" */
 };
 _Static_assert(sizeof(struct reqst) <= sizeof(((tutti__req_t *)0)->priv), "priv too small");
 
@@ -87,6 +93,8 @@ struct ofi {
     fi_addr_t *addrs;  /* by global rank; FI_ADDR_NOTAVAIL for ranks not in peers[] */
     int nchan;         /* channels, fixed at creation */
     uint32_t *ctr;     /* [rank][chan][kind]: next counter value of each stream */
+    uint8_t *broken_stream; /* [rank][chan][kind]: a cancel left the stream out of step */
+    bool broken;       /* the endpoint was closed to keep a cancel's promise: nothing works */
     unsigned cbits;    /* counter bits in the tag */
     uint32_t cmask;
     size_t chunk;      /* largest piece, the same on every rank */
@@ -98,8 +106,27 @@ struct ofi {
     char prov[64];
 };
 
+static inline struct reqst *st_of(tutti__req_t *req) { return (struct reqst *)(void *)req->priv; }
+
 /* The ofi transport's operations (ofi.c). */
 extern const tutti__transport_ops_t tutti__ofi_ops;
+
+/* The data path's pieces that cancel uses (ofi.c), all with t->lock held: tutti__ofi_finish
+ * sets req's final status and hands it back (it must not be touched after); tutti__ofi_drain
+ * reads the completion queue until it is empty; tutti__ofi_pend_del takes req off the pending
+ * list; tutti__ofi_inflight_del and tutti__ofi_op_put take an op off the in-flight list and
+ * return it to the pool; tutti__ofi_chan_name names a channel for messages. */
+void tutti__ofi_finish(struct ofi *t, tutti__req_t *req, tutti_status_t status);
+tutti_status_t tutti__ofi_drain(struct ofi *t);
+void tutti__ofi_pend_del(struct ofi *t, tutti__req_t *req);
+void tutti__ofi_inflight_del(struct ofi *t, struct op *op);
+void tutti__ofi_op_put(struct ofi *t, struct op *op);
+const char *tutti__ofi_chan_name(int chan);
+
+/* tutti__ofi_cancel and tutti__ofi_cancel_chan are the vtable's cancel and cancel_chan
+ * (ofi_cancel.c; see transport.h). */
+tutti_status_t tutti__ofi_cancel(tutti__transport_t *tp, tutti__req_t *req);
+tutti_status_t tutti__ofi_cancel_chan(tutti__transport_t *tp, int chan);
 
 /* tutti__ofi_close closes whatever of t is open, endpoint first, and frees t. Closing the
  * endpoint discards its outstanding operations, so nothing waits for peers (dead or alive). */

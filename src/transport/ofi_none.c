@@ -4,9 +4,10 @@
 
 tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap_t *bs,
                                  const int *peers, int npeers, bool single_node,
-                                 tutti__transport_t **out)
+                                 const char *ifaddr, tutti__transport_t **out)
 {
     (void)rank, (void)size, (void)nchan, (void)bs, (void)peers, (void)npeers, (void)single_node;
+    (void)ifaddr;
     *out = NULL;
     return tutti__set_error(TUTTI_ERR_NOT_SUPPORTED,
                             "this tutti was built without libfabric, so it cannot reach ranks on "

@@ -251,6 +251,14 @@ static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
     chan_t *ch = &ln->peer[l];
     last_chan = r->chan;
     pthread_mutex_lock(&ln->lock);
+    if (r->kind == TUTTI__REQ_SEND && ch->tx_broken) {
+        pthread_mutex_unlock(&ln->lock);
+        return tutti__fmt_error(tp->err, TUTTI_ERR_TRANSPORT,
+                                "shm: cannot send to rank %d on channel %d: an earlier send there "
+                                "was cancelled half written, so the receiver would take what "
+                                "follows for the rest of it; destroy the communicator",
+                                r->peer, r->chan);
+    }
     if (r->kind == TUTTI__REQ_SEND) {
         if (ch->sq == NULL)
             ch->sq = r;
@@ -270,6 +278,109 @@ static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
     return TUTTI_OK;
 }
 
+/* unlink removes r from the queue that starts at *head (ending at *last); false if absent. */
+static bool unlink_req(tutti__req_t **head, tutti__req_t **last, tutti__req_t *r)
+{
+    tutti__req_t *prev = NULL;
+    for (tutti__req_t *q = *head; q != NULL; prev = q, q = q->next) {
+        if (q != r)
+            continue;
+        if (prev != NULL)
+            prev->next = q->next;
+        else
+            *head = q->next;
+        if (*last == q)
+            *last = prev;
+        return true;
+    }
+    return false;
+}
+
+/*
+ * cancel_locked withdraws r from ch (lane c's lock held). A request nothing of which has moved
+ * is only unlinked: the next request of its queue meets the message it would have met. A
+ * receive part of whose message has arrived leaves the rest to the discard path, so the
+ * stream stays in step. A send part of whose message is in the ring cannot be taken back (the
+ * receiver already counts on the rest): the channel's sending side is broken from then on,
+ * and the sends queued behind it fail too.
+ */
+static tutti_status_t cancel_locked(shm_tp_t *t, int c, chan_t *ch, tutti__req_t *r)
+{
+    if (__atomic_load_n(&r->done, __ATOMIC_ACQUIRE))
+        return TUTTI_OK; /* completed first (under this lock), its status stands */
+    bool send = r->kind == TUTTI__REQ_SEND;
+    if (!(send ? unlink_req(&ch->sq, &ch->sq_last, r) : unlink_req(&ch->rq, &ch->rq_last, r)))
+        return tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
+                                "shm: cancel of a %s with rank %d on channel %d that is neither "
+                                "queued nor done",
+                                send ? "send" : "receive", ch->rank, c);
+    ch->pending--;
+    tutti_status_t rc = TUTTI_OK;
+    if (!send && r->off > 0) {
+        /* Only the oldest receive is ever part-filled, and never while discarding. */
+        ch->discard = r->len - r->off;
+        ch->discarding = true;
+        ch->pending++;
+    } else if (send && r->off > 0) {
+        ch->tx_broken = true;
+        rc = tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
+                              "shm: a send of %zu bytes to rank %d on channel %d was cancelled "
+                              "after %zu bytes had gone out; that stream is broken",
+                              r->len, ch->rank, c, r->off);
+        while (ch->sq != NULL) {
+            tutti__req_t *q = ch->sq;
+            ch->sq = q->next;
+            ch->pending--;
+            complete(q, TUTTI_ERR_TRANSPORT);
+        }
+        ch->sq_last = NULL;
+    }
+    if (ch->pending == 0 && ch->active_at >= 0)
+        deactivate(t, c, ch->active_at);
+    complete(r, TUTTI_ERR_ABORTED);
+    return rc;
+}
+
+static tutti_status_t shm_cancel(tutti__transport_t *tp, tutti__req_t *r)
+{
+    shm_tp_t *t = (shm_tp_t *)tp;
+    int l = local_index(t, r->peer);
+    if (l < 0 || l == t->my_local || r->chan < 0 || r->chan >= t->nchan)
+        return tutti__fmt_error(tp->err, TUTTI_ERR_INTERNAL,
+                                "shm: cancel of a request to rank %d on channel %d, which this "
+                                "transport never took",
+                                r->peer, r->chan);
+    lane_t *ln = &t->lanes[r->chan];
+    pthread_mutex_lock(&ln->lock);
+    tutti_status_t rc = cancel_locked(t, r->chan, &ln->peer[l], r);
+    pthread_mutex_unlock(&ln->lock);
+    return rc;
+}
+
+static tutti_status_t shm_cancel_chan(tutti__transport_t *tp, int c)
+{
+    shm_tp_t *t = (shm_tp_t *)tp;
+    if (c < 0 || c >= t->nchan)
+        return TUTTI_OK;
+    lane_t *ln = &t->lanes[c];
+    tutti_status_t rc = TUTTI_OK;
+    pthread_mutex_lock(&ln->lock);
+    for (int j = 0; j < t->nlocal; j++) {
+        chan_t *ch = &ln->peer[j];
+        /* Receives first, newest last: each is unlinked from the head of its queue. */
+        while (ch->rq != NULL) {
+            tutti_status_t st = cancel_locked(t, c, ch, ch->rq);
+            rc = rc < 0 ? rc : st;
+        }
+        while (ch->sq != NULL) {
+            tutti_status_t st = cancel_locked(t, c, ch, ch->sq);
+            rc = rc < 0 ? rc : st;
+        }
+    }
+    pthread_mutex_unlock(&ln->lock);
+    return rc;
+}
+
 static void shm_destroy(tutti__transport_t *tp)
 {
     shm_tp_t *t = (shm_tp_t *)tp;
@@ -286,6 +397,7 @@ static void shm_destroy(tutti__transport_t *tp)
     for (int s = 0; t->wins != NULL && s < t->nwin; s++)
         free(t->wins[s]);
     free(t->wins);
+    free(t->pids);
     free(t->ranks);
     free(t);
 }
@@ -294,5 +406,7 @@ const tutti__transport_ops_t tutti__shm_ops = {
     .name = "shm",
     .post = shm_post,
     .progress = shm_progress,
+    .cancel = shm_cancel,
+    .cancel_chan = shm_cancel_chan,
     .destroy = shm_destroy,
 };

@@ -15,7 +15,7 @@
  *
  *   0            seg_hdr_t (parameters, checked by every rank that maps the segment)
  *   flags_off    nwin * nlocal barrier flags, one 64-byte line each (window s, rank r at
- *                s * nlocal + r)
+ *                s * nlocal + r): the epoch at byte 0, 3 words of notes at FLAG_NOTES
  *   regions_off  nwin * nlocal window regions, region_stride apart, same order (page aligned:
  *                first touch by the owner places each on the owner's NUMA node)
  *   rings_off    channel 0 (send/recv): one ring per ordered pair (i -> j, i != j), then each
@@ -40,6 +40,13 @@
 #define MAX_LOCAL 4096
 #define SEG_SOCK_LEN 40  /* "tutti-" + 32 hex + NUL: the abstract socket's name */
 #define SEG_TOKEN_LEN 16
+#define FLAG_NOTES 8u /* byte offset of a window's notes in a flag line (tutti__window_t) */
+/* Window 0's flag lines also carry, for the single-copy probe at creation: the owner's pid, the
+ * address of a value in its memory that the others try to read, and what its own tries gave. */
+#define FLAG_PID 20u
+#define FLAG_PROBE 24u
+#define FLAG_PROBED 32u
+enum { PROBE_OK = 1, PROBE_FAILED = 2 };
 
 _Static_assert(TUTTI__CHAN_MAX <= 32, "the busy mask has one bit per channel");
 
@@ -106,6 +113,7 @@ typedef struct chan {
     uint64_t rx_tail, rx_head; /* chunks I consumed; producer's count as last seen */
     uint64_t discard;          /* bytes of a rejected message still to drop */
     bool discarding;
+    bool tx_broken;            /* a send was withdrawn half written: no more sends here */
     int pending;               /* queued requests, plus one while discarding */
     int active_at;             /* index in the lane's active list, -1 when idle */
     int rank;                  /* the peer's global rank, for messages */
@@ -139,6 +147,9 @@ typedef struct shm_tp {
     uint64_t slot_size, slot_stride;
     int nwin;
     tutti__window_t **wins; /* [nwin] */
+    uint64_t probe;         /* the value other local ranks read to probe single copy */
+    int32_t *pids;          /* [nlocal]: each local rank's process (the windows point here) */
+    bool cma;               /* the probe worked for every pair of local ranks */
 } shm_tp_t;
 
 /* ---- handing the segment out (shm_pass.c) ---- */

@@ -277,7 +277,7 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
     if (t->wins == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for the windows");
     t->nwin = (int)L->nwin;
-    size_t bytes = sizeof(tutti__window_t) + (size_t)n * (sizeof(char *) + sizeof(void *));
+    size_t bytes = sizeof(tutti__window_t) + (size_t)n * (sizeof(char *) + 2 * sizeof(void *));
     for (uint32_t s = 0; s < L->nwin; s++) {
         tutti__window_t *w = calloc(1, bytes);
         if (w == NULL)
@@ -287,13 +287,69 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
         w->region_size = L->region_size;
         w->regions = (char **)(w + 1);
         w->flags = (volatile uint64_t **)(w->regions + n);
+        w->notes = (volatile uint32_t **)(w->flags + n);
         for (int r = 0; r < n; r++) {
             uint64_t i = (uint64_t)s * (uint64_t)n + (uint64_t)r;
             w->regions[r] = base + L->regions_off + i * L->region_stride;
             w->flags[r] = (volatile uint64_t *)(base + L->flags_off + i * LINE);
+            w->notes[r] = (volatile uint32_t *)(base + L->flags_off + i * LINE + FLAG_NOTES);
         }
         w->epoch = 0;
+        w->cma = t->cma;
+        w->pids = t->pids;
     }
+    return TUTTI_OK;
+}
+
+static volatile char *flag_line(char *base, const layout_t *L, int local)
+{
+    return base + L->flags_off + (uint64_t)local * LINE; /* window 0's line of local rank */
+}
+
+/* probe_publish writes, before the mapping barrier, what the others need to probe this rank:
+ * its pid and the address of a value only it knows. */
+static void probe_publish(shm_tp_t *t, const layout_t *L)
+{
+    volatile char *line = flag_line(t->base_addr, L, t->my_local);
+    uint64_t addr = (uint64_t)(uintptr_t)&t->probe;
+    t->probe = SEG_MAGIC ^ ((uint64_t)getpid() << 16) ^ addr;
+    __atomic_store_n((int32_t *)(line + FLAG_PID), (int32_t)getpid(), __ATOMIC_RELAXED);
+    __atomic_store_n((uint64_t *)(line + FLAG_PROBE), addr, __ATOMIC_RELAXED);
+}
+
+/*
+ * probe_cma (after the mapping barrier, when every rank has published): this rank reads every
+ * other's value with process_vm_readv and publishes whether all worked; after one more node
+ * barrier, single copy is on only if it worked for every rank, so that every rank makes the
+ * same choice of algorithm. TUTTI_CMA=off publishes a failure without trying.
+ */
+static tutti_status_t probe_cma(shm_tp_t *t, const layout_t *L, tutti__bootstrap_t *bs,
+                                const int *local_ranks, bool off)
+{
+    int n = t->nlocal;
+    t->pids = calloc((size_t)n, sizeof *t->pids);
+    if (t->pids == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory");
+    int32_t ok = off ? PROBE_FAILED : PROBE_OK;
+    for (int r = 0; r < n; r++) {
+        volatile char *line = flag_line(t->base_addr, L, r);
+        t->pids[r] = __atomic_load_n((int32_t *)(line + FLAG_PID), __ATOMIC_RELAXED);
+        uint64_t addr = __atomic_load_n((uint64_t *)(line + FLAG_PROBE), __ATOMIC_RELAXED);
+        if (r != t->my_local && ok == PROBE_OK &&
+            !tutti__cma_probe(t->pids[r], addr, SEG_MAGIC ^ ((uint64_t)t->pids[r] << 16) ^ addr))
+            ok = PROBE_FAILED;
+    }
+    __atomic_store_n((int32_t *)(flag_line(t->base_addr, L, t->my_local) + FLAG_PROBED), ok,
+                     __ATOMIC_RELAXED);
+    char name[64];
+    snprintf(name, sizeof name, "shm-cma/%d", local_ranks[0]);
+    TUTTI__CHECK(tutti__bs_group_barrier(bs, name, local_ranks, n));
+    t->cma = true;
+    for (int r = 0; r < n; r++)
+        t->cma &= __atomic_load_n((int32_t *)(flag_line(t->base_addr, L, r) + FLAG_PROBED),
+                                  __ATOMIC_RELAXED) == PROBE_OK;
+    TUTTI__LOG(TUTTI__LOG_DEBUG, "shm: rank %d: single copy (process_vm_readv) %s", local_ranks[t->my_local],
+               t->cma ? "works between every pair of local ranks" : off ? "off (TUTTI_CMA=off)" : "refused");
     return TUTTI_OK;
 }
 
@@ -425,6 +481,8 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
             memset(t->base_addr + L.regions_off +
                        ((uint64_t)s * (uint64_t)nlocal + (uint64_t)my_local) * L.region_stride,
                    0, L.region_stride);
+        if (L.nwin > 0)
+            probe_publish(t, &L);
         /* No rank touches another's region before its owner has: the barrier keeps that. */
         st = tutti__bs_group_barrier(bs, barrier_name, local_ranks, nlocal);
         if (st != TUTTI_OK) {
@@ -432,6 +490,23 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
                                     "segment",
                                 nlocal);
             goto fail;
+        }
+        if (L.nwin > 0) {
+            const char *cma = tutti__env_get("TUTTI_CMA");
+            if (strcmp(cma, "auto") != 0 && strcmp(cma, "off") != 0) {
+                /* Still meet the others (a failure is published), then refuse. */
+                tutti__saved_error_t saved;
+                st = tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                      "TUTTI_CMA=\"%s\": valid are auto (single copy where the "
+                                      "system allows it) and off",
+                                      cma);
+                tutti__save_error(&saved);
+                probe_cma(t, &L, bs, local_ranks, true);
+                tutti__restore_error(&saved, st);
+                goto fail;
+            }
+            TUTTI__CHECK_GOTO(probe_cma(t, &L, bs, local_ranks, strcmp(cma, "off") == 0), st,
+                              fail);
         }
     }
     TUTTI__CHECK_GOTO(setup(t, &L), st, fail);

@@ -58,6 +58,21 @@ typedef struct tutti__transport_ops {
      * setting done (and status) on the ones that finish. Returns an error only for a failure
      * of the transport itself (then the text is in tp->err). */
     tutti_status_t (*progress)(tutti__transport_t *tp);
+    /* cancel withdraws req. When it returns, the transport never touches req or its buffer
+     * again, and req->done is set: req->status is the request's own outcome if it completed
+     * first (TUTTI_OK: all its bytes moved), else TUTTI_ERR_ABORTED (withdrawn). Returns
+     * TUTTI_OK when the (peer, channel) stream is still in step afterwards: a later request
+     * there meets the message it would have met had req never been posted (a receive's
+     * message, if part of it had arrived, is dropped whole). Returns an error, with the text in
+     * tp->err, when withdrawing req broke that stream (a message left half sent, or one the
+     * transport cannot take back): later posts there fail with that text; the transport may
+     * also have had to break itself altogether to keep the promise (then every later post and
+     * progress fails). Safe from any thread, like post and progress. */
+    tutti_status_t (*cancel)(tutti__transport_t *tp, tutti__req_t *req);
+    /* cancel_chan cancels every request still posted on channel chan, to or from any peer (a
+     * collective slice that failed: everything it posted lives on its stack). Returns TUTTI_OK,
+     * or an error with the text in tp->err if a stream broke (as cancel). */
+    tutti_status_t (*cancel_chan)(tutti__transport_t *tp, int chan);
     /* destroy frees tp; requests still posted are abandoned (their buffers are not touched
      * after destroy returns). */
     void (*destroy)(tutti__transport_t *tp);
@@ -70,17 +85,26 @@ struct tutti__transport {
 
 /*
  * A shared-memory window (shm only): every rank on the node maps one region per local rank,
- * region_size bytes each, plus one flag per local rank for barriers. Only offered when every
- * rank of the communicator is on this node, so local index == rank. There is one window per
- * collective slice (nchan - 1 of them), each with its own regions, flags and epoch, so
- * direct algorithms of different slices never meet in the memory or in a barrier.
+ * region_size bytes each, plus one flag per local rank for barriers, indexed by local index
+ * (the node's ranks in increasing order; when every rank of the communicator is on this node,
+ * local index == rank). There is one window per collective slice (nchan - 1 of them), each
+ * with its own regions, flags and epoch, so algorithms of different slices never meet in the
+ * memory or in a barrier.
  */
 typedef struct tutti__window {
     int nranks;
     size_t region_size;
     char **regions;                /* regions[r]: base of rank r's region, 64-byte aligned */
     volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
+    volatile uint32_t **notes;     /* notes[r]: 3 words in rank r's flag line, 0 until written,
+                                      for algos/colocate.c: [0] the core rank r's thread of this
+                                      slice runs on (it writes it, all read), [1] how many threads
+                                      sleep waiting for rank r (they add and remove themselves),
+                                      [2] the doorbell rank r rings for them (a futex word) */
     uint64_t epoch;                /* this rank's last posted epoch */
+    bool cma;           /* every local rank can read every other's memory with
+                           process_vm_readv (probed at creation, the same on every rank) */
+    const int32_t *pids; /* [nranks]: each rank's process, for tutti__cma_read */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
                            two halves it alternates between (reserved by the process group at creation) */
     uint64_t small_seq; /* small-path operations so far: their parity picks the half */
@@ -97,25 +121,43 @@ typedef struct tutti__window {
  * local rank must pass the same nchan). On success *out is the transport and, if wins != NULL,
  * wins[s] is slice s's window for s in [0, nchan - 1): TUTTI_SHM_WINDOW bytes per rank when
  * there is one slice, else TUTTI_SHM_WINDOW / nslices rounded down to 4 KiB, at least 64 KiB.
- * Pass wins only when every rank of the job is on this node (on every local rank alike). The
- * windows belong to the transport: its destroy frees them.
+ * Pass wins (or NULL) alike on every local rank. The windows belong to the transport: its
+ * destroy frees them.
  */
 tutti_status_t tutti__shm_create(int nchan, tutti__bootstrap_t *bs, const int *local_ranks,
                                  int nlocal, int my_local, tutti__transport_t **out,
                                  tutti__window_t **wins);
 
+/* ---- single copy between local processes (transport/cma.c) ---- */
+
+/*
+ * tutti__cma_read copies len bytes at address remote of rank r's process (a window's rank)
+ * into dst with process_vm_readv (cross-memory attach: one copy, made by the kernel), going on
+ * after partial reads. w->cma must be set. An address the peer cannot back, or a permission
+ * the system withdrew since the probe, is TUTTI_ERR_SYSTEM with the text in err (TUTTI__ERRLEN
+ * bytes); nothing outside dst[0, len) is written.
+ */
+tutti_status_t tutti__cma_read(const tutti__window_t *w, int r, uint64_t remote, void *dst,
+                               size_t len, char *err);
+
+/* tutti__cma_probe tells whether this process can read process pid's memory: it reads the
+ * 8-byte value at address addr there and compares it with want. The shm transport has every
+ * pair of local ranks try once at creation. */
+bool tutti__cma_probe(int32_t pid, uint64_t addr, uint64_t want);
+
 /* ---- the ofi transport (transport/ofi.c) ---- */
 
 /*
  * tutti__ofi_create opens a libfabric RDM endpoint with tagged messages (provider chosen by
- * libfabric or FI_PROVIDER; on a single-node job the loopback interface is preferred),
- * exchanges endpoint names through the bootstrap and inserts peers[0..npeers-1] (global ranks)
- * into its address vector. Every one of the size ranks calls it collectively when any rank
- * needs ofi, with the same nchan. At most 65536 ranks (the tag's rank field).
+ * libfabric or FI_PROVIDER; on a single-node job the loopback interface is preferred, across
+ * nodes the interface whose IPv4 address is ifaddr when the provider lists one: NULL for no
+ * preference), exchanges endpoint names through the bootstrap and inserts peers[0..npeers-1]
+ * (global ranks) into its address vector. Every one of the size ranks calls it collectively
+ * when any rank needs ofi, with the same nchan. At most 65536 ranks (the tag's rank field).
  */
 tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap_t *bs,
                                  const int *peers, int npeers, bool single_node,
-                                 tutti__transport_t **out);
+                                 const char *ifaddr, tutti__transport_t **out);
 
 /* ---- one transport per peer (transport/transport.c) ---- */
 
@@ -124,20 +166,25 @@ typedef struct tutti__links {
     tutti__transport_t *shm;      /* NULL when unused */
     tutti__transport_t *ofi;      /* NULL when unused */
     tutti__transport_t **peer_tp; /* [size]: the transport that reaches each rank; NULL for self */
-    tutti__window_t **wins;       /* [nchan - 1]: shm windows, one per slice; NULL unless every
-                                     rank is on this node and on shm (they belong to shm) */
+    tutti__window_t **node_wins;  /* [nchan - 1]: shm windows over this node's ranks, one per
+                                     slice; NULL when shm does not serve this node (one rank
+                                     here, or mode "ofi"). They belong to shm */
+    tutti__window_t **wins;       /* node_wins when every rank of the job is on this node, so
+                                     a window serves the whole group; else NULL */
 } tutti__links_t;
 
 /*
  * tutti__links_open connects this rank (of size, over nodes, through bs) to every other: shm
  * to the ranks of its node and ofi to the rest, or ofi to every peer for mode "ofi"; mode
- * "shm" refuses a job that spans nodes (TUTTI_ERR_INVALID_ARG). Each choice depends only on
- * allgathered facts, so every rank makes the same collective calls. Collective over the size
- * ranks; on failure l holds what was made, for tutti__links_close.
+ * "shm" refuses a job that spans nodes (TUTTI_ERR_INVALID_ARG). Wherever shm serves a node
+ * it brings the node's windows. ifaddr (NULL: no preference) is the IPv4 address of the
+ * interface ofi should use across nodes. Each choice depends only on allgathered facts, so
+ * every rank makes the same collective calls. Collective over the size ranks; on failure l
+ * holds what was made, for tutti__links_close.
  */
 tutti_status_t tutti__links_open(tutti__links_t *l, int rank, int size, int nchan,
                                  const char *mode, const tutti__nodes_t *nodes,
-                                 tutti__bootstrap_t *bs);
+                                 const char *ifaddr, tutti__bootstrap_t *bs);
 
 /* tutti__links_close destroys the transports (and so the windows) and frees l's arrays. */
 void tutti__links_close(tutti__links_t *l);

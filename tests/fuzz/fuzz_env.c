@@ -67,16 +67,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_ASSERT(x == 77);
         break;
     }
-    case 3: { /* worker affinity lists */
-        int cpus[16];
+    case 3: { /* worker affinity lists, placed on a node of 1 to 4 ranks that may all use the
+               * cores this process may */
+        tutti__cpuset_t sets[4];
+        tutti__cpuset_self(&sets[0]);
+        tutti__nodes_t nodes = {.nnodes = 1, .local_rank = 0, .local_size = 1 + (what >> 6),
+                                .ncpus = 1, .local_cpus = sets, .one_sched_group = true};
+        for (int r = 1; r < nodes.local_size; r++)
+            sets[r] = sets[0];
         setenv("CCL_WORKER_AFFINITY", v, 1);
         int nw = 1 + (what >> 4) % 4;
-        st = tutti__worker_cpus(0, 1 + (what >> 6), nw, cpus);
-        if (st == TUTTI_OK)
+        tutti__threads_t th;
+        st = tutti__threads_plan(&nodes, nw, true, &th);
+        if (st == TUTTI_OK) {
+            bool known = tutti__cpuset_count(&sets[0]) > 0;
+            FUZZ_ASSERT(th.caller == -1 || (known && tutti__cpuset_has(&sets[0], th.caller)));
             for (int i = 0; i < nw; i++)
-                FUZZ_ASSERT(cpus[i] >= -1 && cpus[i] < 1024);
-        else
+                FUZZ_ASSERT(th.workers[i] == -1 ||
+                            (known && tutti__cpuset_has(&sets[0], th.workers[i])));
+        } else {
             FUZZ_ASSERT(named("CCL_WORKER_AFFINITY"));
+        }
         unsetenv("CCL_WORKER_AFFINITY");
         break;
     }

@@ -1,0 +1,61 @@
+/* alltoall_cma.c: one-node alltoall (and alltoallv) by single copy: each rank reads its block
+ * straight out of every other rank's send buffer.
+ *
+ * Each rank writes, in the first words of its window region, the address of its send buffer
+ * (alltoallv: and its send displacements, one word per rank); barrier; rank r reads the block
+ * for it from every other rank's buffer with process_vm_readv (cross-memory attach) into place
+ * in its receive buffer; a last barrier keeps every send buffer alive until all reads are done,
+ * and tells every rank if any rank's reads failed. In place, the input is first copied to
+ * scratch (tutti__alltoall_begin), which is then what the others read.
+ *
+ * Cost: 2 barriers and n-1 system calls per rank; each byte crosses once, copied by the kernel,
+ * against twice (into the window, out of it) for the direct algorithm and a barrier pair per
+ * window's worth. The kernel pins the source 4 KiB page by page, so a single copy moves less
+ * per second than memcpy does; it wins only where the direct algorithm's second copy and extra
+ * barriers cost more than that (select.c holds the measurement). Every rank must pick it alike:
+ * alltoallv only by override, since its size is not the same on every rank.
+ */
+#include "algos.h"
+
+enum { ADDR, FIRST_DISPL }; /* words of a rank's header in its region */
+
+static tutti_status_t run(tutti__coll_t *c)
+{
+    const int n = c->size, rank = c->rank;
+    const size_t es = c->esize;
+    const bool v = c->counts != NULL;
+    tutti__window_t *w;
+    TUTTI__CHECK(tutti__cma_window(c, FIRST_DISPL + (v ? (size_t)n : 0), &w));
+    const char *in = c->sendbuf;
+    char *out = c->recvbuf;
+    TUTTI__CHECK(tutti__alltoall_begin(c, &in)); /* in place: in is now a copy */
+
+    uint64_t *mine = (uint64_t *)(void *)w->regions[rank];
+    mine[ADDR] = (uint64_t)(uintptr_t)in;
+    for (int j = 0; v && j < n; j++)
+        mine[FIRST_DISPL + j] = tutti__sdispl(c, j);
+    TUTTI__CHECK(tutti__win_barrier(c));
+
+    /* The others' words are only addresses and offsets into their own memory: the kernel
+     * checks each read, and the length read is this rank's own count. */
+    tutti_status_t st = TUTTI_OK;
+    for (int k = 1; k < n && st == TUTTI_OK; k++) {
+        int i = (rank + k) % n; /* staggered, so that no rank is read by all at once */
+        const uint64_t *theirs = (const uint64_t *)(const void *)w->regions[i];
+        size_t bytes = tutti__rcount(c, i) * es;
+        if (bytes == 0)
+            continue;
+        uint64_t displ = v ? theirs[FIRST_DISPL + rank] : (uint64_t)rank * c->count;
+        st = tutti__cma_get(c, w, i, theirs[ADDR] + displ * es, out + tutti__rdispl(c, i) * es,
+                            bytes);
+    }
+    return tutti__cma_finish(c, st);
+}
+
+const tutti__algo_t tutti__alltoall_cma = {
+    .name = "cma",
+    .run = run,
+    .needs = TUTTI__NEEDS_WINDOW | TUTTI__NEEDS_CMA,
+    .desc = "single copy: every rank reads its block from each peer's send buffer with "
+            "process_vm_readv, 2 barriers; one node only, where the system allows it",
+};

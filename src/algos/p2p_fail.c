@@ -1,0 +1,293 @@
+/* p2p_fail.c: how point-to-point operations end other than by completing: withdrawing what an
+ * op has posted without leaving a peer's stream out of step (or failing the peer when it would
+ * be), failed, dead and departed peers, deadlines and abort. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "p2p_impl.h"
+
+/* How long a departed peer's data may still arrive before the ops that wait for it fail (as
+ * for collectives). */
+#define LEFT_GRACE_S 1.0
+/* How often the liveness mesh is asked (as for collectives). */
+#define LIVE_PERIOD 0.05
+
+static bool req_done(const tutti__req_t *r) { return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE); }
+
+bool tutti__p2p_cancel(tutti__p2p_t *e, int peer, tutti__req_t *req)
+{
+    tutti__transport_t *tp = e->peers[peer].tp;
+    if (tp->ops->cancel(tp, req) == TUTTI_OK)
+        return true;
+    tutti__p2p_break(e, peer, TUTTI_ERR_TRANSPORT, "%s", tp->err);
+    return false;
+}
+
+static void peer_fail(tutti__p2p_t *e, int peer, tutti_status_t status, bool fail_any,
+                      const char *fmt, va_list ap)
+{
+    tutti__p2p_peer_t *q = &e->peers[peer];
+    if (q->broken)
+        return;
+    q->broken = true;
+    q->broken_status = status;
+    vsnprintf(q->why, sizeof q->why, fmt, ap);
+    e->gen++;
+    if (fail_any) {
+        e->any_fail_gen = e->gen;
+        e->last_broken = peer;
+    }
+    e->sweep = true;
+    if (q->env_posted) {
+        q->tp->ops->cancel(q->tp, &q->env_req); /* nothing more is read from it either way */
+        q->env_posted = false;
+    }
+    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: point-to-point with rank %d ends: %s", e->rank, peer,
+               q->why);
+}
+
+void tutti__p2p_break(tutti__p2p_t *e, int peer, tutti_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    peer_fail(e, peer, status, true, fmt, ap);
+    va_end(ap);
+}
+
+static void peer_left(tutti__p2p_t *e, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void peer_left(tutti__p2p_t *e, int peer, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    peer_fail(e, peer, TUTTI_ERR_PEER_FAILED, false, fmt, ap);
+    va_end(ap);
+}
+
+static void add_withdrawn(tutti__p2p_t *e, int p, uint64_t seq)
+{
+    tutti__p2p_peer_t *q = &e->peers[p];
+    if (q->nwithdrawn == q->capwithdrawn) {
+        int cap = q->capwithdrawn ? 2 * q->capwithdrawn : 4;
+        uint64_t *w = realloc(q->withdrawn, (size_t)cap * sizeof *w);
+        if (w == NULL) {
+            tutti__p2p_break(e, p, TUTTI_ERR_NO_MEMORY,
+                             "out of memory to remember a send to rank %d that was withdrawn", p);
+            return;
+        }
+        q->withdrawn = w;
+        q->capwithdrawn = cap;
+    }
+    q->withdrawn[q->nwithdrawn++] = seq;
+    tutti__p2p_listen(e, p); /* for the CTS that may still come, to answer it */
+}
+
+/*
+ * withdraw takes back everything op has posted and leaves its peer's streams in step, or fails
+ * the peer where they cannot be: a receive that cleared an RTS but will not take its data, a
+ * send whose envelope went out but whose payload did not. A send withdrawn before its
+ * announcement went out never existed for the peer (message numbers may skip); one announced
+ * but not yet cleared is remembered, so that its CTS, if it comes, is answered "withdrawn".
+ */
+static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
+{
+    int p = op->mpeer;
+    bool sent[3] = {false, false, false};
+    for (int i = 0; i < 3; i++) {
+        if (!op->posted[i])
+            continue;
+        if (!req_done(&op->req[i]))
+            tutti__p2p_cancel(e, p, &op->req[i]);
+        sent[i] = op->req[i].status == TUTTI_OK;
+    }
+    bool ok = p >= 0 && !e->peers[p].broken && !e->closing;
+    switch (op->state) {
+    case R_POSTED: tutti__p2p_unpost(e, op); break;
+    case R_ARRIVING: /* its message drains into the entry, which then goes */
+        op->ux->op = NULL;
+        op->ux = NULL;
+        break;
+    case R_CTS:
+        tutti__p2p_unwait(e, op);
+        if (ok)
+            tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,
+                             "a receive here cleared rank %d's message %llu for sending and then "
+                             "ended without its data (%s), so the data that follows has no "
+                             "place: nothing more is exchanged with rank %d",
+                             p, (unsigned long long)op->mseq, op->err, p);
+        break;
+    case S_EAGER:
+        if (ok && sent[0] && op->posted[2] && !sent[2])
+            tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,
+                             "a send to rank %d was withdrawn (%s) after its envelope had gone "
+                             "out but before its data, so rank %d would take what follows for "
+                             "it: nothing more is exchanged with it",
+                             p, op->err, p);
+        break;
+    case S_RTS:
+        tutti__p2p_unwait(e, op);
+        if (ok && sent[0])
+            add_withdrawn(e, p, op->mseq);
+        break;
+    case S_DATA:
+        if (!op->posted[1] || !ok)
+            break;
+        if (!sent[1])
+            tutti__p2p_ctrl_send(e, p, TUTTI__P2P_DATA, TUTTI__P2P_WITHDRAWN, op->mseq);
+        else if (!sent[2])
+            tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,
+                             "a send to rank %d was withdrawn (%s) after its data header had "
+                             "gone out but before its data: nothing more is exchanged with it",
+                             p, op->err);
+        break;
+    default: break;
+    }
+}
+
+void tutti__p2p_fail(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t status,
+                     const char *fmt, ...)
+{
+    char what[160], detail[TUTTI__ERRLEN];
+    tutti__p2p_describe(op, what, sizeof what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    snprintf(op->err, TUTTI__ERRLEN, "rank %d: %s: %s", e->rank, what, detail);
+    withdraw(e, op);
+    tutti__p2p_complete(e, op, status);
+}
+
+bool tutti__p2p_no_sender(const tutti__p2p_t *e)
+{
+    for (int p = 0; p < e->size; p++)
+        if (p != e->rank && !e->peers[p].broken && !tutti__live_left(e->net->live, p))
+            return false;
+    return true;
+}
+
+void tutti__p2p_sweep(tutti__p2p_t *e)
+{
+    while (e->sweep) {
+        e->sweep = false;
+        tutti__p2p_op_t *next;
+        for (tutti__p2p_op_t *op = e->live; op; op = next) {
+            next = op->next; /* failing op takes only op off the list */
+            int p = op->mpeer;
+            if (p >= 0 && e->peers[p].broken) {
+                tutti__p2p_fail(e, op, e->peers[p].broken_status, "%s", e->peers[p].why);
+            } else if (p < 0 && op->state == R_POSTED && op->gen < e->any_fail_gen) {
+                const tutti__p2p_peer_t *q = &e->peers[e->last_broken];
+                tutti__p2p_fail(e, op, q->broken_status,
+                                "rank %d failed while this receive from any rank waited, so "
+                                "the message it waits for may never come: %s",
+                                e->last_broken, q->why);
+            } else if (p < 0 && op->state == R_POSTED && tutti__p2p_no_sender(e)) {
+                tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
+                                "every other rank has failed or left while it waited");
+            }
+        }
+        tutti__p2p_unexp_t *un;
+        for (tutti__p2p_unexp_t *u = e->ux; u; u = un) {
+            un = u->next;
+            tutti__p2p_peer_t *q = &e->peers[u->peer];
+            /* An eager message that has arrived whole is still good; the rest cannot finish. */
+            if (!q->broken || (u->kind == TUTTI__P2P_EAGER && !u->arriving))
+                continue;
+            if (u->arriving && !req_done(&u->req))
+                q->tp->ops->cancel(q->tp, &u->req);
+            if (u->op != NULL) /* not reached: its op failed with the peer above */
+                u->op->ux = NULL;
+            tutti__p2p_ux_free(e, u);
+        }
+        for (tutti__p2p_ctrl_t **kp = &e->ctrl; *kp;) {
+            tutti__p2p_ctrl_t *k = *kp;
+            tutti__p2p_peer_t *q = &e->peers[k->peer];
+            if (!q->broken) {
+                kp = &k->next;
+                continue;
+            }
+            if (!req_done(&k->req))
+                q->tp->ops->cancel(q->tp, &k->req);
+            *kp = k->next;
+            free(k);
+        }
+        for (int p = 0; p < e->size; p++)
+            if (e->peers[p].broken)
+                e->peers[p].nwithdrawn = 0;
+    }
+}
+
+/* waiting_for says, for a timeout's text, what op was still waiting for. */
+static const char *waiting_for(const tutti__p2p_op_t *op)
+{
+    switch (op->state) {
+    case R_POSTED: return "no matching message arrived (same source and tag)";
+    case R_ARRIVING:
+    case R_PAYLOAD: return "its data did not finish arriving";
+    case R_CTS: return "the sender did not send the data after this receive cleared it";
+    case S_EAGER:
+    case S_DATA: return "the receiver did not take the message (it posted no matching receive, "
+                        "or is stuck)";
+    case S_RTS: return "the receiver posted no matching receive";
+    default: return "it did not finish";
+    }
+}
+
+void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
+{
+    tutti__net_t *net = e->net;
+    if (__atomic_load_n(net->failed, __ATOMIC_ACQUIRE) == TUTTI_ERR_ABORTED) {
+        e->closing = true;
+        while (e->live != NULL)
+            tutti__p2p_fail(e, e->live, TUTTI_ERR_ABORTED,
+                            "aborted (tutti_comm_abort) while it was in progress");
+        return;
+    }
+    if (net->live != NULL && now >= e->next_live) {
+        e->next_live = now + LIVE_PERIOD;
+        int dead = -1;
+        if (tutti__live_check(net->live, &dead) < 0)
+            for (int p = 0; p < e->size; p++)
+                if (p != e->rank && !e->peers[p].broken && tutti__live_dead(net->live, p))
+                    tutti__p2p_break(e, p, TUTTI_ERR_PEER_FAILED,
+                                     "rank %d (pid %d) died or lost its connection",
+                                     p, tutti__live_pid(net->live, p));
+        for (int p = 0; p < e->size; p++) {
+            tutti__p2p_peer_t *q = &e->peers[p];
+            if (p == e->rank || q->broken || !tutti__live_left(net->live, p))
+                continue;
+            if (q->left_seen == 0.0 || q->nrx != q->nrx_seen) { /* its data still comes */
+                q->left_seen = now;
+                q->nrx_seen = q->nrx;
+            } else if (now - q->left_seen > LEFT_GRACE_S && q->nops > 0)
+                peer_left(e, p,
+                          "rank %d destroyed its communicator while this rank still had "
+                          "point-to-point operations with it: a rank must finish its sends and "
+                          "receives before it destroys the communicator",
+                          p);
+        }
+    }
+    tutti__p2p_op_t *next;
+    for (tutti__p2p_op_t *op = e->live; op; op = next) {
+        next = op->next;
+        if (now < op->deadline)
+            continue;
+        double t = tutti__net_timeout(net);
+        tutti__p2p_fail(e, op, TUTTI_ERR_TIMEOUT,
+                        "timed out after %.0f s: %s; the peer may be stuck or slower than the "
+                        "timeout (raise TUTTI_TIMEOUT if the job is only slow)",
+                        t, waiting_for(op));
+    }
+}
+
+tutti__p2p_op_t *tutti__p2p_fail_all(tutti__p2p_t *e, tutti_status_t status, const char *why)
+{
+    e->closing = true;
+    while (e->live != NULL)
+        tutti__p2p_fail(e, e->live, status, "%s", why);
+    tutti__p2p_sweep(e);
+    tutti__p2p_op_t *done = e->done; /* with those that had ended before, first */
+    e->done = e->done_last = NULL;
+    return done;
+}

@@ -1,0 +1,138 @@
+/* p2p_impl.h: the point-to-point engine's private state, shared by its data path (p2p.c: posts,
+ * arrivals, matching), its progress (p2p_progress.c) and its failure paths (p2p_fail.c:
+ * withdrawing ops, failed and departed peers, deadlines, abort). */
+#ifndef TUTTI_ALGOS_P2P_IMPL_H
+#define TUTTI_ALGOS_P2P_IMPL_H
+
+#include "p2p.h"
+
+/* What an op is doing. Sends: S_EAGER (envelope and payload posted), S_RTS (waiting for the
+ * peer's CTS), S_DATA (DATA envelope and payload posted). Receives: R_POSTED (not matched
+ * yet), R_ARRIVING (matched an eager message whose payload still arrives into an engine
+ * buffer), R_CTS (CTS sent, waiting for DATA), R_PAYLOAD (the payload arrives into the user's
+ * buffer). */
+enum { S_EAGER = 1, S_RTS, S_DATA, R_POSTED, R_ARRIVING, R_CTS, R_PAYLOAD, OP_DONE };
+
+/* An envelope that arrived before a receive matched it (an eager one with its data), or an
+ * eager payload the engine only drains (its receive failed or went away). */
+typedef struct tutti__p2p_unexp {
+    struct tutti__p2p_unexp *prev, *next; /* every entry, in arrival order */
+    int peer, kind, tag;
+    size_t len;
+    uint64_t seq;
+    char *data;               /* eager: len bytes (NULL when 0) */
+    bool arriving;            /* req, the payload's receive, is still posted */
+    bool matched;             /* a receive took it (or it is only drained) */
+    tutti__p2p_op_t *op;      /* the receive waiting for it to arrive, if any */
+    tutti__req_t req;
+} tutti__p2p_unexp_t;
+
+/* A control message the engine sends on its own (CTS refused, DATA withdrawn). */
+typedef struct tutti__p2p_ctrl {
+    struct tutti__p2p_ctrl *next;
+    int peer;
+    tutti__p2p_env_t env;
+    tutti__req_t req;
+} tutti__p2p_ctrl_t;
+
+typedef struct tutti__p2p_peer {
+    tutti__transport_t *tp;
+    bool env_posted;          /* env_req is posted */
+    tutti__req_t env_req;     /* the one envelope receive towards this peer */
+    tutti__p2p_env_t env_in;
+    uint64_t tx_seq;          /* message numbers sent to it so far */
+    uint64_t rx_seq;          /* the last one received from it (they only grow) */
+    int nposted;              /* unmatched receives that name it */
+    int nwait;                /* ops on wait: sends waiting for its CTS, receives for its DATA */
+    int nops;                 /* ops bound to it (its sends, receives that name or matched it) */
+    tutti__p2p_op_t *wait;    /* the ops on wait, linked by wnext */
+    uint64_t *withdrawn;      /* RTS numbers of sends withdrawn before their CTS came */
+    int nwithdrawn, capwithdrawn;
+    bool broken;              /* failed, died, left, or its stream is out of step */
+    tutti_status_t broken_status;
+    double left_seen;         /* when it was seen gone (destroyed its communicator), or last
+                                 brought anything after that */
+    uint64_t nrx, nrx_seen;   /* envelopes and payloads it brought; as of the last check */
+    char why[512];
+} tutti__p2p_peer_t;
+
+struct tutti__p2p {
+    tutti__net_t *net;
+    int rank, size;
+    tutti__p2p_peer_t *peers;
+    tutti__p2p_op_t *live;            /* every op not done */
+    tutti__p2p_op_t *posted, *posted_last; /* unmatched receives, in posting order */
+    int nany;                         /* of them, from any source */
+    tutti__p2p_unexp_t *ux, *ux_last; /* in arrival order */
+    tutti__p2p_ctrl_t *ctrl;
+    tutti__p2p_op_t *done, *done_last; /* asynchronous ops ended, for the caller */
+    uint64_t gen;                     /* bumped by each peer failure */
+    uint64_t any_fail_gen;            /* receives from any source posted before it fail */
+    int last_broken;                  /* the peer that failed last, for their message */
+    bool sweep;                       /* a peer failed: ops and entries that involve it go */
+    bool closing;                     /* aborted or destroyed: withdraw, tell peers nothing */
+    double next_slow, next_live;
+};
+
+/* ---- the data path (p2p.c) ---- */
+
+/* tutti__p2p_complete ends op with st (its text, if an error, in op->err already): it leaves
+ * every list and is handed to its owner. */
+void tutti__p2p_complete(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t st);
+
+/* tutti__p2p_describe writes "recv #3 (8 bytes, tag 2) from rank 1" for messages. */
+int tutti__p2p_describe(const tutti__p2p_op_t *op, char *buf, size_t cap);
+
+/* tutti__p2p_unpost takes a receive off the list of unmatched ones. */
+void tutti__p2p_unpost(tutti__p2p_t *e, tutti__p2p_op_t *op);
+
+/* tutti__p2p_unwait takes op off its peer's wait list. */
+void tutti__p2p_unwait(tutti__p2p_t *e, tutti__p2p_op_t *op);
+
+/* tutti__p2p_need_env: the engine listens to p only while it has something to hear from it
+ * (a send of which p may still ask, though it was withdrawn here, included: p must be told). */
+bool tutti__p2p_need_env(const tutti__p2p_t *e, int p);
+
+/* tutti__p2p_arrive handles the envelope that p's envelope receive brought (it is done, with
+ * TUTTI_OK), and listens to p again if something needs it. */
+void tutti__p2p_arrive(tutti__p2p_t *e, int p);
+
+/* tutti__p2p_listen posts the envelope receive towards p if something needs it and none is
+ * posted. */
+void tutti__p2p_listen(tutti__p2p_t *e, int p);
+
+/* tutti__p2p_ctrl_send sends a control envelope (kind, flags, seq) to peer on its own. */
+void tutti__p2p_ctrl_send(tutti__p2p_t *e, int peer, int kind, int flags, uint64_t seq);
+
+/* tutti__p2p_ux_free takes an entry off the list and frees it (its request must be done). */
+void tutti__p2p_ux_free(tutti__p2p_t *e, tutti__p2p_unexp_t *u);
+
+/* ---- failures (p2p_fail.c) ---- */
+
+/* tutti__p2p_fail ends op with status, its text "rank R: <op>: <detail>", after withdrawing
+ * whatever it has posted. A withdrawal that leaves a peer's stream out of step fails the peer. */
+void tutti__p2p_fail(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t status,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* tutti__p2p_break marks peer failed with status and why (first failure wins): nothing more is
+ * posted to or from it, and the next sweep ends every op that involves it (and the receives
+ * from any source posted before). */
+void tutti__p2p_break(tutti__p2p_t *e, int peer, tutti_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* tutti__p2p_sweep ends the ops, drops the unexpected entries and control messages of failed
+ * peers, until no peer fails any more. */
+void tutti__p2p_sweep(tutti__p2p_t *e);
+
+/* tutti__p2p_slow_checks: abort, liveness (dead and departed peers) and deadlines, at now. */
+void tutti__p2p_slow_checks(tutti__p2p_t *e, double now);
+
+/* tutti__p2p_no_sender: every other rank has failed or left (a receive from any source can
+ * never match). */
+bool tutti__p2p_no_sender(const tutti__p2p_t *e);
+
+/* tutti__p2p_cancel withdraws req, posted towards peer; false if that broke the peer's stream
+ * (the peer is then failed). */
+bool tutti__p2p_cancel(tutti__p2p_t *e, int peer, tutti__req_t *req);
+
+#endif /* TUTTI_ALGOS_P2P_IMPL_H */

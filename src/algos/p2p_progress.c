@@ -1,0 +1,199 @@
+/* p2p_progress.c: the point-to-point engine's progress (transports, arrivals, requests that
+ * ended, the slow checks, withdrawing envelope receives nothing needs) and its life (creation
+ * and destruction). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "p2p_impl.h"
+
+#define SLOW_PERIOD 1e-3 /* deadlines and abort are checked at most this often */
+
+static bool req_done(const tutti__req_t *r) { return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE); }
+
+/* ---- progress ------------------------------------------------------------------------------- */
+
+/* check_reqs ends op once every request it posted is done; a failed one fails its peer. */
+static void check_reqs(tutti__p2p_t *e, tutti__p2p_op_t *op)
+{
+    for (int i = 0; i < 3; i++) {
+        if (!op->posted[i])
+            continue;
+        if (!req_done(&op->req[i]))
+            return;
+        if (op->kind == TUTTI__P2P_RECV && i == 2) /* its payload came */
+            e->peers[op->mpeer].nrx++;
+        if (op->req[i].status < 0) {
+            tutti__transport_t *tp = e->peers[op->mpeer].tp;
+            tutti__p2p_break(e, op->mpeer, op->req[i].status, "%s", tp->err);
+            return;
+        }
+    }
+    tutti__p2p_complete(e, op, TUTTI_OK);
+}
+
+/* arrivals reads every envelope, eager payload and control message that has come or gone. */
+static void arrivals(tutti__p2p_t *e)
+{
+    for (int p = 0; p < e->size; p++) {
+        tutti__p2p_peer_t *q = &e->peers[p];
+        if (!q->env_posted || !req_done(&q->env_req))
+            continue;
+        if (q->env_req.status == TUTTI_OK) {
+            tutti__p2p_arrive(e, p);
+        } else {
+            q->env_posted = false;
+            tutti__p2p_break(e, p, q->env_req.status, "%s", q->tp->err);
+        }
+    }
+    tutti__p2p_unexp_t *un;
+    for (tutti__p2p_unexp_t *u = e->ux; u; u = un) {
+        un = u->next;
+        if (!u->arriving || !req_done(&u->req))
+            continue;
+        u->arriving = false;
+        e->peers[u->peer].nrx++;
+        if (u->req.status < 0) { /* the sweep drops it with its peer */
+            tutti__p2p_break(e, u->peer, u->req.status, "%s", e->peers[u->peer].tp->err);
+        } else if (u->op != NULL) {
+            tutti__p2p_op_t *op = u->op;
+            op->ux = NULL;
+            memcpy(op->buf, u->data, u->len);
+            tutti__p2p_ux_free(e, u);
+            tutti__p2p_complete(e, op, TUTTI_OK);
+        } else if (u->matched) {
+            tutti__p2p_ux_free(e, u);
+        }
+    }
+    for (tutti__p2p_ctrl_t **kp = &e->ctrl; *kp;) {
+        tutti__p2p_ctrl_t *k = *kp;
+        if (!req_done(&k->req)) {
+            kp = &k->next;
+            continue;
+        }
+        if (k->req.status < 0)
+            tutti__p2p_break(e, k->peer, k->req.status, "%s", e->peers[k->peer].tp->err);
+        *kp = k->next;
+        free(k);
+    }
+}
+
+/* trim withdraws the envelope receives nothing needs any more, so that an idle engine has no
+ * request on the channel; one that had completed meanwhile is read like any other. */
+static void trim(tutti__p2p_t *e)
+{
+    for (int p = 0; p < e->size; p++) {
+        tutti__p2p_peer_t *q = &e->peers[p];
+        if (!q->env_posted || tutti__p2p_need_env(e, p))
+            continue;
+        if (!tutti__p2p_cancel(e, p, &q->env_req)) {
+            q->env_posted = false;
+            continue;
+        }
+        if (q->env_req.status == TUTTI_OK) {
+            tutti__p2p_arrive(e, p);
+        } else {
+            q->env_posted = false;
+            if (q->env_req.status != TUTTI_ERR_ABORTED) /* it failed before the cancel */
+                tutti__p2p_break(e, p, q->env_req.status, "%s", q->tp->err);
+        }
+    }
+}
+
+tutti__p2p_op_t *tutti__p2p_progress(tutti__p2p_t *e)
+{
+    tutti__transport_t *tps[2] = {e->net->links.shm, e->net->links.ofi};
+    for (int i = 0; i < 2; i++) {
+        if (tps[i] == NULL || tps[i]->ops->progress(tps[i]) == TUTTI_OK)
+            continue;
+        for (int p = 0; p < e->size; p++) /* the transport itself failed */
+            if (e->peers[p].tp == tps[i])
+                tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT, "%s", tps[i]->err);
+    }
+    arrivals(e);
+    tutti__p2p_op_t *next;
+    for (tutti__p2p_op_t *op = e->live; op; op = next) {
+        next = op->next;
+        if (op->state == S_EAGER || op->state == S_DATA || op->state == R_PAYLOAD)
+            check_reqs(e, op);
+    }
+    double now = tutti__now();
+    if (now >= e->next_slow) {
+        e->next_slow = now + SLOW_PERIOD;
+        tutti__p2p_slow_checks(e, now);
+    }
+    tutti__p2p_sweep(e);
+    trim(e);
+    tutti__p2p_sweep(e);
+    tutti__p2p_op_t *done = e->done;
+    e->done = e->done_last = NULL;
+    return done;
+}
+
+bool tutti__p2p_busy(const tutti__p2p_t *e)
+{
+    if (e->live != NULL || e->ctrl != NULL)
+        return true;
+    for (int p = 0; p < e->size; p++)
+        if (e->peers[p].env_posted)
+            return true;
+    for (const tutti__p2p_unexp_t *u = e->ux; u; u = u->next)
+        if (u->arriving)
+            return true;
+    return false;
+}
+
+/* ---- life ----------------------------------------------------------------------------------- */
+
+tutti_status_t tutti__p2p_create(tutti__net_t *net, tutti__p2p_t **out)
+{
+    tutti__p2p_t *e = calloc(1, sizeof *e);
+    if (e != NULL)
+        e->peers = calloc((size_t)net->size, sizeof *e->peers);
+    if (e == NULL || e->peers == NULL) {
+        free(e);
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY,
+                                "out of memory for the point-to-point engine of %d ranks",
+                                net->size);
+    }
+    e->net = net;
+    e->rank = net->rank;
+    e->size = net->size;
+    e->last_broken = -1;
+    for (int p = 0; p < e->size; p++) {
+        e->peers[p].tp = net->links.peer_tp[p];
+        if (p != e->rank && e->peers[p].tp == NULL) {
+            e->peers[p].broken = true;
+            e->peers[p].broken_status = TUTTI_ERR_INTERNAL;
+            snprintf(e->peers[p].why, sizeof e->peers[p].why, "no transport reaches rank %d", p);
+        }
+    }
+    *out = e;
+    return TUTTI_OK;
+}
+
+void tutti__p2p_destroy(tutti__p2p_t *e)
+{
+    if (e == NULL)
+        return;
+    for (int p = 0; p < e->size; p++) {
+        tutti__p2p_peer_t *q = &e->peers[p];
+        if (q->env_posted)
+            q->tp->ops->cancel(q->tp, &q->env_req);
+        free(q->withdrawn);
+    }
+    while (e->ux) {
+        tutti__p2p_unexp_t *u = e->ux;
+        if (u->arriving)
+            e->peers[u->peer].tp->ops->cancel(e->peers[u->peer].tp, &u->req);
+        tutti__p2p_ux_free(e, u);
+    }
+    while (e->ctrl) {
+        tutti__p2p_ctrl_t *k = e->ctrl;
+        e->ctrl = k->next;
+        if (!req_done(&k->req))
+            e->peers[k->peer].tp->ops->cancel(e->peers[k->peer].tp, &k->req);
+        free(k);
+    }
+    free(e->peers);
+    free(e);
+}

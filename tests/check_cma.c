@@ -1,0 +1,394 @@
+/* check_cma.c: the single-copy algorithms (alltoall_cma.c, allgather_cma.c, bcast_cma.c over
+ * process_vm_readv): exact results at 2 to 4 ranks for plain and v layouts, in place and out,
+ * empty and odd-sized blocks; the fallback when single copy is off (TUTTI_CMA=off) or when
+ * ptrace rules forbid it (found by the probe at creation: every rank drops CAP_SYS_PTRACE and
+ * makes itself non-dumpable); and a read the kernel refuses in the middle of a call, which must
+ * fail on every rank, alike, without a hang. */
+#include <check.h>
+#include <linux/capability.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+/* What block i of rank src's data for rank dst holds: every element tells where it came from. */
+static int32_t val(int src, int dst, size_t i)
+{
+    return (int32_t)(((uint32_t)src * 1000003u + (uint32_t)dst * 10007u + (uint32_t)i * 7u) &
+                     0x7fffffffu);
+}
+
+/* drop_ptrace takes CAP_SYS_PTRACE out of this process's effective set (root has it, and it
+ * lets process_vm_readv past every rule). */
+static void drop_ptrace(void)
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) == 0) {
+        d[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+        syscall(SYS_capset, &h, d);
+    }
+}
+
+static tutti_comm_t *init(void)
+{
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK) {
+        th_fail("init: %s", tutti_last_error());
+        return NULL;
+    }
+    return comm;
+}
+
+/* use sets coll's algorithm, reporting a failure. */
+static int use(tutti_comm_t *comm, tutti_coll_t coll, const char *algo)
+{
+    tutti_status_t st = tutti_comm_set_algorithm(comm, coll, algo);
+    if (st != TUTTI_OK)
+        return th_fail("set_algorithm(%d, %s): %s: %s", (int)coll, algo, tutti_strerror(st),
+                       tutti_comm_last_error(comm));
+    return 0;
+}
+
+/* ---- every layout, exact --------------------------------------------------------------------- */
+
+static const size_t sizes[] = {0, 1, 7, 1031, 65537, (1u << 20) + 3};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+static int alltoall_case(tutti_comm_t *comm, int rank, int n, size_t count, bool in_place)
+{
+    int32_t *s = malloc((size_t)n * count * 4 + 4), *r = malloc((size_t)n * count * 4 + 4);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < count; i++)
+            s[(size_t)j * count + i] = val(rank, j, i);
+    memset(r, 0xa5, (size_t)n * count * 4);
+    if (in_place)
+        memcpy(r, s, (size_t)n * count * 4);
+    tutti_status_t st = tutti_alltoall(in_place ? TUTTI_IN_PLACE : s, r, count, TUTTI_INT32, comm,
+                                       NULL);
+    int rc = st == TUTTI_OK ? 0
+                            : th_fail("alltoall %zu: %s: %s", count, tutti_strerror(st),
+                                      tutti_comm_last_error(comm));
+    for (int j = 0; j < n && rc == 0; j++)
+        for (size_t i = 0; i < count && rc == 0; i++)
+            if (r[(size_t)j * count + i] != val(j, rank, i))
+                rc = th_fail("alltoall %zu%s: block %d [%zu] = %d, want %d", count,
+                             in_place ? " in place" : "", j, i, r[(size_t)j * count + i],
+                             val(j, rank, i));
+    free(s);
+    free(r);
+    return rc;
+}
+
+/* alltoallv with counts that differ per pair (some empty), gaps between blocks. */
+static int alltoallv_case(tutti_comm_t *comm, int rank, int n, size_t scale)
+{
+    size_t sc[8], sd[8], rcn[8], rd[8], so = 0, ro = 0;
+    for (int j = 0; j < n; j++) {
+        sc[j] = ((size_t)(rank * 3 + j * 5) % 4) * scale; /* what rank sends to j */
+        rcn[j] = ((size_t)(j * 3 + rank * 5) % 4) * scale; /* what j sends to rank */
+        sd[j] = so;
+        so += sc[j] + 3;
+        rd[j] = ro;
+        ro += rcn[j] + 5;
+    }
+    int32_t *s = malloc(so * 4 + 4), *r = malloc(ro * 4 + 4);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < sc[j]; i++)
+            s[sd[j] + i] = val(rank, j, i);
+    memset(r, 0xa5, ro * 4);
+    tutti_status_t st = tutti_alltoallv(s, sc, sd, r, rcn, rd, TUTTI_INT32, comm, NULL);
+    int rc = st == TUTTI_OK ? 0
+                            : th_fail("alltoallv x%zu: %s: %s", scale, tutti_strerror(st),
+                                      tutti_comm_last_error(comm));
+    for (int j = 0; j < n && rc == 0; j++) {
+        for (size_t i = 0; i < rcn[j] && rc == 0; i++)
+            if (r[rd[j] + i] != val(j, rank, i))
+                rc = th_fail("alltoallv x%zu: from %d [%zu] = %d, want %d", scale, j, i,
+                             r[rd[j] + i], val(j, rank, i));
+        if (rc == 0 && r[rd[j] + rcn[j]] != (int32_t)0xa5a5a5a5)
+            rc = th_fail("alltoallv x%zu: the gap after rank %d's block was written", scale, j);
+    }
+    free(s);
+    free(r);
+    return rc;
+}
+
+static int allgather_case(tutti_comm_t *comm, int rank, int n, size_t count, bool in_place)
+{
+    int32_t *s = malloc(count * 4 + 4), *r = malloc((size_t)n * count * 4 + 4);
+    for (size_t i = 0; i < count; i++)
+        s[i] = val(rank, 0, i);
+    memset(r, 0xa5, (size_t)n * count * 4);
+    if (in_place)
+        memcpy(r + (size_t)rank * count, s, count * 4);
+    tutti_status_t st = tutti_allgather(in_place ? TUTTI_IN_PLACE : s, r, count, TUTTI_INT32, comm,
+                                        NULL);
+    int rc = st == TUTTI_OK ? 0
+                            : th_fail("allgather %zu: %s: %s", count, tutti_strerror(st),
+                                      tutti_comm_last_error(comm));
+    for (int j = 0; j < n && rc == 0; j++)
+        for (size_t i = 0; i < count && rc == 0; i++)
+            if (r[(size_t)j * count + i] != val(j, 0, i))
+                rc = th_fail("allgather %zu%s: block %d [%zu] = %d", count,
+                             in_place ? " in place" : "", j, i, r[(size_t)j * count + i]);
+    free(s);
+    free(r);
+    return rc;
+}
+
+static int allgatherv_case(tutti_comm_t *comm, int rank, int n, size_t scale)
+{
+    size_t cn[8], d[8], off = 0;
+    for (int j = 0; j < n; j++) {
+        cn[j] = (size_t)((j * 7) % 3) * scale; /* rank 0's block is empty */
+        d[j] = off;
+        off += cn[j] + 2;
+    }
+    int32_t *s = malloc(cn[rank] * 4 + 4), *r = malloc(off * 4 + 4);
+    for (size_t i = 0; i < cn[rank]; i++)
+        s[i] = val(rank, 1, i);
+    memset(r, 0xa5, off * 4);
+    tutti_status_t st = tutti_allgatherv(s, cn[rank], r, cn, d, TUTTI_INT32, comm, NULL);
+    int rc = st == TUTTI_OK ? 0
+                            : th_fail("allgatherv x%zu: %s: %s", scale, tutti_strerror(st),
+                                      tutti_comm_last_error(comm));
+    for (int j = 0; j < n && rc == 0; j++) {
+        for (size_t i = 0; i < cn[j] && rc == 0; i++)
+            if (r[d[j] + i] != val(j, 1, i))
+                rc = th_fail("allgatherv x%zu: from %d [%zu] = %d", scale, j, i, r[d[j] + i]);
+        if (rc == 0 && r[d[j] + cn[j]] != (int32_t)0xa5a5a5a5)
+            rc = th_fail("allgatherv x%zu: the gap after rank %d's block was written", scale, j);
+    }
+    free(s);
+    free(r);
+    return rc;
+}
+
+static int bcast_case(tutti_comm_t *comm, int rank, int n, size_t count, int root)
+{
+    (void)n;
+    int32_t *b = malloc(count * 4 + 4);
+    for (size_t i = 0; i < count; i++)
+        b[i] = rank == root ? val(root, 2, i) : -1;
+    tutti_status_t st = tutti_broadcast(b, count, TUTTI_INT32, root, comm, NULL);
+    int rc = st == TUTTI_OK ? 0
+                            : th_fail("bcast %zu from %d: %s: %s", count, root, tutti_strerror(st),
+                                      tutti_comm_last_error(comm));
+    for (size_t i = 0; i < count && rc == 0; i++)
+        if (b[i] != val(root, 2, i))
+            rc = th_fail("bcast %zu from %d: [%zu] = %d", count, root, i, b[i]);
+    free(b);
+    return rc;
+}
+
+/* all_cases runs every layout with the algorithm algo on all three collectives. */
+static int all_cases(tutti_comm_t *comm, int rank, int n, const char *algo)
+{
+    int rc = use(comm, TUTTI_COLL_ALLTOALL, algo) | use(comm, TUTTI_COLL_ALLGATHER, algo) |
+             use(comm, TUTTI_COLL_BCAST, algo);
+    for (size_t k = 0; k < NSIZES && rc == 0; k++) {
+        rc |= alltoall_case(comm, rank, n, sizes[k], false);
+        rc |= alltoall_case(comm, rank, n, sizes[k], true);
+        rc |= allgather_case(comm, rank, n, sizes[k], false);
+        rc |= allgather_case(comm, rank, n, sizes[k], true);
+        rc |= bcast_case(comm, rank, n, sizes[k], 0);
+        rc |= bcast_case(comm, rank, n, sizes[k], n - 1);
+        if (sizes[k] > 0) {
+            rc |= alltoallv_case(comm, rank, n, sizes[k]);
+            rc |= allgatherv_case(comm, rank, n, sizes[k]);
+        }
+    }
+    return rc;
+}
+
+static int exact_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = init();
+    if (comm == NULL)
+        return 1;
+    int rc = 0;
+    if (tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLTOALL, "cma") != TUTTI_OK) {
+        /* This machine forbids it (a container's ptrace rules): the fallback tests cover it. */
+        if (rank == 0)
+            fprintf(stderr, "check_cma: single copy is off here (%s); exact not run\n",
+                    tutti_comm_last_error(comm));
+    } else {
+        rc = all_cases(comm, rank, size, "cma");
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_exact)
+{
+    for (int n = 2; n <= 4; n++) {
+        th_opts_t o = TH_OPTS_INIT;
+        o.transport = "shm";
+        o.timeout_s = 240;
+        ck_assert_msg(th_run_opts(n, &o, exact_rank, NULL) == 0, "%d ranks", n);
+    }
+    /* several workers: broadcast is cut into slices, each with its own window */
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 240;
+    o.env[0] = "CCL_WORKER_COUNT=3";
+    ck_assert(th_run_opts(3, &o, exact_rank, NULL) == 0);
+}
+END_TEST
+
+/* ---- single copy off: refused by name, never chosen, the others still exact ---------------------- */
+
+static int off_rank(int rank, int size, void *arg)
+{
+    const char *why = arg;
+    if (strcmp(why, "ptrace") == 0) {
+        drop_ptrace();
+        prctl(PR_SET_DUMPABLE, 0);
+    }
+    tutti_comm_t *comm = init();
+    if (comm == NULL)
+        return 1;
+    int rc = 0;
+    static const tutti_coll_t colls[] = {TUTTI_COLL_ALLTOALL, TUTTI_COLL_ALLGATHER,
+                                         TUTTI_COLL_BCAST};
+    for (int k = 0; k < 3; k++) {
+        tutti_status_t st = tutti_comm_set_algorithm(comm, colls[k], "cma");
+        if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_comm_last_error(comm), "TUTTI_CMA") == NULL)
+            rc = th_fail("%s: set_algorithm cma gave %s: %s", why, tutti_strerror(st),
+                         tutti_comm_last_error(comm));
+        static const size_t probe[] = {8, 1u << 20, 64u << 20, (size_t)1 << 34};
+        for (size_t p = 0; p < sizeof probe / sizeof probe[0]; p++) {
+            const char *a = tutti_comm_algorithm(comm, colls[k], probe[p]);
+            if (a == NULL || strcmp(a, "cma") == 0)
+                rc = th_fail("%s: %zu bytes would run %s", why, probe[p], a ? a : "(NULL)");
+        }
+    }
+    if (rc == 0)
+        rc = all_cases(comm, rank, size, "direct");
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_off)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 240;
+    o.env[0] = "TUTTI_CMA=off";
+    ck_assert(th_run_opts(3, &o, off_rank, "TUTTI_CMA=off") == 0);
+}
+END_TEST
+
+START_TEST(test_ptrace_refused)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 240;
+    ck_assert(th_run_opts(2, &o, off_rank, "ptrace") == 0);
+}
+END_TEST
+
+static int bad_knob_rank(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_last_error(), "TUTTI_CMA") == NULL)
+        return th_fail("TUTTI_CMA=sometimes: %s: %s", tutti_strerror(st), tutti_last_error());
+    return 0;
+}
+
+START_TEST(test_bad_knob)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.env[0] = "TUTTI_CMA=sometimes";
+    ck_assert(th_run_opts(2, &o, bad_knob_rank, NULL) == 0);
+}
+END_TEST
+
+/* ---- a read the kernel refuses in the middle of a call --------------------------------------- */
+
+/* After creation (single copy probed and on) every rank drops CAP_SYS_PTRACE and rank 1 turns
+ * non-dumpable: reads from rank 1 now fail with EPERM. Every rank must return an error from the
+ * same call (rank 1 too, though its own reads worked), then find the communicator failed. */
+static int refused_rank(int rank, int size, void *arg)
+{
+    const char *coll = arg;
+    tutti_comm_t *comm = init();
+    if (comm == NULL)
+        return 1;
+    if (tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLTOALL, "cma") != TUTTI_OK ||
+        tutti_comm_set_algorithm(comm, TUTTI_COLL_BCAST, "cma") != TUTTI_OK) {
+        if (rank == 0)
+            fprintf(stderr, "check_cma: single copy is off here; refused not run\n");
+        tutti_comm_destroy(comm);
+        return 0;
+    }
+    drop_ptrace();
+    if (rank == 1)
+        prctl(PR_SET_DUMPABLE, 0);
+    tutti_barrier(comm, NULL); /* every rank has dropped it */
+    int rc = 0;
+    size_t count = 4096;
+    int32_t *s = calloc((size_t)size * count, 4), *r = calloc((size_t)size * count, 4);
+    tutti_status_t st = strcmp(coll, "alltoall") == 0
+                            ? tutti_alltoall(s, r, count, TUTTI_INT32, comm, NULL)
+                            : tutti_broadcast(s, count, TUTTI_INT32, 1, comm, NULL);
+    const char *text = tutti_comm_last_error(comm);
+    if (st == TUTTI_OK)
+        rc = th_fail("%s read from a non-dumpable rank 1 succeeded", coll);
+    else if (strstr(text, "process_vm_readv") == NULL || strstr(text, "TUTTI_CMA=off") == NULL)
+        rc = th_fail("%s failed (%s) with a text that names neither the call nor the fix: %s", coll,
+                     tutti_strerror(st), text);
+    if (rank != 1 && strstr(text, "rank 1") == NULL)
+        rc = th_fail("rank %d's text does not name rank 1: %s", rank, text);
+    st = tutti_barrier(comm, NULL);
+    if (st != TUTTI_ERR_COMM_FAILED)
+        rc = th_fail("after the failed %s, barrier gave %s, want TUTTI_ERR_COMM_FAILED", coll,
+                     tutti_strerror(st));
+    free(s);
+    free(r);
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_read_refused)
+{
+    for (int n = 2; n <= 3; n++) {
+        th_opts_t o = TH_OPTS_INIT;
+        o.transport = "shm";
+        ck_assert_msg(th_run_opts(n, &o, refused_rank, "alltoall") == 0, "alltoall, %d ranks", n);
+        ck_assert_msg(th_run_opts(n, &o, refused_rank, "bcast") == 0, "bcast, %d ranks", n);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cma");
+    TCase *tc = tcase_create("cma");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_exact);
+    tcase_add_test(tc, test_off);
+    tcase_add_test(tc, test_ptrace_refused);
+    tcase_add_test(tc, test_bad_knob);
+    tcase_add_test(tc, test_read_refused);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,628 @@
+/* check_p2p_engine.c: the point-to-point engine alone, several "ranks" in one process over an
+ * in-memory transport (exact-length messages, FIFO per ordered pair, like shm and ofi): MPI
+ * matching (tags out of order, non-overtaking, any source), eager, inline and rendezvous
+ * messages, length mismatches that leave the stream in step, envelopes a peer should never have
+ * sent (each breaks that peer alone, with a clear text, and nothing crashes), a send withdrawn
+ * before its receive was posted, deadlines, abort, and an engine that holds no request once
+ * nothing needs one. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/algos/p2p.h"
+#include "check_main.h"
+
+/* ---- an in-memory transport ----------------------------------------------------------------- */
+
+#define MAXR 4
+
+typedef struct msg {
+    struct msg *next;
+    size_t len;
+    unsigned char bytes[];
+} msg_t;
+
+typedef struct wire {
+    msg_t *head, *tail;         /* sent, not yet received */
+    tutti__req_t *rq, *rq_last; /* receives posted, not yet matched */
+} wire_t;
+
+static wire_t wires[MAXR][MAXR]; /* [from][to] */
+static int posted_recvs[MAXR];   /* receives each rank has posted and not seen end */
+
+typedef struct fake {
+    tutti__transport_t base;
+    int rank;
+} fake_t;
+
+static void done_req(tutti__req_t *r, tutti_status_t st)
+{
+    r->status = st;
+    __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+}
+
+static void push_bytes(int from, int to, const void *p, size_t len)
+{
+    msg_t *m = malloc(sizeof *m + len);
+    ck_assert(m != NULL);
+    m->next = NULL;
+    m->len = len;
+    if (len)
+        memcpy(m->bytes, p, len);
+    wire_t *w = &wires[from][to];
+    if (w->tail)
+        w->tail->next = m;
+    else
+        w->head = m;
+    w->tail = m;
+}
+
+static tutti_status_t fake_post(tutti__transport_t *tp, tutti__req_t *r)
+{
+    fake_t *f = (fake_t *)tp;
+    ck_assert_int_eq(r->chan, TUTTI__CHAN_P2P);
+    r->done = 0;
+    r->status = TUTTI_OK;
+    r->next = NULL;
+    if (r->kind == TUTTI__REQ_SEND) {
+        push_bytes(f->rank, r->peer, r->buf, r->len);
+        done_req(r, TUTTI_OK);
+        return TUTTI_OK;
+    }
+    wire_t *w = &wires[r->peer][f->rank];
+    if (w->rq_last)
+        w->rq_last->next = r;
+    else
+        w->rq = r;
+    w->rq_last = r;
+    posted_recvs[f->rank]++;
+    return TUTTI_OK;
+}
+
+static tutti_status_t fake_progress(tutti__transport_t *tp)
+{
+    fake_t *f = (fake_t *)tp;
+    for (int from = 0; from < MAXR; from++) {
+        wire_t *w = &wires[from][f->rank];
+        while (w->head && w->rq) {
+            msg_t *m = w->head;
+            tutti__req_t *r = w->rq;
+            w->head = m->next;
+            if (!w->head)
+                w->tail = NULL;
+            w->rq = r->next;
+            if (!w->rq)
+                w->rq_last = NULL;
+            posted_recvs[f->rank]--;
+            if (m->len != r->len) {
+                snprintf(tp->err, TUTTI__ERRLEN, "fake: %zu-byte message for a %zu-byte receive",
+                         m->len, r->len);
+                done_req(r, TUTTI_ERR_INTERNAL);
+            } else {
+                if (m->len)
+                    memcpy(r->buf, m->bytes, m->len);
+                done_req(r, TUTTI_OK);
+            }
+            free(m);
+        }
+    }
+    return TUTTI_OK;
+}
+
+static tutti_status_t fake_cancel(tutti__transport_t *tp, tutti__req_t *r)
+{
+    fake_t *f = (fake_t *)tp;
+    if (r->done)
+        return TUTTI_OK;
+    wire_t *w = &wires[r->peer][f->rank];
+    tutti__req_t *prev = NULL;
+    for (tutti__req_t *q = w->rq; q; prev = q, q = q->next)
+        if (q == r) {
+            if (prev)
+                prev->next = q->next;
+            else
+                w->rq = q->next;
+            if (w->rq_last == q)
+                w->rq_last = prev;
+            posted_recvs[f->rank]--;
+            done_req(r, TUTTI_ERR_ABORTED);
+            return TUTTI_OK;
+        }
+    ck_abort_msg("fake: cancel of a request that is neither done nor posted");
+    return TUTTI_ERR_INTERNAL;
+}
+
+static tutti_status_t fake_cancel_chan(tutti__transport_t *tp, int chan)
+{
+    (void)tp, (void)chan;
+    return TUTTI_OK;
+}
+
+static void fake_destroy(tutti__transport_t *tp) { (void)tp; }
+
+static const tutti__transport_ops_t fake_ops = {
+    .name = "fake", .post = fake_post, .progress = fake_progress, .cancel = fake_cancel,
+    .cancel_chan = fake_cancel_chan, .destroy = fake_destroy,
+};
+
+/* ---- a job of n engines ------------------------------------------------------------------- */
+
+typedef struct job {
+    int n;
+    fake_t tp[MAXR];
+    tutti__transport_t *peer_tp[MAXR][MAXR];
+    tutti__net_t net[MAXR];
+    tutti_status_t failed[MAXR];
+    tutti__p2p_t *e[MAXR];
+} job_t;
+
+static job_t J;
+
+static void job_start(int n, double timeout)
+{
+    memset(&J, 0, sizeof J);
+    memset(wires, 0, sizeof wires);
+    memset(posted_recvs, 0, sizeof posted_recvs);
+    J.n = n;
+    for (int r = 0; r < n; r++) {
+        J.tp[r].base.ops = &fake_ops;
+        J.tp[r].rank = r;
+        for (int p = 0; p < n; p++)
+            J.peer_tp[r][p] = p == r ? NULL : &J.tp[r].base;
+        J.net[r] = (tutti__net_t){.rank = r, .size = n, .nchan = 2, .timeout_s = timeout,
+                                  .failed = &J.failed[r]};
+        J.net[r].links.peer_tp = J.peer_tp[r];
+        J.net[r].links.shm = &J.tp[r].base;
+        ck_assert_int_eq(tutti__p2p_create(&J.net[r], &J.e[r]), TUTTI_OK);
+    }
+}
+
+static void job_end(void)
+{
+    for (int r = 0; r < J.n; r++) {
+        tutti__p2p_fail_all(J.e[r], TUTTI_ERR_ABORTED, "test over");
+        tutti__p2p_destroy(J.e[r]);
+    }
+    for (int a = 0; a < MAXR; a++)
+        for (int b = 0; b < MAXR; b++)
+            while (wires[a][b].head) {
+                msg_t *m = wires[a][b].head;
+                wires[a][b].head = m->next;
+                free(m);
+            }
+}
+
+typedef struct top {
+    tutti__p2p_op_t op;
+    char err[TUTTI__ERRLEN];
+    unsigned char *buf;
+} top_t;
+
+static top_t *post(int rank, int kind, int peer, int tag, size_t len, unsigned char fill)
+{
+    top_t *t = calloc(1, sizeof *t);
+    t->buf = malloc(len ? len : 1);
+    memset(t->buf, kind == TUTTI__P2P_SEND ? fill : 0xee, len ? len : 1);
+    t->op.kind = kind;
+    t->op.peer = peer;
+    t->op.tag = tag;
+    t->op.buf = t->buf;
+    t->op.len = len;
+    t->op.err = t->err;
+    t->op.async = true;
+    tutti__p2p_post(J.e[rank], &t->op);
+    return t;
+}
+
+static void top_free(top_t *t)
+{
+    free(t->buf);
+    free(t);
+}
+
+/* run progresses every engine until all ops in ts are done (or 5 s pass). */
+static void run(top_t **ts, int nts)
+{
+    double t0 = tutti__now();
+    for (;;) {
+        for (int r = 0; r < J.n; r++)
+            tutti__p2p_progress(J.e[r]);
+        int open = 0;
+        for (int i = 0; i < nts; i++)
+            open += !__atomic_load_n(&ts[i]->op.done, __ATOMIC_ACQUIRE);
+        if (open == 0)
+            return;
+        ck_assert_msg(tutti__now() - t0 < 5, "%d ops still open after 5 s", open);
+    }
+}
+
+static void expect_data(const top_t *t, unsigned char fill)
+{
+    for (size_t i = 0; i < t->op.len; i++)
+        ck_assert_msg(t->buf[i] == fill, "byte %zu of %zu is 0x%02x, not 0x%02x", i, t->op.len,
+                      t->buf[i], fill);
+}
+
+static void expect_idle(void)
+{
+    for (int r = 0; r < J.n; r++) {
+        tutti__p2p_progress(J.e[r]);
+        ck_assert_msg(!tutti__p2p_busy(J.e[r]), "engine %d still busy with nothing open", r);
+        ck_assert_msg(posted_recvs[r] == 0, "rank %d still has %d receives posted", r,
+                      posted_recvs[r]);
+    }
+}
+
+/* ---- matching --------------------------------------------------------------------------- */
+
+/* Sizes that take every path: inline, eager with a payload, rendezvous. */
+static const size_t sizes[] = {0, 8, TUTTI__P2P_INLINE, TUTTI__P2P_INLINE + 1, 1000,
+                               TUTTI__P2P_EAGER_MAX, TUTTI__P2P_EAGER_MAX + 1, 200000};
+#define NSIZES (int)(sizeof sizes / sizeof sizes[0])
+
+/* Sends with tags 1, 2, 3 received as 3, 1, 2, in both posting orders. */
+START_TEST(test_tags_out_of_order)
+{
+    size_t len = sizes[_i % NSIZES];
+    bool recv_first = _i >= NSIZES;
+    job_start(2, 30);
+    top_t *s[3], *r[3];
+    static const int rtags[3] = {3, 1, 2};
+    if (recv_first)
+        for (int k = 0; k < 3; k++)
+            r[k] = post(0, TUTTI__P2P_RECV, 1, rtags[k], len, 0);
+    for (int k = 0; k < 3; k++)
+        s[k] = post(1, TUTTI__P2P_SEND, 0, k + 1, len, (unsigned char)(0x10 + k + 1));
+    if (!recv_first)
+        for (int k = 0; k < 3; k++)
+            r[k] = post(0, TUTTI__P2P_RECV, 1, rtags[k], len, 0);
+    top_t *all[6] = {s[0], s[1], s[2], r[0], r[1], r[2]};
+    run(all, 6);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(s[k]->op.status == TUTTI_OK, "send %d: %s", k, s[k]->err);
+        ck_assert_msg(r[k]->op.status == TUTTI_OK, "recv %d: %s", k, r[k]->err);
+        ck_assert_int_eq(r[k]->op.source, 1);
+        expect_data(r[k], (unsigned char)(0x10 + rtags[k]));
+    }
+    expect_idle();
+    for (int k = 0; k < 6; k++)
+        top_free(all[k]);
+    job_end();
+}
+END_TEST
+
+/* Five messages of one tag arrive in the order they were sent, whatever their sizes. */
+START_TEST(test_non_overtaking)
+{
+    job_start(2, 30);
+    enum { K = 6 };
+    static const size_t lens[K] = {200000, 8, 1000, 0, 40000, 17};
+    top_t *s[K], *r[K];
+    for (int k = 0; k < K; k++)
+        s[k] = post(1, TUTTI__P2P_SEND, 0, 5, lens[k], (unsigned char)(k + 1));
+    for (int k = 0; k < K; k++)
+        r[k] = post(0, TUTTI__P2P_RECV, 1, 5, lens[k], 0);
+    top_t *all[2 * K];
+    for (int k = 0; k < K; k++)
+        all[k] = s[k], all[K + k] = r[k];
+    run(all, 2 * K);
+    for (int k = 0; k < K; k++) {
+        ck_assert_msg(r[k]->op.status == TUTTI_OK, "recv %d: %s", k, r[k]->err);
+        expect_data(r[k], (unsigned char)(k + 1));
+    }
+    expect_idle();
+    for (int k = 0; k < 2 * K; k++)
+        top_free(all[k]);
+    job_end();
+}
+END_TEST
+
+/* Ranks 1..3 send two messages each with tag 9 (and one with tag 8 that no receive takes);
+ * rank 0 receives six from any source: each message exactly once, the source right, and a
+ * rank's two messages in order. */
+START_TEST(test_any_source)
+{
+    job_start(4, 30);
+    top_t *s[9], *r[6];
+    int ns = 0;
+    for (int p = 1; p < 4; p++) {
+        s[ns++] = post(p, TUTTI__P2P_SEND, 0, 8, 64, 0x80);
+        for (int k = 0; k < 2; k++) /* byte = 16 * rank + k; sizes: eager, rendezvous */
+            s[ns++] = post(p, TUTTI__P2P_SEND, 0, 9, k ? 100000 : 100,
+                           (unsigned char)(16 * p + k));
+    }
+    int seen[4][2] = {{0}};
+    for (int i = 0; i < 6; i++) {
+        size_t len = 0;
+        /* post one at a time: the length depends on which message comes */
+        r[i] = post(0, TUTTI__P2P_RECV, TUTTI_ANY_SOURCE, 9, 100, 0);
+        run(&r[i], 1);
+        if (r[i]->op.status != TUTTI_OK) { /* a 100000-byte message met the 100-byte receive */
+            ck_assert_int_eq(r[i]->op.status, TUTTI_ERR_INVALID_ARG);
+            ck_assert_msg(strstr(r[i]->err, "100000") != NULL, "%s", r[i]->err);
+            int src = r[i]->op.source;
+            ck_assert_msg(src >= 1 && src <= 3, "source %d", src);
+            seen[src][1]++;
+            continue;
+        }
+        (void)len;
+        int src = r[i]->op.source;
+        ck_assert_msg(src >= 1 && src <= 3, "source %d", src);
+        ck_assert_msg(seen[src][1] == 0, "rank %d's second message came before its first", src);
+        expect_data(r[i], (unsigned char)(16 * src));
+        seen[src][0]++;
+    }
+    for (int p = 1; p < 4; p++)
+        ck_assert_msg(seen[p][0] == 1 && seen[p][1] == 1, "rank %d: %d first, %d second", p,
+                      seen[p][0], seen[p][1]);
+    run(s, ns);
+    for (int i = 0; i < ns; i++)
+        ck_assert_msg(s[i]->op.status == TUTTI_OK, "send %d: %s", i, s[i]->err);
+    /* the tag-8 messages wait, unexpected, for receives that name them */
+    for (int p = 1; p < 4; p++) {
+        top_t *t = post(0, TUTTI__P2P_RECV, p, 8, 64, 0);
+        run(&t, 1);
+        ck_assert_msg(t->op.status == TUTTI_OK, "%s", t->err);
+        expect_data(t, 0x80);
+        top_free(t);
+    }
+    expect_idle();
+    for (int i = 0; i < ns; i++)
+        top_free(s[i]);
+    for (int i = 0; i < 6; i++)
+        top_free(r[i]);
+    job_end();
+}
+END_TEST
+
+/* A receive whose length differs fails, naming both lengths, the peer and the tag; the
+ * message is consumed and the next one meets the next receive; the sender completes. */
+START_TEST(test_length_mismatch)
+{
+    size_t len = sizes[_i];
+    size_t other = len + 3;
+    job_start(2, 30);
+    top_t *s1 = post(1, TUTTI__P2P_SEND, 0, 4, len, 0x41);
+    top_t *s2 = post(1, TUTTI__P2P_SEND, 0, 4, len, 0x42);
+    top_t *r1 = post(0, TUTTI__P2P_RECV, 1, 4, other, 0);
+    top_t *r2 = post(0, TUTTI__P2P_RECV, 1, 4, len, 0);
+    top_t *all[4] = {s1, s2, r1, r2};
+    run(all, 4);
+    ck_assert_int_eq(r1->op.status, TUTTI_ERR_INVALID_ARG);
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%zu bytes", len);
+    snprintf(b, sizeof b, "expects %zu", other);
+    ck_assert_msg(strstr(r1->err, a) && strstr(r1->err, b) && strstr(r1->err, "rank 1") &&
+                      strstr(r1->err, "tag 4"),
+                  "the text does not name both lengths, the peer and the tag: %s", r1->err);
+    for (size_t i = 0; i < other; i++)
+        ck_assert_msg(r1->buf[i] == 0xee, "the failed receive's buffer was written at %zu", i);
+    ck_assert_msg(r2->op.status == TUTTI_OK, "%s", r2->err);
+    expect_data(r2, 0x42);
+    ck_assert_msg(s1->op.status == TUTTI_OK && s2->op.status == TUTTI_OK, "%s / %s", s1->err,
+                  s2->err);
+    expect_idle();
+    for (int k = 0; k < 4; k++)
+        top_free(all[k]);
+    job_end();
+}
+END_TEST
+
+/* ---- envelopes that must not be trusted ------------------------------------------------ */
+
+static tutti__p2p_env_t good_env(int kind, int tag, uint64_t len, uint64_t seq, int from, int to)
+{
+    tutti__p2p_env_t e;
+    memset(&e, 0, sizeof e);
+    e.kind = (uint16_t)kind;
+    e.tag = tag;
+    e.len = len;
+    e.seq = seq;
+    tutti__p2p_env_seal(&e, from, to);
+    return e;
+}
+
+START_TEST(test_env_check)
+{
+    char why[400];
+    tutti__p2p_env_t e = good_env(TUTTI__P2P_EAGER, 7, 100, 1, 1, 0);
+    ck_assert_int_eq(tutti__p2p_env_check(&e, 1, 0, why, sizeof why), TUTTI_OK);
+    /* sealed for another pair of ranks */
+    ck_assert_int_eq(tutti__p2p_env_check(&e, 2, 0, why, sizeof why), TUTTI_ERR_TRANSPORT);
+    ck_assert_msg(strstr(why, "check word") != NULL, "%s", why);
+    /* every single bit flipped in the header is caught */
+    for (size_t byte = 0; byte < offsetof(tutti__p2p_env_t, data); byte++)
+        for (int bit = 0; bit < 8; bit++) {
+            tutti__p2p_env_t x = e;
+            ((unsigned char *)&x)[byte] ^= (unsigned char)(1u << bit);
+            ck_assert_msg(tutti__p2p_env_check(&x, 1, 0, why, sizeof why) == TUTTI_ERR_TRANSPORT,
+                          "a flipped bit %d of byte %zu passed", bit, byte);
+        }
+    struct {
+        tutti__p2p_env_t env;
+        const char *says;
+    } bad[] = {
+        {good_env(9, 0, 0, 1, 1, 0), "kind is 9"},
+        {good_env(TUTTI__P2P_EAGER, 1, TUTTI__P2P_EAGER_MAX + 1, 1, 1, 0), "eager"},
+        {good_env(TUTTI__P2P_EAGER, -5, 8, 1, 1, 0), "tag -5"},
+        {good_env(TUTTI__P2P_RTS, 1, 64, 1, 1, 0), "request to send"},
+        {good_env(TUTTI__P2P_RTS, 1, (uint64_t)1 << 63, 1, 1, 0), "request to send"},
+        {good_env(TUTTI__P2P_CTS, 0, 5, 1, 1, 0), "clear-to-send"},
+        {good_env(TUTTI__P2P_DATA, 3, 5, 1, 1, 0), "data header"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = '\0';
+        ck_assert_msg(tutti__p2p_env_check(&bad[i].env, 1, 0, why, sizeof why) ==
+                          TUTTI_ERR_TRANSPORT,
+                      "bad envelope %zu passed", i);
+        ck_assert_msg(strstr(why, bad[i].says) != NULL, "envelope %zu: \"%s\" lacks \"%s\"", i,
+                      why, bad[i].says);
+    }
+    tutti__p2p_env_t m = e;
+    m.magic ^= 0xffu;
+    ck_assert_int_eq(tutti__p2p_env_check(&m, 1, 0, why, sizeof why), TUTTI_ERR_TRANSPORT);
+    ck_assert_msg(strstr(why, "magic") != NULL, "%s", why);
+}
+END_TEST
+
+/* Rank 1 puts on the wire what a broken or hostile peer could: the receive from it fails with a
+ * text naming it and what was wrong, later receives from it fail at once, nothing is allocated
+ * for a length the envelope claims, and rank 2's messages to rank 0 still arrive. */
+START_TEST(test_hostile_envelope)
+{
+    job_start(3, 30);
+    tutti__p2p_env_t junk;
+    const char *says;
+    switch (_i) {
+    case 0: /* not an envelope at all */
+        memset(&junk, 0x5a, sizeof junk);
+        says = "magic";
+        break;
+    case 1: /* a torn one */
+        junk = good_env(TUTTI__P2P_EAGER, 1, 8, 1, 1, 0);
+        junk.len = 9;
+        says = "check word";
+        break;
+    case 2: /* a well-made eager envelope claiming 1 TiB */
+        junk = good_env(TUTTI__P2P_EAGER, 1, (uint64_t)1 << 40, 1, 1, 0);
+        says = "eager";
+        break;
+    case 3: /* message numbers going back: a good message numbered 5, then one numbered 4 */
+        {
+            tutti__p2p_env_t first = good_env(TUTTI__P2P_EAGER, 1, 8, 5, 1, 0);
+            memset(first.data, 0x55, 8);
+            push_bytes(1, 0, &first, sizeof first);
+        }
+        junk = good_env(TUTTI__P2P_EAGER, 1, 0, 4, 1, 0);
+        says = "out of step";
+        break;
+    case 4: /* a clear-to-send for nothing rank 0 announced */
+        junk = good_env(TUTTI__P2P_CTS, 0, 0, 77, 1, 0);
+        says = "never announced";
+        break;
+    default: /* data for no receive */
+        junk = good_env(TUTTI__P2P_DATA, 0, 100, 77, 1, 0);
+        says = "no receive here waits";
+        break;
+    }
+    push_bytes(1, 0, &junk, sizeof junk);
+    top_t *r = post(0, TUTTI__P2P_RECV, 1, 1, 8, 0);
+    top_t *ok_send = post(2, TUTTI__P2P_SEND, 0, 1, 8, 0x22);
+    top_t *ok_recv = post(0, TUTTI__P2P_RECV, 2, 1, 8, 0);
+    top_t *all[3] = {r, ok_send, ok_recv};
+    run(all, 3);
+    if (_i == 3) { /* the good message first; the next receive meets the bad one */
+        ck_assert_msg(r->op.status == TUTTI_OK, "%s", r->err);
+        expect_data(r, 0x55);
+        top_free(r);
+        r = all[0] = post(0, TUTTI__P2P_RECV, 1, 1, 8, 0);
+        run(&r, 1);
+    }
+    ck_assert_int_eq(r->op.status, TUTTI_ERR_TRANSPORT);
+    ck_assert_msg(strstr(r->err, "rank 1") && strstr(r->err, says), "text \"%s\" lacks \"%s\"",
+                  r->err, says);
+    ck_assert_msg(ok_recv->op.status == TUTTI_OK, "rank 2's message: %s", ok_recv->err);
+    expect_data(ok_recv, 0x22);
+    top_t *again = post(0, TUTTI__P2P_RECV, 1, 1, 8, 0);
+    run(&again, 1);
+    ck_assert_int_eq(again->op.status, TUTTI_ERR_TRANSPORT);
+    ck_assert_msg(strstr(again->err, "rank 1") != NULL, "%s", again->err);
+    top_free(again);
+    for (int k = 0; k < 3; k++)
+        top_free(all[k]);
+    job_end();
+}
+END_TEST
+
+/* ---- ends other than success ------------------------------------------------------------- */
+
+/* A receive nobody sends to fails at its deadline and leaves nothing posted; a rendezvous send
+ * nobody receives fails at its deadline, and when its receive comes after all, the receive is
+ * told that the send was withdrawn; meanwhile an eager message between them arrives intact. */
+START_TEST(test_deadlines)
+{
+    job_start(2, 0.3);
+    top_t *r = post(0, TUTTI__P2P_RECV, 1, 1, 8, 0);
+    top_t *s = post(1, TUTTI__P2P_SEND, 0, 2, 100000, 0x33);
+    double t0 = tutti__now();
+    top_t *both[2] = {r, s};
+    run(both, 2);
+    double dt = tutti__now() - t0;
+    ck_assert_int_eq(r->op.status, TUTTI_ERR_TIMEOUT);
+    ck_assert_int_eq(s->op.status, TUTTI_ERR_TIMEOUT);
+    ck_assert_msg(dt >= 0.25 && dt < 3, "the deadline of 0.3 s came after %.2f s", dt);
+    ck_assert_msg(strstr(r->err, "timed out") && strstr(r->err, "rank 1"), "%s", r->err);
+    ck_assert_msg(strstr(s->err, "timed out") && strstr(s->err, "rank 0"), "%s", s->err);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(r->buf[i] == 0xee, "the timed-out receive's buffer was written");
+    /* rank 0 holds nothing; rank 1 listens to rank 0 for the CTS it must answer "withdrawn" */
+    tutti__p2p_progress(J.e[0]);
+    ck_assert_msg(!tutti__p2p_busy(J.e[0]) && posted_recvs[0] == 0, "rank 0 is still busy");
+    ck_assert_msg(posted_recvs[1] == 1, "rank 1 has %d receives posted, not 1", posted_recvs[1]);
+    J.net[0].timeout_s = J.net[1].timeout_s = 30;
+    top_t *e1 = post(1, TUTTI__P2P_SEND, 0, 3, 100, 0x44);
+    top_t *late = post(0, TUTTI__P2P_RECV, 1, 2, 100000, 0);
+    top_t *e2 = post(0, TUTTI__P2P_RECV, 1, 3, 100, 0);
+    top_t *all[3] = {e1, late, e2};
+    run(all, 3);
+    ck_assert_int_eq(late->op.status, TUTTI_ERR_PEER_FAILED);
+    ck_assert_msg(strstr(late->err, "withdrew") != NULL, "%s", late->err);
+    ck_assert_msg(e2->op.status == TUTTI_OK, "%s", e2->err);
+    expect_data(e2, 0x44);
+    expect_idle();
+    top_free(r);
+    top_free(s);
+    for (int k = 0; k < 3; k++)
+        top_free(all[k]);
+    job_end();
+}
+END_TEST
+
+/* An aborted communicator fails every open op with TUTTI_ERR_ABORTED at the next progress. */
+START_TEST(test_abort)
+{
+    job_start(2, 30);
+    top_t *ts[4] = {post(0, TUTTI__P2P_RECV, 1, 1, 8, 0),
+                    post(0, TUTTI__P2P_RECV, TUTTI_ANY_SOURCE, 2, 8, 0),
+                    post(0, TUTTI__P2P_SEND, 1, 3, 100000, 1),
+                    post(1, TUTTI__P2P_RECV, 0, 9, 8, 0)};
+    J.failed[0] = TUTTI_ERR_ABORTED;
+    J.failed[1] = TUTTI_ERR_ABORTED;
+    double t0 = tutti__now();
+    run(ts, 4);
+    ck_assert_msg(tutti__now() - t0 < 1, "abort took %.2f s", tutti__now() - t0);
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(ts[k]->op.status, TUTTI_ERR_ABORTED);
+        ck_assert_msg(strstr(ts[k]->err, "aborted") != NULL, "%s", ts[k]->err);
+        top_free(ts[k]);
+    }
+    expect_idle();
+    job_end();
+}
+END_TEST
+
+static Suite *engine_suite(void)
+{
+    Suite *s = suite_create("p2p_engine");
+    TCase *tc = tcase_create("matching");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_tags_out_of_order, 0, 2 * NSIZES);
+    tcase_add_test(tc, test_non_overtaking);
+    tcase_add_test(tc, test_any_source);
+    tcase_add_loop_test(tc, test_length_mismatch, 0, NSIZES);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("hostile");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_env_check);
+    tcase_add_loop_test(tc, test_hostile_envelope, 0, 6);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("ends");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_deadlines);
+    tcase_add_test(tc, test_abort);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TH_CHECK_MAIN(engine_suite)

@@ -32,7 +32,7 @@ static bool layout_init(layout_t *L, uint32_t nlocal, uint32_t nchan, uint32_t n
     L->stride_coll = align_up(RING_HDR + (uint64_t)nslots_coll * L->slot_stride, PAGE);
     uint64_t nregions = (uint64_t)nwin * nlocal, npairs = (uint64_t)nlocal * (nlocal - 1), part;
     L->flags_off = HDR_SPACE;
-    uint64_t off = align_up(L->flags_off + nregions * LINE, PAGE);
+    uint64_t off = align_up(L->flags_off + nregions * FLAG_STRIDE, PAGE);
     L->regions_off = off;
     if (__builtin_mul_overflow(nregions, L->region_stride, &part) ||
         __builtin_add_overflow(off, part, &off))
@@ -291,8 +291,8 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
         for (int r = 0; r < n; r++) {
             uint64_t i = (uint64_t)s * (uint64_t)n + (uint64_t)r;
             w->regions[r] = base + L->regions_off + i * L->region_stride;
-            w->flags[r] = (volatile uint64_t *)(base + L->flags_off + i * LINE);
-            w->notes[r] = (volatile uint32_t *)(base + L->flags_off + i * LINE + FLAG_NOTES);
+            w->flags[r] = (volatile uint64_t *)(base + L->flags_off + i * FLAG_STRIDE);
+            w->notes[r] = (volatile uint32_t *)(base + L->flags_off + i * FLAG_STRIDE + FLAG_NOTES);
         }
         w->epoch = 0;
         w->cma = t->cma;
@@ -303,7 +303,7 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
 
 static volatile char *flag_line(char *base, const layout_t *L, int local)
 {
-    return base + L->flags_off + (uint64_t)local * LINE; /* window 0's line of local rank */
+    return base + L->flags_off + (uint64_t)local * FLAG_STRIDE; /* window 0's flag of local rank */
 }
 
 /* probe_publish writes, before the mapping barrier, what the others need to probe this rank:

@@ -96,7 +96,8 @@ typedef struct tutti__window {
     size_t region_size;
     char **regions;                /* regions[r]: base of rank r's region, 64-byte aligned */
     volatile uint64_t **flags;     /* flags[r]: rank r's barrier epoch, one cache line each */
-    volatile uint32_t **notes;     /* notes[r]: 3 words in rank r's flag line, 0 until written,
+    volatile uint32_t **notes;     /* notes[r]: 3 words beside rank r's flag, in a line of
+                                      their own, 0 until written,
                                       for algos/colocate.c: [0] the core rank r's thread of this
                                       slice runs on (it writes it, all read), [1] how many threads
                                       sleep waiting for rank r (they add and remove themselves),

@@ -76,7 +76,7 @@ if [ "$fuzz_seconds" != 0 ] && [ $# -eq 0 ]; then
         if build-fuzz/tests/fuzz/fuzz_$h -max_total_time="$fuzz_seconds" -timeout=10 \
             -rss_limit_mb=2048 -artifact_prefix="build-fuzz/artifacts/$h-" \
             "build-fuzz/corpus/$h" "tests/fuzz/corpus/$h" >"$log" 2>&1; then
-            echo "test.sh: fuzz_$h: $(grep -E '^#[0-9]+ +DONE' "$log" | tail -1)"
+            echo "test.sh: fuzz_$h: $(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1)"
         else
             tail -30 "$log" >&2
             failed+=("fuzz_$h ($log, build-fuzz/artifacts/)")

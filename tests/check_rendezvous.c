@@ -411,7 +411,7 @@ static int flood_rank(int rank, int size, void *arg)
         int open = 0; /* connections the store has not hung up on */
         for (int i = 0; i < NFLOOD + NBODY; i++) {
             char buf[4096];
-            ssize_t n;
+            ssize_t n = 0;
             while (fds[i] >= 0 && (n = recv(fds[i], buf, sizeof buf, MSG_DONTWAIT)) > 0)
                 ;
             if (fds[i] >= 0 && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))

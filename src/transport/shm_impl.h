@@ -14,8 +14,9 @@
  * ranks agree even if their environments differ):
  *
  *   0            seg_hdr_t (parameters, checked by every rank that maps the segment)
- *   flags_off    nwin * nlocal barrier flags, one 64-byte line each (window s, rank r at
- *                s * nlocal + r): the epoch at byte 0, 3 words of notes at FLAG_NOTES
+ *   flags_off    nwin * nlocal barrier flags, FLAG_STRIDE bytes each (window s, rank r at
+ *                s * nlocal + r): the epoch at byte 0, 3 words of notes at FLAG_NOTES, the
+ *                call words at FLAG_CALLS; the second line holds the call descriptors
  *   regions_off  nwin * nlocal window regions, region_stride apart, same order (page aligned:
  *                first touch by the owner places each on the owner's NUMA node)
  *   rings_off    channel 0 (send/recv): one ring per ordered pair (i -> j, i != j), then each
@@ -30,7 +31,7 @@
  */
 
 #define SEG_MAGIC 0x74757474736d3031ull /* "tuttsm01" */
-#define SEG_VERSION 2u
+#define SEG_VERSION 3u
 #define LINE 64u
 #define PAGE 4096u
 #define HDR_SPACE 256u
@@ -40,6 +41,9 @@
 #define MAX_LOCAL 4096
 #define NAME_LEN 40 /* "/tutti-" + 32 hex + NUL */
 #define FLAG_NOTES 8u /* byte offset of a window's notes in a flag line (tutti__window_t) */
+#define FLAG_CALLS 40u /* byte offset of the 3 call words (tutti__window_t.calls) */
+#define FLAG_STRIDE (2u * LINE) /* a rank's flag lines: epoch, notes and call words; then the
+                                   two call descriptors (tutti__window_t.descs) */
 /* Window 0's flag lines also carry, for the single-copy probe at creation: the owner's pid, the
  * address of a value in its memory that the others try to read, and what its own tries gave. */
 #define FLAG_PID 20u

@@ -48,6 +48,7 @@ typedef struct tutti__coll {
     uint64_t wcall;       /* this call's number on its window (0: not begun there) */
     uint32_t bstep;       /* window barriers of this call so far */
     bool verified;        /* every peer's window call was found to be this one */
+    bool described;       /* its descriptor is in its window slot (callsig.c) */
 
     const void *sendbuf;
     void *recvbuf;
@@ -113,7 +114,8 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
                                    const char *how);
 
 /* tutti__win_begin begins c on window w, once per call (later calls do nothing): it numbers
- * the call on w and publishes its descriptor and value, before c writes anything a peer reads. */
+ * the call on w and publishes its value, before c writes anything a peer reads (its descriptor
+ * follows once a check finds a peer's value different). */
 void tutti__win_begin(tutti__coll_t *c, tutti__window_t *w);
 
 /* tutti__win_value is what c's window call publishes (and its flagged lines carry as tag). */

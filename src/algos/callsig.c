@@ -37,9 +37,13 @@ static inline uint64_t mix64(uint64_t x)
     return x;
 }
 
+/* One finalizer over the three words, each first multiplied by its own odd constant: cheap
+ * (the 8 B allreduce computes it on every call) and every input bit still reaches the whole
+ * result. */
 static uint64_t hash_desc(uint64_t seq, uint64_t count, uint64_t info)
 {
-    return mix64(mix64(mix64(seq ^ 0x7475747469ull) ^ count) ^ info);
+    return mix64(seq * 0x9e3779b97f4a7c15ull ^ count * 0xc2b2ae3d27d4eb4full ^
+                 info * 0x165667b19e3779f9ull);
 }
 
 static int algo_index(const tutti__coll_t *c)
@@ -63,8 +67,9 @@ void tutti__sig_make(tutti__coll_t *c, int nsplit)
         count = 0x6c61796f7574ull;
         for (int i = 0; i < c->size; i++)
             count = mix64(count ^ c->counts[i]) + c->displs[i];
-    } else if (c->name != NULL && c->name[0] == 'a' && strcmp(c->name, "allreduce_coalesced") == 0) {
-        var = 2;
+    } else if (c->kind == TUTTI_COLL_ALLREDUCE && c->recvbuf == c->sendbuf && c->name != NULL &&
+               strcmp(c->name, "allreduce_coalesced") == 0) {
+        var = 2; /* (coalesced calls are in place: most allreduces skip the compare) */
     }
     c->sig_count = count;
     c->sig_info = (uint32_t)c->kind | var << 4 | ((uint32_t)c->dtype & 0x1fu) << 6 |
@@ -148,7 +153,9 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
 
 static uint64_t value_of(uint64_t fp, uint64_t wcall)
 {
-    return mix64(fp ^ (wcall * 0x9e3779b97f4a7c15ull)) | 1u; /* never 0: 0 is "none yet" */
+    /* fp is already mixed: a multiple of wcall by an odd constant keeps values of different
+     * window calls apart. Never 0: 0 is "none yet" and the tag of withdrawn lines. */
+    return (fp ^ (wcall * 0x9e3779b97f4a7c15ull)) | 1u;
 }
 
 uint64_t tutti__win_value(const tutti__coll_t *c) { return value_of(c->fp, c->wcall); }
@@ -158,16 +165,26 @@ void tutti__win_begin(tutti__coll_t *c, tutti__window_t *w)
     if (c->wcall != 0)
         return;
     c->wcall = ++w->ncalls;
-    const unsigned p = (unsigned)(c->wcall & 1u);
-    volatile uint64_t *d = w->descs[w->me] + 4u * p;
+    /* Only the value now (the 8 B allreduce pays one store); the descriptor, which only texts
+     * need, is written by describe once this rank finds any peer's value different. A peer
+     * that looks at it before checks it against the value (read_desc) and waits. Release: a
+     * peer that reads this value reads the call's number on the window with it; what the call
+     * writes for its peers is published later, by a barrier's or a flagged line's release. */
+    __atomic_store_n(&w->calls[w->me][c->wcall & 1u], tutti__win_value(c), __ATOMIC_RELEASE);
+}
+
+/* describe writes c's descriptor into its slot of w, once per call. */
+static void describe(tutti__coll_t *c, tutti__window_t *w)
+{
+    if (c->described)
+        return;
+    c->described = true;
+    volatile uint64_t *d = w->descs[w->me] + 4u * (unsigned)(c->wcall & 1u);
     tutti__calldesc_t md = tutti__sig_desc(c);
     __atomic_store_n(&d[0], md.seq, __ATOMIC_RELAXED);
     __atomic_store_n(&d[1], md.count, __ATOMIC_RELAXED);
     __atomic_store_n(&d[2], md.info, __ATOMIC_RELAXED);
-    __atomic_store_n(&d[3], md.wcall, __ATOMIC_RELAXED);
-    /* Release: a peer that reads this value also reads the descriptor above. What the call
-     * writes for its peers is published later, by a barrier's or a flagged line's release. */
-    __atomic_store_n(&w->calls[w->me][p], tutti__win_value(c), __ATOMIC_RELEASE);
+    __atomic_store_n(&d[3], md.wcall, __ATOMIC_RELEASE);
 }
 
 /* read_desc reads rank r's descriptor in slot p, and true when it is the one behind value v
@@ -230,12 +247,19 @@ tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, boo
     uint64_t v = __atomic_load_n(&w->calls[r][p], __ATOMIC_ACQUIRE);
     if (__builtin_expect(v == mine, 1))
         return TUTTI_OK;
+    describe(c, w); /* the peer may be about to name this call */
     const int g = c->group ? c->group[r] : r;
     tutti__calldesc_t d;
     bool known = read_desc(w, r, p, v, &d);
-    if (arrived)
+    if (arrived) {
+        /* r differs; it finds so too and describes its call: give it a moment to. */
+        for (double t0 = tutti__now(); !known && tutti__now() - t0 < 0.5;) {
+            tutti__sleep_us(1000);
+            known = read_desc(w, r, p, v, &d);
+        }
         return tutti__sig_mismatch(c, g, known ? &d : NULL,
                                    known ? "" : "its window call differs");
+    }
     /* Not arrived: r may simply not have begun this call yet (its slot then holds the call
      * two before). A call r did begin at this place on the window is a mismatch. */
     if (known && d.wcall >= c->wcall)

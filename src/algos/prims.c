@@ -425,7 +425,8 @@ static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
             failed_peer |= __atomic_load_n(&w->calls[r][2], __ATOMIC_ACQUIRE) != 0;
         }
     c->verified = true;
-    for (int r = 0; __builtin_expect(failed_peer, 0) && r < w->nranks; r++)
+    /* (tutti__cma_finish's barrier reports a peer that failed there itself, naming why.) */
+    for (int r = 0; __builtin_expect(failed_peer, 0) && failed_rank == NULL && r < w->nranks; r++)
         if (r != c->rank)
             TUTTI__CHECK(tutti__win_peer_failed(c, w, r, true));
     for (int r = 0; failed_rank != NULL && r < w->nranks; r++) {

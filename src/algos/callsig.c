@@ -207,6 +207,16 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
     tutti_status_t st = (tutti_status_t)-(int)(f & 0xffu);
     const int g = c->group ? c->group[r] : r;
     unsigned long long seq = (unsigned long long)(f >> 8);
+    /* A peer that failed because a rank died: name the dead rank, the cause, as it did. */
+    int dead = -1;
+    if (st != TUTTI_ERR_MISMATCH && tutti__live_check(c->net->live, &dead) < 0) {
+        snprintf(c->err, TUTTI__ERRLEN,
+                 "rank %d: %s #%llu: rank %d (pid %d) died or lost its connection; the "
+                 "communicator is now failed: destroy it and create a new one",
+                 c->net->rank, c->name, (unsigned long long)c->seq, dead,
+                 tutti__live_pid(c->net->live, dead));
+        return TUTTI_ERR_PEER_FAILED;
+    }
     if (st == TUTTI_ERR_MISMATCH) {
         tutti__calldesc_t d;
         const unsigned p = (unsigned)(c->wcall & 1u);

@@ -38,7 +38,8 @@ extern "C" {
     X(ERR_BOOTSTRAP, -9, "bootstrap (rank discovery or rendezvous) failed")                    \
     X(ERR_TRANSPORT, -10, "transport error")                                                   \
     X(ERR_SYSTEM, -11, "system call failed")                                                   \
-    X(ERR_INTERNAL, -12, "internal error (a bug in tutti; please report it)")
+    X(ERR_INTERNAL, -12, "internal error (a bug in tutti; please report it)")                  \
+    X(ERR_MISMATCH, -13, "ranks posted different collectives (count, dtype, op, root or order)")
 
 /** Status of every tutti call: TUTTI_OK (0), TUTTI_IN_PROGRESS (1) or an error (< 0). */
 typedef enum tutti_status {

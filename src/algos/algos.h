@@ -39,6 +39,17 @@ typedef struct tutti__coll {
     bool declined;        /* it failed before posting or writing anything, alike on every rank
                              (tutti__decline): the communicator stays usable */
 
+    /* The call's fingerprint (callsig.c), the same on every rank that posted the same call:
+     * what peers compare before they use each other's data. */
+    uint64_t fp;          /* hash of seq, sig_count, sig_info and root */
+    uint64_t sig_count;   /* the whole call's count (not a slice's); allgatherv: a hash of the
+                             layout; alltoallv: 0 (its counts differ between ranks) */
+    uint32_t sig_info;    /* kind, variant, dtype, op, algorithm, slices (TUTTI__SIG_*) */
+    uint64_t wcall;       /* this call's number on its window (0: not begun there) */
+    uint32_t bstep;       /* window barriers of this call so far */
+    bool verified;        /* every peer's window call was found to be this one */
+    bool described;       /* its descriptor is in its window slot (callsig.c) */
+
     const void *sendbuf;
     void *recvbuf;
     size_t count;         /* allreduce, reduce, bcast: elements; allgather: per rank;
@@ -76,6 +87,57 @@ static inline bool tutti__algo_offered(const tutti__algo_t *a, unsigned caps)
 
 /* tutti__avg_div is what AVG divides by when the last step of c's reduction rounds. */
 static inline int tutti__avg_div(const tutti__coll_t *c) { return c->avg_n > 0 ? c->avg_n : c->size; }
+
+/* ---- fingerprints of calls (callsig.c) ---- */
+
+/* A call as its fingerprint describes it: what a rank publishes in its window and what a
+ * mismatch message names. */
+typedef struct tutti__calldesc {
+    uint64_t seq, count, info; /* info: sig_info | (uint32_t)root << 32 */
+    uint64_t wcall;
+} tutti__calldesc_t;
+
+/* tutti__sig_make fills c's fingerprint from its arguments, its algorithm and the number of
+ * slices it runs as (the executor calls it once per call, after numbering it). */
+void tutti__sig_make(tutti__coll_t *c, int nsplit);
+
+/* tutti__sig_desc is c's call as a descriptor (wcall: c's window call). */
+tutti__calldesc_t tutti__sig_desc(const tutti__coll_t *c);
+
+/* tutti__sig_describe writes "allreduce #7 of 1000 fp32 sum (direct)" for d into buf. */
+int tutti__sig_describe(char *buf, size_t cap, const tutti__calldesc_t *d);
+
+/* tutti__sig_mismatch writes into c->err the text for a mismatch between c, posted by this
+ * rank, and d (NULL: not known), posted by communicator rank peer, and returns
+ * TUTTI_ERR_MISMATCH; how is what the peer's call was seen by. */
+tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__calldesc_t *d,
+                                   const char *how);
+
+/* tutti__win_begin begins c on window w, once per call (later calls do nothing): it numbers
+ * the call on w and publishes its value, before c writes anything a peer reads (its descriptor
+ * follows once a check finds a peer's value different). */
+void tutti__win_begin(tutti__coll_t *c, tutti__window_t *w);
+
+/* tutti__win_value is what c's window call publishes (and its flagged lines carry as tag). */
+uint64_t tutti__win_value(const tutti__coll_t *c);
+
+/* tutti__win_check looks at window rank r (a member index of c's window) on a slow path of a
+ * wait: TUTTI_ERR_MISMATCH when r has begun a different call at c's place on w, else TUTTI_OK.
+ * arrived: r has reached a barrier of this call, so its value must be c's now. The text goes
+ * to c->err. */
+tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, bool arrived);
+
+/* tutti__win_peer_failed returns r's failure (TUTTI_ERR_PEER_FAILED, or TUTTI_ERR_MISMATCH if
+ * that is what r found) when r's communicator failed in this call or before it, or at all when
+ * r has not arrived (it will not come); else TUTTI_OK. Callers look at every peer's call with
+ * tutti__win_check first, so that a mismatch is named by the pair that differs. */
+tutti_status_t tutti__win_peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, bool arrived);
+
+/* tutti__win_fail tells the ranks that share windows with this one that its communicator
+ * failed with st during call seq: it writes the failure word of every window of net and
+ * withdraws its flagged lines (their tags become 0, which no call uses), so that a peer that
+ * was stopped cannot complete the call after it resumes. */
+void tutti__win_fail(tutti__net_t *net, tutti_status_t st, uint64_t seq);
 
 /* ---- primitives (prims.c) ---- */
 
@@ -139,8 +201,12 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
                                    tutti__window_t **w, size_t *slot);
 
 /*
- * tutti__win_barrier: every rank of the window waits for all others to reach the same barrier
- * (epoch counters, no reset, so no ABA). Release/acquire: writes before it are visible to all
+ * tutti__win_barrier: every rank of the window waits for all others to reach the same barrier.
+ * A barrier is tagged with its call's number on the window and its step in the call (so no
+ * ABA, and a call that did more or fewer barriers than its peers cannot shift a later one);
+ * the first barrier of a call begins it on the window (tutti__win_begin) and, once passed,
+ * checks that every peer's window call is this one (else TUTTI_ERR_MISMATCH, before any rank
+ * reads another's region); every barrier fails if a peer's communicator has failed. Release/acquire: writes before it are visible to all
  * after it. Same deadline and failure checks as tutti__waitall.
  */
 tutti_status_t tutti__win_barrier(tutti__coll_t *c);
@@ -180,7 +246,9 @@ tutti_status_t tutti__cma_finish(tutti__coll_t *c, tutti_status_t mine);
  * release order. tutti__ll_wait waits until the line at byte offset off of rank r's region
  * carries tag (same deadline and failure checks as tutti__win_barrier); tutti__ll_copy waits
  * for each line of the bytes rank r wrote at off and copies them to dst. Tags must differ from
- * anything the area held before: callers use a count of operations that only grows.
+ * anything the area held before: callers use their window value (tutti__win_small_begin),
+ * which holds the call's sequence number. A wait whose lines do not come looks at the peer's
+ * window call on its slow path (tutti__win_check), so a different call there is a mismatch.
  */
 #define TUTTI__LL_DATA ((size_t)56)
 static inline size_t tutti__ll_lines(size_t bytes) /* at least one: an empty block is a tag */
@@ -195,17 +263,19 @@ static inline size_t tutti__ll_span(size_t bytes) { return tutti__ll_lines(bytes
 #define TUTTI__WIN_SMALL_LL ((size_t)8 << 10)
 #define TUTTI__WIN_SMALL_RAW (TUTTI__WIN_SMALL_HALF - TUTTI__WIN_SMALL_LL)
 
-/* tutti__win_small_begin starts an operation on the window's small area (2 halves, used
- * alternately): it returns the byte offset, in every rank's
+/* tutti__win_small_begin starts an operation c on the window's small area (2 halves, used
+ * alternately): it begins c on w (tutti__win_begin), returns the byte offset, in every rank's
  * region, of the half this operation uses (its flagged-line part; the plain part follows at
- * + TUTTI__WIN_SMALL_LL) and sets *tag to its flagged-line tag. Every rank
+ * + TUTTI__WIN_SMALL_LL) and sets *tag to its flagged-line tag: c's window value, which holds
+ * its fingerprint, so that lines of a different call are never taken for this one's. Every rank
  * must call it for the same operations. A rank writes a half again two operations later, once
  * it has seen every other rank's data (lines or barrier) of the operation in between, which
  * each sent only after reading this one: no barrier is needed after the reads. */
-static inline size_t tutti__win_small_begin(tutti__window_t *w, uint64_t *tag)
+static inline size_t tutti__win_small_begin(tutti__coll_t *c, tutti__window_t *w, uint64_t *tag)
 {
     uint64_t seq = w->small_seq++;
-    *tag = seq + 1;
+    tutti__win_begin(c, w);
+    *tag = tutti__win_value(c);
     return w->region_size + (size_t)(seq & 1u) * TUTTI__WIN_SMALL_HALF;
 }
 void tutti__ll_write(char *dst, const void *src, size_t bytes, uint64_t tag);

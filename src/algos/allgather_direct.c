@@ -36,7 +36,7 @@ static tutti_status_t run(tutti__coll_t *c)
             memcpy(own, in, tutti__rcount(c, rank) * es);
         /* Small blocks go as flagged lines: no barrier, one hand-off per peer. */
         uint64_t tag;
-        size_t off = tutti__win_small_begin(w, &tag);
+        size_t off = tutti__win_small_begin(c, w, &tag);
         tutti__ll_write(w->regions[rank] + off, in, tutti__rcount(c, rank) * es, tag);
         for (int i = 0; i < n; i++)
             if (i != rank)

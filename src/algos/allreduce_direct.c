@@ -43,7 +43,7 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
          * and reads the others' lines as they come (tutti__win_small_begin says why nobody
          * overwrites lines still to be read). */
         uint64_t tag;
-        size_t off = tutti__win_small_begin(w, &tag);
+        size_t off = tutti__win_small_begin(c, w, &tag);
         tutti__ll_write(w->regions[rank] + off, in, bytes, tag);
         /* Line by line, straight from the others' lines: no copies. Each line holds whole
          * elements (TUTTI__LL_DATA is a multiple of every element size). */
@@ -64,7 +64,7 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
         /* One barrier: the data goes to the small area, whose halves alternate, so no barrier
          * is needed after the reads. */
         uint64_t tag;
-        size_t off = tutti__win_small_begin(w, &tag) + TUTTI__WIN_SMALL_LL;
+        size_t off = tutti__win_small_begin(c, w, &tag) + TUTTI__WIN_SMALL_LL;
         memcpy(w->regions[rank] + off, in, bytes);
         TUTTI__CHECK(tutti__win_barrier(c));
         if (copy_out) {

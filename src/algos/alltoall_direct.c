@@ -36,7 +36,7 @@ static tutti_status_t run(tutti__coll_t *c)
         /* Small blocks (every rank knows every block's size: not alltoallv) go as flagged
          * lines, the block for rank j at slot j of the writer's small area: no barrier. */
         uint64_t tag;
-        size_t off = tutti__win_small_begin(w, &tag);
+        size_t off = tutti__win_small_begin(c, w, &tag);
         for (int j = 0; j < n; j++)
             if (j != rank)
                 tutti__ll_write(w->regions[rank] + off + (size_t)j * span,

@@ -73,6 +73,8 @@ typedef struct tutti__net {
                                session of its own, as MPICH's Hydra starts them): sched_yield
                                cannot hand the core to the rank waited for, so a wait that
                                steps aside sleeps on that rank's doorbell instead (colocate.c) */
+    double unresp_s;        /* TUTTI_UNRESPONSIVE: a peer silent this long is unresponsive;
+                               0: derived from the timeout (prims.c) */
     const volatile tutti_status_t *failed; /* the communicator's status word, only read here
                                               (to stop waiting once it is aborted) */
 } tutti__net_t;

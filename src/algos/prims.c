@@ -80,7 +80,7 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *b
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
     req->chan = TUTTI__CHAN_COLL + c->slice;
-    req->tag = 0u;
+    req->tag = (uint32_t)c->fp; /* the transports compare it: a message of another call fails */
     req->peer = peer;
     req->buf = (char *)buf;
     req->len = bytes;
@@ -120,6 +120,53 @@ static tutti_status_t progress_all(tutti__coll_t *c)
     return TUTTI_OK;
 }
 
+/* tutti__net_unresponsive is how long a peer may send no heartbeat before a wait calls it
+ * unresponsive: TUTTI_UNRESPONSIVE, or by default a few seconds less than the timeout (at least
+ * half of it), so that a stopped peer is named as such just before the timeout would have
+ * fired anyway: no job fails sooner than it would without it, yet the error says what
+ * happened. */
+static double unresponsive_after(const tutti__net_t *net)
+{
+    double t = tutti__net_timeout(net);
+    if (net->unresp_s > 0)
+        return net->unresp_s;
+    return t - 3.0 > t / 2 ? t - 3.0 : t / 2;
+}
+
+/* check_peers fails c when a peer's communicator failed (its notice came over the liveness
+ * mesh) or a peer has sent no heartbeat for too long (stopped or frozen). */
+static tutti_status_t check_peers(tutti__coll_t *c, double now)
+{
+    tutti__net_t *net = c->net;
+    int r = -1;
+    tutti_status_t st;
+    uint64_t seq;
+    (void)now;
+    if (__builtin_expect(tutti__live_failed(net->live, &r, &st, &seq), 0)) {
+        char mine[200];
+        tutti__calldesc_t d = tutti__sig_desc(c);
+        tutti__sig_describe(mine, sizeof mine, &d);
+        if (st == TUTTI_ERR_MISMATCH)
+            return fail(c, TUTTI_ERR_MISMATCH,
+                        "rank %d found mismatched collectives at its call #%llu (its error names "
+                        "both calls) while rank %d posted %s; the communicator is now failed: "
+                        "destroy it and create a new one",
+                        r, (unsigned long long)seq, net->rank, mine);
+        return fail(c, TUTTI_ERR_PEER_FAILED,
+                    "rank %d's communicator failed (%s) in its call #%llu while this rank waited "
+                    "in %s; the communicator is now failed: destroy it and create a new one",
+                    r, tutti_strerror(st), (unsigned long long)seq, mine);
+    }
+    double silent = 0, limit = unresponsive_after(net);
+    if (__builtin_expect(tutti__live_silent(net->live, limit, &r, &silent), 0))
+        return fail(c, TUTTI_ERR_PEER_FAILED,
+                    "rank %d (pid %d) is unresponsive: no heartbeat for %.1f s (limit %.1f s, "
+                    "TUTTI_UNRESPONSIVE): its process is stopped (SIGSTOP, a debugger) or frozen; "
+                    "the communicator is now failed: destroy it and create a new one",
+                    r, tutti__live_pid(net->live, r), silent, limit);
+    return TUTTI_OK;
+}
+
 /* check_time runs the slow checks of a wait: the deadline and the liveness mesh. missing[] are
  * the ranks the wait still needs, for the message. */
 static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmissing)
@@ -137,6 +184,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                         "rank %d (pid %d) died or lost its connection; the communicator is now "
                         "failed: destroy it and create a new one",
                         dead, tutti__live_pid(net->live, dead));
+        TUTTI__CHECK(check_peers(c, now));
     }
     /* A peer that destroyed its communicator will never come. Data it sent before it left gets
      * a moment to arrive; then this fails now, not at the deadline. */
@@ -234,6 +282,8 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
             }
             if (reqs[i].status < 0) {
                 tutti__transport_t *tp = c->net->links.peer_tp[reqs[i].peer];
+                if (reqs[i].status == TUTTI_ERR_MISMATCH)
+                    return tutti__sig_mismatch(c, reqs[i].peer, NULL, tp->err);
                 return fail(c, reqs[i].status,
                             "%s %s rank %d failed: %s; the communicator is now failed: destroy "
                             "it and create a new one",
@@ -311,49 +361,81 @@ typedef struct epoch_ready {
     uint64_t e;
 } epoch_ready_t;
 
+/* A barrier's value: the call's number on the window in the high half, its step in the call
+ * below. Peers are at most one window call apart, so the difference, read as signed, orders
+ * any two values (the 32-bit call number may wrap). */
+#define STEP_FAILED ((uint64_t)1 << 31)
+static inline bool reached(uint64_t flag, uint64_t e)
+{
+    return (int64_t)((flag & ~STEP_FAILED) - e) >= 0;
+}
+
 static bool all_arrived(const void *p)
 {
     const epoch_ready_t *q = p;
     for (int r = 0; r < q->w->nranks; r++)
-        if (__atomic_load_n(q->w->flags[r], __ATOMIC_ACQUIRE) < q->e)
+        if (!reached(__atomic_load_n(q->w->flags[r], __ATOMIC_ACQUIRE), q->e))
             return false;
     return true;
 }
 
-/* A rank whose single-copy reads failed says so in its barrier epoch: the epoch stays at or
- * past every later one (it still counts as arrived, and its communicator is failed anyway), and
- * the others see the bit once they pass the barrier. */
-#define EPOCH_FAILED ((uint64_t)1 << 63)
-
-/* barrier is tutti__win_barrier; failed marks this rank's epoch with EPOCH_FAILED, and
- * *failed_rank (when not NULL) is then the lowest rank whose epoch carried it, or -1. */
+/* barrier is tutti__win_barrier; failed marks this rank's step with STEP_FAILED (its single-copy
+ * reads failed), and *failed_rank (when not NULL) is then the lowest rank whose step at this
+ * barrier carried it, or -1. */
 static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
 {
     tutti__window_t *w = tutti__coll_window(c);
-    uint64_t e = ++w->epoch;
-    __atomic_store_n(w->flags[c->rank], e | (failed ? EPOCH_FAILED : 0), __ATOMIC_RELEASE);
+    tutti__win_begin(c, w);
+    if (__builtin_expect(c->bstep + 1 >= STEP_FAILED, 0))
+        return fail(c, TUTTI_ERR_NOT_SUPPORTED, "more than 2^31 window barriers in one call: "
+                    "raise TUTTI_SHM_WINDOW");
+    const uint64_t e = (c->wcall << 32) | ++c->bstep;
+    __atomic_store_n(w->flags[c->rank], e | (failed ? STEP_FAILED : 0), __ATOMIC_RELEASE);
     tutti__colo_ring(c);
     epoch_ready_t er = {w, e};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
-    /* Epochs only grow, so a rank that has already moved on to the next barrier still counts
-     * as arrived here. */
+    /* A rank that has already moved on to the next barrier (or the next call) still counts as
+     * arrived here. */
     for (unsigned it = 0;; it++) {
         int missing[64], nm = 0;
         for (int r = 0; r < w->nranks; r++)
-            if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) < e && nm < 64)
+            if (!reached(__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE), e) && nm < 64)
                 missing[nm++] = global(c, r);
         if (nm == 0)
             break;
-        if ((it & 63u) == 63u || !tutti__backoff_spinning(&b))
+        if ((it & 63u) == 63u || !tutti__backoff_spinning(&b)) {
+            for (int r = 0; r < w->nranks; r++)
+                if (r != c->rank)
+                    TUTTI__CHECK(tutti__win_check(c, w, r, false));
+            for (int r = 0; r < w->nranks; r++)
+                if (r != c->rank)
+                    TUTTI__CHECK(tutti__win_peer_failed(c, w, r, false));
             TUTTI__CHECK(check_time(c, missing, nm));
+        }
         pause_for(c, &b, it, missing[0], all_arrived, &er);
     }
-    for (int r = 0; failed_rank != NULL && r < w->nranks; r++)
-        if (__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE) & EPOCH_FAILED) {
+    /* Every peer has reached this barrier: its call words are on the line just read. The first
+     * barrier of a call checks that every peer runs this call, before anyone reads a region. */
+    bool failed_peer = false;
+    for (int r = 0; r < w->nranks; r++)
+        if (r != c->rank) {
+            if (!c->verified)
+                TUTTI__CHECK(tutti__win_check(c, w, r, true));
+            failed_peer |= __atomic_load_n(&w->calls[r][2], __ATOMIC_ACQUIRE) != 0;
+        }
+    c->verified = true;
+    /* (tutti__cma_finish's barrier reports a peer that failed there itself, naming why.) */
+    for (int r = 0; __builtin_expect(failed_peer, 0) && failed_rank == NULL && r < w->nranks; r++)
+        if (r != c->rank)
+            TUTTI__CHECK(tutti__win_peer_failed(c, w, r, true));
+    for (int r = 0; failed_rank != NULL && r < w->nranks; r++) {
+        uint64_t f = __atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE);
+        if ((f & STEP_FAILED) && (f & ~STEP_FAILED) == e) {
             *failed_rank = r;
             break;
         }
+    }
     return TUTTI_OK;
 }
 
@@ -431,8 +513,11 @@ tutti_status_t tutti__ll_wait(tutti__coll_t *c, int r, size_t off, uint64_t tag)
     tutti__backoff_init(&b, c->net->oversubscribed);
     const int g = global(c, r);
     for (unsigned it = 1; __atomic_load_n(t, __ATOMIC_ACQUIRE) != tag; it++) {
-        if ((it & 63u) == 0 || !tutti__backoff_spinning(&b))
+        if ((it & 63u) == 0 || !tutti__backoff_spinning(&b)) {
+            TUTTI__CHECK(tutti__win_check(c, tutti__coll_window(c), r, false));
+            TUTTI__CHECK(tutti__win_peer_failed(c, tutti__coll_window(c), r, false));
             TUTTI__CHECK(check_time(c, &g, 1));
+        }
         pause_for(c, &b, it, g, line_here, &lr);
     }
     return TUTTI_OK;

@@ -1,5 +1,7 @@
-/* liveness.c: the liveness mesh, one TCP connection between every pair of ranks that carries
- * nothing but a goodbye byte, so that a connection closed without one means a dead peer. */
+/* liveness.c: the liveness mesh, one TCP connection between every pair of ranks that carries a
+ * goodbye byte (so that a connection closed without one means a dead peer), heartbeats (so that
+ * a peer that stops answering, stopped or frozen, is found too) and failure notices (a rank
+ * whose communicator failed tells every peer which call failed and why). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/sha256.h"
@@ -20,6 +23,9 @@
 #define HELLO_MAGIC 0x54544c32u /* "TTL2" */
 #define REC_LEN 96              /* one rank's published record: "ip port pid nonce" */
 #define LIST_MAX 16
+#define BEAT 'H'     /* a heartbeat: the sender's process still runs */
+#define FAIL 'F'     /* a failure notice: FAIL_REC bytes follow (status, sequence number) */
+#define FAIL_REC 9
 
 enum { PEER_ALIVE = 0, PEER_LEFT = 1, PEER_DEAD = 2 };
 
@@ -28,6 +34,10 @@ typedef struct peer {
     int pid;
     unsigned char state; /* PEER_*; read without the lock by tutti__live_left */
     bool bye_sent;
+    double heard;        /* when a byte from it was last read (tutti__live_silent) */
+    unsigned char rec_left, rec[FAIL_REC]; /* a failure notice being read */
+    int fail_status;     /* its communicator's failure, from its notice; 0: none */
+    uint64_t fail_seq;
 } peer_t;
 
 struct tutti__liveness {
@@ -38,6 +48,11 @@ struct tutti__liveness {
     pthread_mutex_t mu;
     int lowest_dead;  /* -1 while none; read without the lock when the lock is busy */
     bool forked;      /* this is a fork()ed child's copy: the connections belong to the parent */
+    pthread_t beat;   /* the heartbeat thread (tutti__live_beat), when beat_on */
+    bool beat_on, beat_stop;
+    double beat_period;
+    pthread_mutex_t beat_mu;
+    pthread_cond_t beat_cv;
     struct tutti__liveness *next; /* in the registry that fork() walks */
 };
 
@@ -161,6 +176,30 @@ static int connect_by(const struct sockaddr_storage *sa, socklen_t salen, double
 }
 
 /* drain reads what peer r has sent (non-blocking) and updates its state. Caller holds l->mu. */
+/* take reads n bytes that p sent: goodbyes, heartbeats and failure notices. */
+static void take(peer_t *p, const unsigned char *b, size_t n)
+{
+    double now = tutti__now();
+    __atomic_store(&p->heard, &now, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < n; i++) {
+        if (p->rec_left > 0) {
+            p->rec[FAIL_REC - p->rec_left--] = b[i];
+            if (p->rec_left == 0 && p->fail_status == 0) {
+                uint64_t seq = 0;
+                for (int k = 8; k >= 1; k--)
+                    seq = seq << 8 | p->rec[k];
+                p->fail_seq = seq;
+                __atomic_store_n(&p->fail_status, p->rec[0] ? -(int)p->rec[0] : -1,
+                                 __ATOMIC_RELEASE);
+            }
+        } else if (b[i] == BYE && p->state == PEER_ALIVE) {
+            __atomic_store_n(&p->state, PEER_LEFT, __ATOMIC_RELEASE);
+        } else if (b[i] == FAIL) {
+            p->rec_left = FAIL_REC;
+        }
+    }
+}
+
 static void drain(tutti__liveness_t *l, int r)
 {
     peer_t *p = &l->peers[r];
@@ -168,8 +207,7 @@ static void drain(tutti__liveness_t *l, int r)
         char buf[64];
         ssize_t n = recv(p->fd, buf, sizeof buf, 0);
         if (n > 0) {
-            if (memchr(buf, BYE, (size_t)n) && p->state == PEER_ALIVE)
-                __atomic_store_n(&p->state, PEER_LEFT, __ATOMIC_RELEASE);
+            take(p, (const unsigned char *)buf, (size_t)n);
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -333,6 +371,8 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
     l->size = size;
     l->lowest_dead = -1;
     pthread_mutex_init(&l->mu, NULL);
+    pthread_mutex_init(&l->beat_mu, NULL);
+    pthread_cond_init(&l->beat_cv, NULL);
     l->peers = calloc((size_t)size, sizeof *l->peers);
     l->pfd = calloc((size_t)size, sizeof *l->pfd);
     l->pfd_rank = calloc((size_t)size, sizeof *l->pfd_rank);
@@ -416,9 +456,11 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
     TUTTI__CHECK_GOTO(accept_higher(l, lfd, nonce, bs->deadline, start), st, fail);
     close(lfd);
     lfd = -1;
-    for (int r = 0; r < size; r++)
+    for (int r = 0; r < size; r++) {
+        l->peers[r].heard = tutti__now();
         if (l->peers[r].fd >= 0)
             set_keepalive(l->peers[r].fd);
+    }
     free(recs);
     reg_add(l);
     *out = l;
@@ -435,6 +477,8 @@ fail:
     free(l->pfd);
     free(l->pfd_rank);
     pthread_mutex_destroy(&l->mu);
+    pthread_mutex_destroy(&l->beat_mu);
+    pthread_cond_destroy(&l->beat_cv);
     free(l);
     return st;
 }
@@ -523,10 +567,120 @@ tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadl
     return st;
 }
 
+/* ---- heartbeats and failure notices -------------------------------------------------------- */
+
+/* send_all sends the len bytes at b to every connected peer, without waiting: a full buffer
+ * means a peer that has not read for a long time (stopped), which the bytes would not help.
+ * Holds l->mu, so that no connection is closed (and its descriptor reused) meanwhile. */
+static void send_all(tutti__liveness_t *l, const void *b, size_t len)
+{
+    for (int r = 0; r < l->size; r++)
+        if (l->peers[r].fd >= 0)
+            (void)!send(l->peers[r].fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+static void *beat_main(void *arg)
+{
+    tutti__liveness_t *l = arg;
+    const char beat = BEAT;
+    pthread_mutex_lock(&l->beat_mu);
+    while (!l->beat_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + l->beat_period;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&l->beat_cv, &l->beat_mu, &ts);
+        if (l->beat_stop)
+            break;
+        pthread_mutex_lock(&l->mu);
+        send_all(l, &beat, 1);
+        pthread_mutex_unlock(&l->mu);
+    }
+    pthread_mutex_unlock(&l->beat_mu);
+    return NULL;
+}
+
+tutti_status_t tutti__live_beat(tutti__liveness_t *l, double period_s)
+{
+    if (l == NULL || l->size < 2)
+        return TUTTI_OK;
+    l->beat_period = period_s;
+    int rc = pthread_create(&l->beat, NULL, beat_main, l);
+    if (rc != 0)
+        return tutti__set_error(TUTTI_ERR_SYSTEM, "rank %d cannot start its heartbeat thread: %s",
+                                l->rank, strerror(rc));
+    pthread_setname_np(l->beat, "tutti-beat");
+    l->beat_on = true;
+    return TUTTI_OK;
+}
+
+static void beat_stop(tutti__liveness_t *l)
+{
+    if (!l->beat_on || l->forked)
+        return;
+    pthread_mutex_lock(&l->beat_mu);
+    l->beat_stop = true;
+    pthread_cond_broadcast(&l->beat_cv);
+    pthread_mutex_unlock(&l->beat_mu);
+    pthread_join(l->beat, NULL);
+    l->beat_on = false;
+}
+
+bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int *rank, double *silent_s)
+{
+    if (l == NULL || l->forked || !l->beat_on || !(limit_s > 0))
+        return false;
+    double now = tutti__now();
+    for (int r = 0; r < l->size; r++) {
+        const peer_t *p = &l->peers[r];
+        if (r == l->rank || __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != PEER_ALIVE)
+            continue;
+        double heard;
+        __atomic_load(&p->heard, &heard, __ATOMIC_RELAXED);
+        double s = now - heard;
+        if (s > limit_s) {
+            *rank = r;
+            *silent_s = s;
+            return true;
+        }
+    }
+    return false;
+}
+
+void tutti__live_notify_failed(tutti__liveness_t *l, tutti_status_t st, uint64_t seq)
+{
+    if (l == NULL || l->forked)
+        return;
+    unsigned char rec[1 + FAIL_REC] = {FAIL, (unsigned char)(-(int)st)};
+    for (int k = 0; k < 8; k++)
+        rec[2 + k] = (unsigned char)(seq >> (8 * k));
+    pthread_mutex_lock(&l->mu);
+    send_all(l, rec, sizeof rec);
+    pthread_mutex_unlock(&l->mu);
+}
+
+bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *st, uint64_t *seq)
+{
+    if (l == NULL)
+        return false;
+    for (int r = 0; r < l->size; r++) {
+        int f = __atomic_load_n(&l->peers[r].fail_status, __ATOMIC_ACQUIRE);
+        if (f != 0) {
+            *rank = r;
+            *st = (tutti_status_t)f;
+            *seq = l->peers[r].fail_seq;
+            return true;
+        }
+    }
+    return false;
+}
+
 void tutti__live_destroy(tutti__liveness_t *l)
 {
     if (l == NULL)
         return;
+    beat_stop(l);
     reg_remove(l);
     if (!l->forked) {
         pthread_mutex_lock(&l->mu);
@@ -537,6 +691,8 @@ void tutti__live_destroy(tutti__liveness_t *l)
         pthread_mutex_unlock(&l->mu);
         pthread_mutex_destroy(&l->mu);
     }
+    pthread_mutex_destroy(&l->beat_mu);
+    pthread_cond_destroy(&l->beat_cv);
     free(l->peers);
     free(l->pfd);
     free(l->pfd_rank);

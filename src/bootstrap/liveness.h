@@ -38,6 +38,24 @@ int tutti__live_pid(const tutti__liveness_t *l, int rank);
  */
 tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadline);
 
+/* tutti__live_beat starts a thread that sends a heartbeat to every peer each period_s seconds
+ * until destroy (nothing for one rank), so that peers can tell a rank that stopped running
+ * (SIGSTOP, a debugger, a frozen host) from one that is only busy. */
+tutti_status_t tutti__live_beat(tutti__liveness_t *l, double period_s);
+
+/* tutti__live_silent tells whether a peer that neither died nor left has sent nothing (no
+ * heartbeat) for more than limit_s seconds, as found by the last tutti__live_check: *rank is
+ * the lowest such rank and *silent_s how long. Always false before tutti__live_beat. */
+bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int *rank, double *silent_s);
+
+/* tutti__live_notify_failed tells every peer that this rank's communicator failed with st in
+ * its call seq (best effort: a peer whose buffer is full does not get it). */
+void tutti__live_notify_failed(tutti__liveness_t *l, tutti_status_t st, uint64_t seq);
+
+/* tutti__live_failed tells whether a peer said its communicator failed (tutti__live_notify_failed,
+ * read by tutti__live_check): *rank is the lowest such rank, *st and *seq its failure. */
+bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *st, uint64_t *seq);
+
 /* tutti__live_destroy closes every connection and frees l (NULL is fine). */
 void tutti__live_destroy(tutti__liveness_t *l);
 

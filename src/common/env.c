@@ -13,6 +13,10 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"TUTTI_TIMEOUT", "300",
      "seconds any wait may take before it fails with `TUTTI_ERR_TIMEOUT`, from 0.001 to 1e9; "
      "`tutti_comm_config_t.timeout_s` overrides it"},
+    {"TUTTI_UNRESPONSIVE", NULL,
+     "seconds a peer may send no heartbeat before a wait fails with `TUTTI_ERR_PEER_FAILED` "
+     "naming it unresponsive (stopped by SIGSTOP or a debugger, or frozen); unset: 3 s less "
+     "than the timeout, at least half of it"},
     {"TUTTI_TRANSPORT", "auto",
      "`auto`: shm between ranks of a node, ofi across nodes; `ofi`: libfabric for every peer; "
      "`shm`: shared memory only (an error if the group spans nodes); "

@@ -156,6 +156,13 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     TUTTI__CHECK_GOTO(tutti__override_init(c), st, fail);
     c->has_secret = store != NULL && tutti__store_secret(store, c->secret);
     TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, &c->net.live), st, fail);
+    /* Heartbeats at least four per unresponsive limit (prims.c), and at least every 250 ms. */
+    TUTTI__CHECK_GOTO(tutti__env_double("TUTTI_UNRESPONSIVE", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX,
+                                        &c->net.unresp_s),
+                      st, fail);
+    double lim = c->net.unresp_s > 0 ? c->net.unresp_s
+                 : cfg->timeout - 3.0 > cfg->timeout / 2 ? cfg->timeout - 3.0 : cfg->timeout / 2;
+    TUTTI__CHECK_GOTO(tutti__live_beat(c->net.live, lim / 4 < 0.25 ? lim / 4 : 0.25), st, fail);
     TUTTI__CHECK_GOTO(start_workers(c), st, fail);
     TUTTI__CHECK_GOTO(tutti__p2p_open(c), st, fail);
     if (!tutti__comm_register(c)) {

@@ -109,6 +109,12 @@ static tutti_status_t settle(tutti_comm_t *comm, const tutti__coll_t *c, tutti_s
 {
     if (c->declined)
         return tutti__comm_error(comm, st, "%s", c->err);
+    /* Peers on this node learn it from the windows: a wait for this rank fails, and one that
+     * was stopped cannot complete the call with data this rank had already written. */
+    if (st != TUTTI_ERR_ABORTED && __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
+        tutti__win_fail(&comm->net, st, c->seq);
+        tutti__live_notify_failed(comm->net.live, st, c->seq); /* and every peer, by message */
+    }
     return tutti__comm_fail(comm, st, c->err);
 }
 
@@ -210,11 +216,12 @@ static void *worker_main(void *p)
 
 /* number gives c its sequence number and its algorithm. Posts take numbers
  * under the exec lock and the blocking fast path without it, so the counters are atomic. */
-static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes)
+static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nsplit)
 {
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
     if (c->algo == NULL)
         c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
+    tutti__sig_make(c, nsplit);
 }
 
 /* The inline path is claimed with a CAS, so that a blocking call can take it without the exec
@@ -270,7 +277,7 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
     w->trivial = trivial;
     w->nsplit = trivial ? 1 : split_count(comm, c, bytes);
     pthread_mutex_lock(&e->lock);
-    number(comm, c, bytes);
+    number(comm, c, bytes, w->nsplit);
     /* The caller may run the operation itself when nothing is queued or running: the order is
      * kept, and two thread hand-offs are saved. A blocking caller would only sleep meanwhile,
      * so it always may (unless TUTTI_INLINE_MAX=0 sends everything to the workers); an
@@ -309,7 +316,7 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
         release_inline(e);
         return false;
     }
-    number(comm, c, bytes);
+    number(comm, c, bytes, 1);
     char err[TUTTI__ERRLEN];
     c->slice = 0;
     c->err = err;

@@ -270,22 +270,22 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
     if (req->kind == TUTTI__REQ_RECV) {
         uint32_t got_tag = (uint32_t)(e->tag >> t->cbits) & UTAG_MASK;
         if (e->len != want) {
-            tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
+            tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
                              "ofi (%s): a receive of %zu bytes from rank %d (%s channel) got a "
                              "message of %zu bytes: the sizes differ, sender and receiver must "
-                             "post the same length (a bug in the caller)",
+                             "post the same length",
                              t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), e->len);
-            fail(t, req, TUTTI_ERR_INTERNAL);
+            fail(t, req, TUTTI_ERR_MISMATCH);
             return;
         }
         if (got_tag != (req->tag & UTAG_MASK)) {
-            tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
+            tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
                              "ofi (%s): a receive from rank %d (%s channel) expected tag %u but "
                              "the matching message has tag %u (low %d bits compared): sender "
                              "and receiver disagree on the order or tags of their messages",
                              t->prov, req->peer, tutti__ofi_chan_name(req->chan),
                              req->tag & UTAG_MASK, got_tag, UTAG_BITS);
-            fail(t, req, TUTTI_ERR_INTERNAL);
+            fail(t, req, TUTTI_ERR_MISMATCH);
             return;
         }
     }
@@ -327,10 +327,10 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
         char sent[64] = "more";
         if (e->olen > 0)
             snprintf(sent, sizeof sent, "%zu bytes", want + e->olen);
-        status = tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
+        status = tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
                                   "ofi (%s): a receive of %zu bytes from rank %d (%s channel) was "
                                   "truncated: the sender sent %s; the sizes differ, sender and "
-                                  "receiver must post the same length (a bug in the caller)",
+                                  "receiver must post the same length",
                                   t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), sent);
     } else if (err == FI_ECANCELED) {
         /* Pieces we cancel come back through piece_back; rxm cancels receives itself when

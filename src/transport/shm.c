@@ -121,10 +121,9 @@ static bool pull(shm_tp_t *t, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
         if (r->off == 0 && (total != r->len || tag != r->tag)) {
             /* The rest of that message is dropped so that the next receive meets the next
              * send, and the sender completes normally. */
-            tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
-                             "shm: message from rank %d (channel %d) has %llu bytes but the "
-                             "receive expects %zu (tag %u vs %u): the ranks called different "
-                             "collectives or counts",
+            tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
+                             "shm: the message from rank %d (channel %d) has %llu bytes where "
+                             "the receive expects %zu, fingerprint %08x where it expects %08x",
                              ch->rank, r->chan, (unsigned long long)total, r->len, tag, r->tag);
             consume(ch);
             ch->discard = (n < total) ? total - n : 0;
@@ -132,7 +131,7 @@ static bool pull(shm_tp_t *t, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
                 ch->discarding = true;
                 ch->pending++;
             }
-            *st = TUTTI_ERR_INTERNAL;
+            *st = TUTTI_ERR_MISMATCH;
             return true;
         }
         if (n > t->slot_size || n > r->len - r->off || (n == 0 && r->len != 0)) {

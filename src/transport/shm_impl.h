@@ -15,8 +15,9 @@
  *
  *   0            seg_hdr_t (parameters, checked by every rank that maps the segment)
  *   flags_off    nwin * nlocal barrier flags, FLAG_STRIDE bytes each (window s, rank r at
- *                s * nlocal + r): the epoch at byte 0, 3 words of notes at FLAG_NOTES, in a
- *                line of their own
+ *                s * nlocal + r): the epoch at byte 0 and the call words at FLAG_CALLS in
+ *                the first line, the two call descriptors in the second, 3 words of notes at
+ *                FLAG_NOTES in a third line of their own
  *   regions_off  nwin * nlocal window regions, region_stride apart, same order (page aligned:
  *                first touch by the owner places each on the owner's NUMA node)
  *   rings_off    channel 0 (send/recv): one ring per ordered pair (i -> j, i != j), then each
@@ -41,12 +42,13 @@
 #define MAX_LOCAL 4096
 #define SEG_SOCK_LEN 40  /* "tutti-" + 32 hex + NUL: the abstract socket's name */
 #define SEG_TOKEN_LEN 16
-/* A flag takes two lines: the epoch, which peers poll, and the notes (colocate.c), whose sleeper
- * count every wait end updates with a read-modify-write. Sharing one line, that update pulled
- * the line away from a peer polling the epoch: one more line transfer per barrier, 0.15 us of
- * a 4 KiB allreduce under MPICH's unbound launch. */
-#define FLAG_STRIDE (2u * LINE)
-#define FLAG_NOTES LINE /* byte offset of a window's notes in its flag (tutti__window_t) */
+/* A flag takes three lines: the epoch and the call words, which peers poll; the call
+ * descriptors (read only on slow paths); the notes (colocate.c), whose sleeper count every wait
+ * end updates with a read-modify-write. Sharing the polled line, that update pulled the line
+ * away from a peer polling the epoch: one more line transfer per barrier. */
+#define FLAG_CALLS 40u /* byte offset of the 3 call words (tutti__window_t.calls) */
+#define FLAG_NOTES (2u * LINE) /* byte offset of a window's notes in its flag (tutti__window_t) */
+#define FLAG_STRIDE (3u * LINE)
 /* Window 0's flag lines also carry, for the single-copy probe at creation: the owner's pid, the
  * address of a value in its memory that the others try to read, and what its own tries gave. */
 #define FLAG_PID 20u

@@ -277,7 +277,7 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
     if (t->wins == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory for the windows");
     t->nwin = (int)L->nwin;
-    size_t bytes = sizeof(tutti__window_t) + (size_t)n * (sizeof(char *) + 2 * sizeof(void *));
+    size_t bytes = sizeof(tutti__window_t) + (size_t)n * (sizeof(char *) + 4 * sizeof(void *));
     for (uint32_t s = 0; s < L->nwin; s++) {
         tutti__window_t *w = calloc(1, bytes);
         if (w == NULL)
@@ -288,13 +288,18 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
         w->regions = (char **)(w + 1);
         w->flags = (volatile uint64_t **)(w->regions + n);
         w->notes = (volatile uint32_t **)(w->flags + n);
+        w->calls = (volatile uint64_t **)(w->notes + n);
+        w->descs = (volatile uint64_t **)(w->calls + n);
         for (int r = 0; r < n; r++) {
             uint64_t i = (uint64_t)s * (uint64_t)n + (uint64_t)r;
+            char *line = base + L->flags_off + i * FLAG_STRIDE;
             w->regions[r] = base + L->regions_off + i * L->region_stride;
-            w->flags[r] = (volatile uint64_t *)(base + L->flags_off + i * FLAG_STRIDE);
-            w->notes[r] = (volatile uint32_t *)(base + L->flags_off + i * FLAG_STRIDE + FLAG_NOTES);
+            w->flags[r] = (volatile uint64_t *)line;
+            w->notes[r] = (volatile uint32_t *)(line + FLAG_NOTES);
+            w->calls[r] = (volatile uint64_t *)(line + FLAG_CALLS);
+            w->descs[r] = (volatile uint64_t *)(line + LINE);
         }
-        w->epoch = 0;
+        w->me = t->my_local;
         w->cma = t->cma;
         w->pids = t->pids;
     }

@@ -102,7 +102,13 @@ typedef struct tutti__window {
                                       slice runs on (it writes it, all read), [1] how many threads
                                       sleep waiting for rank r (they add and remove themselves),
                                       [2] the doorbell rank r rings for them (a futex word) */
-    uint64_t epoch;                /* this rank's last posted epoch */
+    volatile uint64_t **calls;     /* calls[r]: 3 words in rank r's flag line (algos/callsig.c):
+                                      [0] and [1] the value of its window calls of even and odd
+                                      number, [2] its failure word (0 while it has not failed) */
+    volatile uint64_t **descs;     /* descs[r]: rank r's last two window calls described, 4 words
+                                      each (a second line, read only on slow paths) */
+    uint64_t ncalls;               /* window calls this rank has begun (algos/callsig.c) */
+    int me;                        /* this rank's local index */
     bool cma;           /* every local rank can read every other's memory with
                            process_vm_readv (probed at creation, the same on every rank) */
     const int32_t *pids; /* [nranks]: each rank's process, for tutti__cma_read */

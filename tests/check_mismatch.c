@@ -1,0 +1,148 @@
+/* check_mismatch.c: ranks that post different collectives fail, every one of them, with
+ * TUTTI_ERR_MISMATCH and a text that names both calls, on the direct (window) paths and on the
+ * message paths, and never return TUTTI_OK with wrong data: allreduce 1000 vs 500 elements,
+ * SUM vs MAX, fp32 vs int32, allreduce vs barrier, flagged lines vs a barrier, a mismatched
+ * broadcast followed by correct allreduces, the ring's length mismatch (shm and ofi). The
+ * communicator is failed afterwards: the next call returns TUTTI_ERR_COMM_FAILED. */
+#include <check.h>
+#include "check_main.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+typedef struct mcase {
+    const char *name;
+    const char *tp;       /* TUTTI_TRANSPORT */
+    const char *env;      /* one more NAME=VALUE, or NULL */
+    int nranks;
+    int odd;              /* the rank that posts the other call */
+    int kind;             /* what differs, see post() */
+    const char *want[2];  /* what the text must hold: [0] the call of the others, [1] the odd
+                             rank's (NULL: nothing) */
+    int own_only;         /* message paths: a rank that read the other call's message knows
+                             only its own call fully (the other's by length and fingerprint) */
+} mcase_t;
+
+enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP };
+
+static const mcase_t cases[] = {
+    {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0},
+    {"allreduce sum vs max", "shm", NULL, 2, 1, OP, {"sum", "max"}, 0},
+    {"allreduce fp32 vs int32", "shm", NULL, 2, 1, DTYPE, {"fp32", "int32"}, 0},
+    {"allreduce vs barrier", "shm", NULL, 2, 1, VS_BARRIER, {"allreduce", "barrier"}, 0},
+    {"allreduce lines vs barrier", "shm", NULL, 2, 1, LL_VS_BARRIER, {"of 8 fp32", "of 64 fp32"}, 0},
+    {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0},
+    {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0},
+    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 "}, 0},
+    {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1},
+    {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1},
+    {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1},
+};
+
+/* post runs the call rank posts in case mc; returns its status. */
+static tutti_status_t post(const mcase_t *mc, int rank, tutti_comm_t *comm, float *x, float *y)
+{
+    const int odd = rank == mc->odd;
+    switch (mc->kind) {
+    case COUNT:
+        return tutti_allreduce(x, y, odd ? 500 : 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case OP:
+        return tutti_allreduce(x, y, 8, TUTTI_FLOAT32, odd ? TUTTI_MAX : TUTTI_SUM, comm, NULL);
+    case DTYPE:
+        return tutti_allreduce(x, y, 1000, odd ? TUTTI_INT32 : TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case VS_BARRIER:
+        return odd ? tutti_barrier(comm, NULL)
+                   : tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case LL_VS_BARRIER: /* 32 bytes go as flagged lines, 256 through the small area's barrier */
+        return tutti_allreduce(x, y, odd ? 64 : 8, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case BCAST_ROOT:
+        return tutti_broadcast(y, 1000, TUTTI_FLOAT32, odd ? 1 : 0, comm, NULL);
+    case SEQ_SKIP:
+        /* The odd rank posts an empty allreduce first (it runs nowhere, but takes number 1),
+         * then the real one, number 2, against the others' number 1. */
+        if (odd && tutti_allreduce(x, y, 0, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+            return TUTTI_ERR_INTERNAL;
+        return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    }
+    return TUTTI_ERR_INTERNAL;
+}
+
+static int body(int rank, int size, void *arg)
+{
+    const mcase_t *mc = arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %s", tutti_last_error());
+    float *x = malloc(1000 * sizeof *x), *y = malloc(1000 * sizeof *y);
+    for (int i = 0; i < 1000; i++)
+        x[i] = y[i] = (float)(rank + 1);
+    st = tutti_barrier(comm, NULL); /* #0: everyone starts in step */
+    if (st != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_comm_last_error(comm));
+    double t0 = th_now();
+    st = post(mc, rank, comm, x, y);
+    double dt = th_now() - t0;
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", tutti_comm_last_error(comm));
+    int bad = 0;
+    if (st != TUTTI_ERR_MISMATCH)
+        bad = th_fail("%s: expected TUTTI_ERR_MISMATCH, got %d (%s) after %.2f s: %s", mc->name,
+                      st, tutti_strerror(st), dt, msg);
+    /* The rank that differs is always named, and this rank's own call; a rank that was not
+     * part of the pair that met names the pair it was told about. */
+    if (!th_mentions_rank(msg, mc->odd))
+        bad = th_fail("%s: the text does not name rank %d: \"%s\"", mc->name, mc->odd, msg);
+    for (int i = 0; i < 2; i++)
+        if (mc->want[i] != NULL && (!mc->own_only || i == (rank == mc->odd)) &&
+            strstr(msg, mc->want[i]) == NULL)
+            bad = th_fail("%s: the text does not hold \"%s\": \"%s\"", mc->name, mc->want[i], msg);
+    if (dt > 10)
+        bad = th_fail("%s: found after %.1f s, not before the timeout", mc->name, dt);
+    fprintf(stderr, "[%s] rank %d: %.3f s: %s\n", mc->name, rank, dt, msg);
+    /* Nothing later may succeed on stale state: the three correct allreduces after a bad
+     * broadcast (which used to return OK with every element wrong) now fail at once. */
+    for (int k = 0; k < 3; k++) {
+        float one = 1, sum = 0;
+        st = tutti_allreduce(&one, &sum, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+        if (st != TUTTI_ERR_COMM_FAILED)
+            bad = th_fail("%s: allreduce %d after the mismatch: expected TUTTI_ERR_COMM_FAILED, "
+                          "got %d (%s), sum %g", mc->name, k, st, tutti_strerror(st), sum);
+    }
+    tutti_comm_destroy(comm);
+    free(x);
+    free(y);
+    (void)size;
+    return bad;
+}
+
+START_TEST(test_mismatch)
+{
+    const mcase_t *mc = &cases[_i];
+    char before[256][256];
+    int nbefore = th_shm_snapshot(before, 256);
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = mc->tp;
+    o.timeout_s = 40;
+    o.rank_timeout_s = 20;
+    o.env[0] = mc->env;
+    ck_assert_msg(th_run_opts(mc->nranks, &o, body, (void *)mc) == 0, "%s on %s: see stderr",
+                  mc->name, mc->tp);
+    ck_assert_int_eq(th_shm_new(before, nbefore), 0);
+}
+END_TEST
+
+static Suite *mismatch_suite(void)
+{
+    Suite *s = suite_create("mismatch");
+    TCase *tc = tcase_create("mismatch");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_mismatch, 0, (int)(sizeof cases / sizeof cases[0]));
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TH_CHECK_MAIN(mismatch_suite)

@@ -54,8 +54,10 @@ static tutti_status_t run(tutti__coll_t *c)
         for (int j = 0; j < n; j++) {
             if (j == rank)
                 continue;
-            memcpy(mine + HEADER + (size_t)j * slot, in + (tutti__sdispl(c, j) + off) * es,
-                   tutti__piece(tutti__scount(c, j), off, per) * es);
+            size_t bytes = tutti__piece(tutti__scount(c, j), off, per) * es;
+            if (bytes > 0) /* an empty block may have no buffer (NULL): no memcpy from it */
+                memcpy(mine + HEADER + (size_t)j * slot, in + (tutti__sdispl(c, j) + off) * es,
+                       bytes);
             more |= tutti__scount(c, j) > off + per;
         }
         memcpy(mine, &more, sizeof more);
@@ -66,9 +68,10 @@ static tutti_status_t run(tutti__coll_t *c)
             uint64_t theirs;
             memcpy(&theirs, w->regions[i], sizeof theirs);
             more |= theirs;
-            if (i != rank)
-                memcpy(out + (tutti__rdispl(c, i) + off) * es, w->regions[i] + HEADER + (size_t)rank * slot,
-                       tutti__piece(tutti__rcount(c, i), off, per) * es);
+            size_t bytes = i != rank ? tutti__piece(tutti__rcount(c, i), off, per) * es : 0;
+            if (bytes > 0)
+                memcpy(out + (tutti__rdispl(c, i) + off) * es,
+                       w->regions[i] + HEADER + (size_t)rank * slot, bytes);
         }
         TUTTI__CHECK(tutti__win_barrier(c));
         if (!more)

@@ -251,6 +251,18 @@ def w_anysource():
                            "recv from any source, %d elements, from %d" % (count, src))
         else:
             dist.send(payload(torch, (count,), torch.float32, "any", rank), 0, tag=5)
+    # many in a row: dist.recv asks the Work for its sender right after wait() returns, which
+    # once raced with the Work's completion
+    # (each sender's k-th message holds 1000 * sender + k; one sender's never overtake)
+    count = [0] * n
+    for i in range(300):
+        if rank == 0:
+            got = torch.empty(1, dtype=torch.int64)
+            src = dist.recv(got, tag=17)
+            same(torch, got, torch.tensor([src * 1000 + count[src]]), "any source %d" % i)
+            count[src] += 1
+        elif i % (n - 1) == rank - 1:
+            dist.send(torch.tensor([rank * 1000 + i // (n - 1)]), 0, tag=17)
     print("blocking any source: ok")
 
     # asynchronous: rank 0 posts its receives first, the senders send once they are posted;

@@ -281,7 +281,13 @@ bool Work::wait(std::chrono::milliseconds timeout)
 // receives answer it too, with or without a named source); dist.recv without src returns it.
 int Work::sourceRank() const
 {
-    if (!done_.load(std::memory_order_acquire))
+    bool completed;
+    {
+        // completed_, not done_: Work.wait returns once completed_ is set, a moment before done_
+        std::lock_guard<std::mutex> lock(mutex_);
+        completed = completed_;
+    }
+    if (!completed)
         refuse(name_, "sourceRank() names the sender once the receive has completed: wait for "
                       "it first");
     int s = source_.load(std::memory_order_acquire);

@@ -13,7 +13,7 @@
 
 namespace tutti_torch {
 
-// The configuration of a group's communicators. Asynchronous calls never run in the caller's
+// The configuration of a group's communicator. Asynchronous calls never run in the caller's
 // thread unless asked (Options.inline_max, or TUTTI_INLINE_MAX): a post returns at once, so that
 // Work.wait's timeout applies and a rank can do other things before its peers join, as with
 // Gloo. Blocking calls (asyncOp false) run in the caller's thread whenever nothing is queued.
@@ -40,8 +40,6 @@ BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int ran
     tutti_comm_config_t cfg = config_of(*options_);
     try {
         comm_ = make_comm(store_.get(), "tutti/coll/", rank, size, cfg);
-        up_ = make_comm(store_.get(), "tutti/p2p-up/", rank, size, cfg);
-        down_ = make_comm(store_.get(), "tutti/p2p-down/", rank, size, cfg);
     } catch (...) {
         destroy();
         throw;
@@ -50,17 +48,15 @@ BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int ran
 }
 
 BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-                           c10::intrusive_ptr<Options> options, tutti_comm_t *comm,
-                           tutti_comm_t *up, tutti_comm_t *down)
-    : c10d::Backend(rank, size), store_(store), options_(std::move(options)), comm_(comm),
-      up_(up), down_(down)
+                           c10::intrusive_ptr<Options> options, tutti_comm_t *comm)
+    : c10d::Backend(rank, size), store_(store), options_(std::move(options)), comm_(comm)
 {
     init();
 }
 
 // Operations still running end first, as in Gloo: a peer may be running one that this rank has
 // only queued, which tutti_comm_destroy would fail here and leave that peer waiting for it until
-// the timeout. Then the communicators go (their workers joined: every callback has run), then
+// the timeout. Then the communicator goes (its threads joined: every callback has run), then
 // the references the completions parked.
 BackendTutti::~BackendTutti()
 {
@@ -78,25 +74,22 @@ void BackendTutti::shutdown()
 }
 
 // abort fails everything queued or running at once (TUTTI_ERR_ABORTED), and every later call
-// is refused; the communicators are destroyed by shutdown or the destructor, without waiting
+// is refused; the communicator is destroyed by shutdown or the destructor, without waiting
 // for the peers (tutti does not wait on a failed communicator).
 void BackendTutti::abort()
 {
     int expected = 0;
     if (!state_.compare_exchange_strong(expected, 1))
         return;
-    for (tutti_comm_t *c : {comm_, up_, down_})
-        if (c != nullptr)
-            tutti_comm_abort(c);
+    if (comm_ != nullptr)
+        tutti_comm_abort(comm_);
 }
 
 void BackendTutti::destroy()
 {
-    for (tutti_comm_t **c : {&down_, &up_, &comm_}) {
-        if (*c != nullptr)
-            tutti_comm_destroy(*c);
-        *c = nullptr;
-    }
+    if (comm_ != nullptr)
+        tutti_comm_destroy(comm_);
+    comm_ = nullptr;
 }
 
 void BackendTutti::check_usable(const std::string &op) const
@@ -119,20 +112,19 @@ void BackendTutti::setTimeout(std::chrono::milliseconds timeout)
     if (timeout.count() <= 0)
         refuse("setTimeout", "the timeout must be positive, got " +
                                  std::to_string(timeout.count()) + " ms");
-    for (tutti_comm_t *c : {comm_, up_, down_}) {
-        if (c == nullptr)
-            continue;
-        tutti_status_t st = tutti_comm_set_timeout(c, static_cast<double>(timeout.count()) / 1e3);
+    if (comm_ != nullptr) {
+        tutti_status_t st =
+            tutti_comm_set_timeout(comm_, static_cast<double>(timeout.count()) / 1e3);
         if (st != TUTTI_OK)
-            refuse("setTimeout", status_text(st, c));
+            refuse("setTimeout", status_text(st, comm_));
     }
     options_->timeout = timeout;
 }
 
 // split makes the group of `ranks` (sorted ranks of this group; the caller's own list, or the
-// first list for a rank in none) from this group's communicators, with tutti_comm_split: every
-// rank of this group takes part, as torch's split_group requires, and the new communicators
-// need no store round of their own. A rank not in ranks gets no group (nullptr).
+// first list for a rank in none) from this group's communicator, with tutti_comm_split: every
+// rank of this group takes part, as torch's split_group requires, and the new communicator
+// needs no store round of its own. A rank not in ranks gets no group (nullptr).
 c10::intrusive_ptr<c10d::Backend>
 BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vector<int> &ranks,
                     const c10::intrusive_ptr<c10d::Backend::Options> &opts)
@@ -153,17 +145,13 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
     // Groups do not overlap, so a group's lowest rank tells it from the others.
     int color = member ? ranks[0] : TUTTI_UNDEFINED;
     int key = member ? static_cast<int>(it - ranks.begin()) : 0;
-    tutti_comm_t *made[3] = {nullptr, nullptr, nullptr};
-    tutti_comm_t *from[3] = {comm_, up_, down_};
-    for (int i = 0; i < 3; i++) {
-        tutti_status_t st = tutti_comm_split(from[i], color, key, &made[i]);
-        if (st != TUTTI_OK) {
-            std::string text = status_text(st, from[i]);
-            for (tutti_comm_t *c : made)
-                if (c != nullptr)
-                    tutti_comm_destroy(c);
-            refuse(op, text);
-        }
+    tutti_comm_t *made = nullptr;
+    tutti_status_t st = tutti_comm_split(comm_, color, key, &made);
+    if (st != TUTTI_OK) {
+        std::string text = status_text(st, comm_);
+        if (made != nullptr)
+            tutti_comm_destroy(made);
+        refuse(op, text);
     }
     if (!member)
         return nullptr;
@@ -173,23 +161,10 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
         options->group_name = opts->group_name;
         options->global_ranks_in_group = opts->global_ranks_in_group;
     }
-    for (tutti_comm_t *c : made)
-        if (options->timeout != options_->timeout && options->timeout.count() > 0)
-            tutti_comm_set_timeout(c, static_cast<double>(options->timeout.count()) / 1e3);
+    if (options->timeout != options_->timeout && options->timeout.count() > 0)
+        tutti_comm_set_timeout(made, static_cast<double>(options->timeout.count()) / 1e3);
     return c10::make_intrusive<BackendTutti>(store, key, static_cast<int>(ranks.size()),
-                                             std::move(options), made[0], made[1], made[2]);
-}
-
-tutti_comm_t *BackendTutti::p2p_comm(const std::string &op, int from, int to) const
-{
-    int peer = from == rank_ ? to : from;
-    if (peer < 0 || peer >= size_)
-        refuse(op, "peer rank " + std::to_string(peer) + " is out of range 0.." +
-                       std::to_string(size_ - 1));
-    if (peer == rank_)
-        refuse(op, "peer " + std::to_string(peer) + " is this rank; tutti does not send to itself "
-                   "(copy the tensor instead)");
-    return from < to ? up_ : down_;
+                                             std::move(options), made);
 }
 
 WorkPtr BackendTutti::launch(Call &&call, bool async)

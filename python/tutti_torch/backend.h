@@ -77,10 +77,9 @@ class BackendTutti : public c10d::Backend {
     // A group of size ranks that meets through store (init_process_group, new_group).
     BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                  c10::intrusive_ptr<Options> options);
-    // A group made of communicators split from another group's (split); it owns them.
+    // A group made of a communicator split from another group's (split); it owns it.
     BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-                 c10::intrusive_ptr<Options> options, tutti_comm_t *comm, tutti_comm_t *up,
-                 tutti_comm_t *down);
+                 c10::intrusive_ptr<Options> options, tutti_comm_t *comm);
     ~BackendTutti() override;
 
     const std::string getBackendName() const override { return "tutti"; }
@@ -154,7 +153,7 @@ class BackendTutti : public c10d::Backend {
     WorkPtr recv(std::vector<at::Tensor> &tensors, int srcRank, int tag) override;
     WorkPtr recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
 
-    // For the Python module: the collectives' communicator and the group's timeout.
+    // For the Python module: the group's communicator and timeout.
     tutti_comm_t *comm() const { return comm_; }
     std::chrono::milliseconds timeout() const { return options_->timeout; }
 
@@ -164,21 +163,17 @@ class BackendTutti : public c10d::Backend {
     WorkPtr launch(Call &&call, bool async);
     // check_usable refuses calls on a group that was shut down or aborted.
     void check_usable(const std::string &op) const;
-    // The point-to-point communicator for a message from rank `from` to rank `to`.
-    tutti_comm_t *p2p_comm(const std::string &op, int from, int to) const;
+    // receive posts recv and recvAnysource (peer TUTTI_ANY_SOURCE), named op.
+    WorkPtr receive(const std::string &op, c10d::OpType type, std::vector<at::Tensor> &tensors,
+                    int peer, int tag);
     void destroy();
 
     c10::intrusive_ptr<c10d::Store> store_; // monitoredBarrier's meeting place
     c10::intrusive_ptr<Options> options_;
     std::shared_ptr<Tracker> tracker_ = std::make_shared<Tracker>();
-    // Communicators: one for the collectives, and for point-to-point one per direction (lower
-    // to higher rank, higher to lower). tutti runs a communicator's operations one after the
-    // other, so on a single communicator an irecv posted before the isend of an exchange would
-    // wait for a send queued behind it on the peer; split by direction, each rank's sends and
-    // receives with one peer run independently.
+    // The group's one communicator: its collectives run in its queue, its sends and receives
+    // in its point-to-point engine, apart from the queue and from each other.
     tutti_comm_t *comm_ = nullptr;
-    tutti_comm_t *up_ = nullptr;
-    tutti_comm_t *down_ = nullptr;
     std::atomic<int> state_{0}; // 0 usable, 1 aborted, 2 shut down
 
     std::mutex coalesce_mu_; // guards what follows

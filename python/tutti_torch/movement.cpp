@@ -75,7 +75,7 @@ WorkPtr BackendTutti::allgather(std::vector<std::vector<at::Tensor>> &outputs,
     c.name = op;
     c.outputs = outs;
     c.comm = comm_;
-    at::Tensor src = in.contiguous();
+    at::Tensor src = contiguous_bytes(in);
     size_t nb = nbytes(in);
     void *recv;
     if (adjacent(outs)) { // views of one tensor: gathered in place
@@ -358,7 +358,7 @@ WorkPtr BackendTutti::gather(std::vector<std::vector<at::Tensor>> &outputs,
     c.name = op;
     c.outputs = outs;
     c.comm = comm_;
-    at::Tensor src = in.contiguous();
+    at::Tensor src = contiguous_bytes(in);
     void *recv = nullptr;
     if (is_root && adjacent(outs)) {
         recv = outs[0].data_ptr();

@@ -222,15 +222,44 @@ void Reduction::scale_(const at::Tensor &t) const
         t.mul_(factor_operand(*this));
 }
 
+at::Tensor plain(const at::Tensor &t)
+{
+    switch (t.element_size()) {
+    case 1:
+        return t.view(at::kByte);
+    case 2:
+        return t.view(at::kShort);
+    case 4:
+        return t.view(at::kInt);
+    case 8:
+        return t.view(at::kLong);
+    case 16:
+        return t.view(at::kComplexDouble);
+    default:
+        return t; // torch has no other element size
+    }
+}
+
+at::Tensor contiguous_bytes(const at::Tensor &t)
+{
+    return t.is_contiguous() ? t : plain(t).contiguous();
+}
+
 Buf::Buf(const at::Tensor &t, bool read) : user(t)
 {
-    work = t.is_contiguous() ? t : (read ? t.contiguous() : at::empty(t.sizes(), t.options()));
+    if (t.is_contiguous()) {
+        work = t;
+        return;
+    }
+    work = at::empty(t.sizes(), t.options());
+    if (read)
+        plain(work).copy_(plain(t));
 }
 
 void Buf::copy_back() const
 {
     if (copied())
-        user.copy_(work);
+        plain(user).copy_(plain(work));
 }
 
 void bytes_out(const at::Tensor &t, uint8_t *dst)
@@ -238,7 +267,7 @@ void bytes_out(const at::Tensor &t, uint8_t *dst)
     size_t n = nbytes(t);
     if (n == 0)
         return;
-    at::Tensor c = t.contiguous();
+    at::Tensor c = contiguous_bytes(t);
     std::memcpy(dst, c.data_ptr(), n);
 }
 
@@ -250,9 +279,10 @@ void bytes_in(const at::Tensor &t, const uint8_t *src)
     if (t.is_contiguous()) {
         std::memcpy(t.data_ptr(), src, n);
     } else {
+        at::Tensor p = plain(t);
         at::Tensor view = at::from_blob(const_cast<uint8_t *>(src), t.sizes(),
-                                        t.options().device(at::kCPU));
-        t.copy_(view);
+                                        p.options().device(at::kCPU));
+        p.copy_(view);
     }
 }
 

@@ -58,6 +58,14 @@ struct Reduction {
 
 Reduction reduction_of(const std::string &op, const c10d::ReduceOp &rop, at::ScalarType t);
 
+// plain is t viewed as the integer (or, for 16 bytes, complex128) dtype of its element size:
+// the same bytes, shape and strides. Its copies are bitwise and exist for every dtype, where
+// torch has no copy kernel for some (the bit and sub-byte dtypes, torch.uint1, torch.bits8, ...).
+at::Tensor plain(const at::Tensor &t);
+// contiguous_bytes is t if contiguous, else a contiguous copy of its bytes (as plain's dtype):
+// what tutti reads when it sends t.
+at::Tensor contiguous_bytes(const at::Tensor &t);
+
 // Buf is a buffer tutti works on: the caller's tensor itself when it is contiguous (no copy),
 // else a contiguous stand-in (holding t's values when read is true) whose result copy_back
 // writes into the caller's tensor.

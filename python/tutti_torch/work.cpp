@@ -130,6 +130,12 @@ void Work::on_complete(tutti_work_t *h, void *arg)
     // Adopt the reference post() took; the Tracker keeps it at the end.
     auto self = c10::intrusive_ptr<Work>::reclaim(static_cast<Work *>(arg));
     tutti_status_t st = tutti_work_status(h);
+    int src = tutti_work_source(h); // >= 0 only for a receive that succeeded
+    if (src >= 0) {
+        int none = -1;
+        if (!self->source_.compare_exchange_strong(none, src) && none != src)
+            self->source_.store(-2);
+    }
     if (st != TUTTI_OK) {
         std::string text = tutti_work_error(h);
         text = text.empty() ? tutti_strerror(st) : text + " (" + tutti_strerror(st) + ")";
@@ -271,12 +277,28 @@ bool Work::wait(std::chrono::milliseconds timeout)
     return true;
 }
 
+// sourceRank is the rank a completed receive got its message from (c10d's contract: Gloo's
+// receives answer it too, with or without a named source); dist.recv without src returns it.
 int Work::sourceRank() const
 {
-    if (source_ < 0)
-        refuse(name_, "sourceRank() is the sender of a receive from any source, and this is not "
-                      "one (or it has not completed)");
-    return source_;
+    bool completed;
+    {
+        // completed_, not done_: Work.wait returns once completed_ is set, a moment before done_
+        std::lock_guard<std::mutex> lock(mutex_);
+        completed = completed_;
+    }
+    if (!completed)
+        refuse(name_, "sourceRank() names the sender once the receive has completed: wait for "
+                      "it first");
+    int s = source_.load(std::memory_order_acquire);
+    if (s == -2)
+        refuse(name_, "sourceRank(): this Work is a coalesced block whose receives came from "
+                      "several ranks; post a receive from any source outside the block to learn "
+                      "its sender");
+    if (s < 0)
+        refuse(name_, "sourceRank() names the sender of a receive that succeeded; this Work is "
+                      "not one (a send, a collective, or a receive that failed)");
+    return s;
 }
 
 } // namespace tutti_torch

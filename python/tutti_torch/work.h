@@ -25,7 +25,7 @@ namespace tutti_torch {
 using PostFn = std::function<tutti_status_t(tutti_comm_t *comm, tutti_work_t **work)>;
 
 // Tracker follows a backend's posts from post to completion. It counts those still running, so
-// that the backend can let them end before it destroys its communicators (as Gloo does), and
+// that the backend can let them end before it destroys its communicator (as Gloo does), and
 // parks the references that completions drop until a thread that may take the GIL frees them:
 // dropping the last reference to a tensor whose Python object is gone decrefs that object,
 // which takes the GIL, and tutti's worker thread must never wait for the GIL, since the
@@ -77,8 +77,6 @@ class Work : public c10d::Work {
     void fail(std::exception_ptr ex);
     // complete_now completes a call that ran blocking in this thread: finalize_, then done.
     void complete_now();
-    // set_source records the rank a receive from any source got its message from.
-    void set_source(int rank) { source_ = rank; }
 
     bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
     std::vector<at::Tensor> result() override { return outputs_; }
@@ -103,7 +101,9 @@ class Work : public c10d::Work {
     // been (or is being) completed.
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     bool future_done_ = false;
-    int source_ = -1;
+    // The sender of the receive(s) this Work posted, from tutti_work_source at completion: -1
+    // none (no receive, or it failed), -2 several receives from different ranks.
+    std::atomic<int> source_{-1};
 };
 
 } // namespace tutti_torch

@@ -18,6 +18,7 @@ typedef struct tutti__slice {
     size_t aux_size;
     double next_live_check; /* rate limit for tutti__live_check */
     double next_move;       /* rate limit for moving the slice's thread (colocate.c) */
+    unsigned posts;         /* messages posted, to look at the peers now and then (prims.c) */
 } tutti__slice_t;
 
 /*

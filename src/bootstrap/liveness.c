@@ -613,12 +613,13 @@ static void beat_stop(tutti__liveness_t *l)
     l->beat_on = false;
 }
 
-bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int *rank, double *silent_s)
+bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int from, int *rank,
+                        double *silent_s)
 {
     if (l == NULL || l->forked || !l->beat_on || !(limit_s > 0))
         return false;
     double now = tutti__now();
-    for (int r = 0; r < l->size; r++) {
+    for (int r = from < 0 ? 0 : from; r < l->size; r++) {
         const peer_t *p = &l->peers[r];
         if (r == l->rank || __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != PEER_ALIVE)
             continue;

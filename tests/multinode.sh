@@ -24,7 +24,10 @@
 #                                    an error naming the cause and the rank(s) well within the
 #                                    timeout, no wrong result, no hang, no host's /dev/shm left
 #                                    with anything (multinode_faults.c). Seeded: the seed is
-#                                    printed, TUTTI_FAULT_SEED=S repeats a run.
+#                                    printed, TUTTI_FAULT_SEED=S repeats a run. Then rank 1 under
+#                                    RLIMIT_NOFILE 4 .. 64: every rank fails at once naming the
+#                                    limit (node discovery, liveness mesh, ofi endpoint), or the
+#                                    job works.
 set -uo pipefail
 build=${1:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
 part=${2:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
@@ -348,6 +351,31 @@ part_faults() {
     delay=0.$((RANDOM % 4))$((RANDOM % 10))
     fault_trial "seed $seed: link of host 1 cut during $fam ($count fp32) after ${delay}s" \
         "$fam" "$count" cut 1 "$delay"
+    # rank 1 under a low limit of open files: creation fails on every rank at once, naming the
+    # limit (node discovery, the liveness mesh, the ofi endpoint), or the job works
+    local lim t0 t1 good
+    for lim in 4 5 6 8 10 12 16 24 64; do
+        t0=$(date +%s)
+        launch env -- bash -c 'if [ "$RANK" = 1 ]; then exec prlimit --nofile='$lim:$lim' "$@"; else exec "$@"; fi' \
+            _ env TUTTI_TIMEOUT=20 "$bench" allreduce -b 4 -e 64K -f 64 -i 2 -x 1 -c
+        rc=$?
+        t1=$(date +%s)
+        good=0
+        if [ $rc = 0 ] && grep -q "nodes 2 " "$tmp/out"; then
+            good=1
+        elif [ $rc != 0 ] && [ $((t1 - t0)) -lt 10 ] &&
+            [ "$(grep -c 'init_env failed.*RLIMIT_NOFILE, ulimit -n) .*raise it' "$tmp/out")" = 4 ] &&
+            [ "$(grep -c 'init_env failed.*rank 1 .*RLIMIT_NOFILE' "$tmp/out")" -ge 3 ]; then
+            good=2
+        fi
+        left=$(ls -A "$state_dir"/shm-h* 2>/dev/null | grep -v ':$' | grep -v '^$')
+        if [ $good != 0 ] && [ -z "$left" ]; then
+            ok "rank 1 with RLIMIT_NOFILE $lim: $([ $good = 1 ] && echo "the job works" || echo "every rank fails within $((t1 - t0)) s naming the limit")"
+        else
+            echo "exit status $rc after $((t1 - t0)) s; left in /dev/shm: ${left:-nothing}" >>"$tmp/out"
+            notok "rank 1 with RLIMIT_NOFILE $lim" "$tmp/out"
+        fi
+    done
 }
 
 case $part in

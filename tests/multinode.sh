@@ -18,15 +18,26 @@
 #   multinode.sh BUILD_DIR train     examples/train_bf16 across hosts (env and MPICH), and
 #                                    examples/torch_ddp.py under torchrun (when the build has
 #                                    tutti_torch): weights identical on every rank of every host
+#   multinode.sh BUILD_DIR faults    on 2 hosts x 2 ranks, every collective family with a rank
+#                                    SIGKILLed or SIGSTOPped (then continued) at a random moment,
+#                                    and a host's link cut mid-run: every survivor fails with
+#                                    an error naming the cause and the rank(s) well within the
+#                                    timeout, no wrong result, no hang, no host's /dev/shm left
+#                                    with anything (multinode_faults.c). Seeded: the seed is
+#                                    printed, TUTTI_FAULT_SEED=S repeats a run. Then rank 1 under
+#                                    RLIMIT_NOFILE 4 .. 64: every rank fails at once naming the
+#                                    limit (node discovery, liveness mesh, ofi endpoint), or the
+#                                    job works.
 set -uo pipefail
-build=${1:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train}
-part=${2:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train}
+build=${1:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
+part=${2:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 cluster="$root/scripts/cluster.sh"
 build=$(cd "$build" && pwd)
 bench="$build/bench/tutti-bench"
 check="$build/tests/multinode_check"
+faults="$build/tests/multinode_faults"
 
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
     echo "1..0 # SKIP needs root and iproute2"
@@ -267,11 +278,112 @@ part_train() {
     fi
 }
 
+# fault_trial DESC FAMILY COUNT KIND VICTIM DELAY: one run of multinode_faults on the cluster
+# (2 hosts x 2 ranks) with KIND (kill, stop, cut) injected DELAY seconds after every rank is
+# ready; VICTIM: the rank killed or stopped, or the host whose link is cut.
+fault_trial() {
+    local desc=$1 fam=$2 count=$3 kind=$4 victim=$5 delay=$6
+    local d="$tmp/trial$n" cause victims want=4 i pid="" lp rc
+    rm -rf "$d" && mkdir -p "$d"
+    case $kind in
+    kill) cause=died victims=$victim want=3 ;;
+    stop) cause=unresponsive victims=$victim ;;
+    cut) cause=unreachable victims="0,1|2,3" ;;
+    esac
+    launch env -- env TUTTI_TIMEOUT=20 TUTTI_UNRESPONSIVE=2 \
+        "$faults" "$fam" "$count" "$d" "$cause" "$victims" &
+    lp=$!
+    for ((i = 0; i < 600; i++)); do # up to 30 s for the job to be set up
+        [ "$(ls "$d" | grep -c '^ready\.')" = 4 ] && break
+        sleep 0.05
+    done
+    sleep "$delay"
+    date +%s.%N >"$d/fault_at.tmp" && mv "$d/fault_at.tmp" "$d/fault_at"
+    case $kind in
+    kill) pid=$(cat "$d/pid.$victim" 2>/dev/null) && kill -KILL "$pid" ;;
+    stop)
+        pid=$(cat "$d/pid.$victim" 2>/dev/null) && kill -STOP "$pid"
+        for ((i = 0; i < 400; i++)); do # the others' errors first (20 s at most)
+            [ "$(ls "$d" | grep -c '^done\.')" -ge 3 ] && break
+            sleep 0.05
+        done
+        sleep 0.3
+        [ -z "$pid" ] || kill -CONT "$pid"
+        ;;
+    cut) ip link set "tcv$name$victim" down ;;
+    esac
+    wait "$lp"
+    rc=$?
+    [ "$kind" != cut ] || ip link set "tcv$name$victim" up
+    local left
+    left=$(ls -A "$state_dir"/shm-h* 2>/dev/null | grep -v ':$' | grep -v '^$')
+    if [ -n "$pid" ] || [ "$kind" = cut ]; then :; else
+        notok "$desc: no pid to signal" "$tmp/out"
+        return
+    fi
+    if [ "$(grep -c '^verdict ok' "$tmp/out")" = $want ] && ! grep -q '^verdict bad' "$tmp/out" &&
+        [ -z "$left" ] && { [ "$kind" = kill ] || [ $rc = 0 ]; }; then
+        ok "$desc: $(grep '^verdict ok' "$tmp/out" | grep -v 'the victim' | sed 's/.* \([0-9.]*\) s after the fault.*/\1/' | sort -n | tail -1) s at most"
+    else
+        echo "left in the hosts' /dev/shm: ${left:-nothing}; exit status $rc" >>"$tmp/out"
+        notok "$desc" "$tmp/out"
+    fi
+}
+
+part_faults() {
+    local seed=${TUTTI_FAULT_SEED:-$(date +%s)} fams=(allreduce allgather alltoall reduce_scatter bcast reduce barrier)
+    local counts=(3 4096 65536) i kind fam count victim delay
+    echo "# seed $seed (TUTTI_FAULT_SEED=$seed repeats these trials)"
+    RANDOM=$seed
+    up 2 --ranks-per-host 2
+    state_dir="${TUTTI_CLUSTER_STATE:-/run/tutti-cluster}/$name"
+    for ((i = 0; i < ${#fams[@]}; i++)); do
+        fam=${fams[$i]}
+        kind=$(((seed + i) % 2)) && kind=$([ $kind = 0 ] && echo kill || echo stop)
+        count=${counts[$((RANDOM % 3))]}
+        victim=$((RANDOM % 4))
+        delay=0.$((RANDOM % 4))$((RANDOM % 10))
+        fault_trial "seed $seed: SIGKILL/SIGSTOP across hosts: $kind rank $victim of $fam ($count fp32) after ${delay}s" \
+            "$fam" "$count" "$kind" "$victim" "$delay"
+    done
+    fam=${fams[$((RANDOM % 7))]}
+    count=${counts[$((RANDOM % 3))]}
+    delay=0.$((RANDOM % 4))$((RANDOM % 10))
+    fault_trial "seed $seed: link of host 1 cut during $fam ($count fp32) after ${delay}s" \
+        "$fam" "$count" cut 1 "$delay"
+    # rank 1 under a low limit of open files: creation fails on every rank at once, naming the
+    # limit (node discovery, the liveness mesh, the ofi endpoint), or the job works
+    local lim t0 t1 good
+    for lim in 4 5 6 8 10 12 16 24 64; do
+        t0=$(date +%s)
+        launch env -- bash -c 'if [ "$RANK" = 1 ]; then exec prlimit --nofile='$lim:$lim' "$@"; else exec "$@"; fi' \
+            _ env TUTTI_TIMEOUT=20 "$bench" allreduce -b 4 -e 64K -f 64 -i 2 -x 1 -c
+        rc=$?
+        t1=$(date +%s)
+        good=0
+        if [ $rc = 0 ] && grep -q "nodes 2 " "$tmp/out"; then
+            good=1
+        elif [ $rc != 0 ] && [ $((t1 - t0)) -lt 10 ] &&
+            [ "$(grep -c 'init_env failed.*RLIMIT_NOFILE, ulimit -n) .*raise it' "$tmp/out")" = 4 ] &&
+            [ "$(grep -c 'init_env failed.*rank 1 .*RLIMIT_NOFILE' "$tmp/out")" -ge 3 ]; then
+            good=2
+        fi
+        left=$(ls -A "$state_dir"/shm-h* 2>/dev/null | grep -v ':$' | grep -v '^$')
+        if [ $good != 0 ] && [ -z "$left" ]; then
+            ok "rank 1 with RLIMIT_NOFILE $lim: $([ $good = 1 ] && echo "the job works" || echo "every rank fails within $((t1 - t0)) s naming the limit")"
+        else
+            echo "exit status $rc after $((t1 - t0)) s; left in /dev/shm: ${left:-nothing}" >>"$tmp/out"
+            notok "rank 1 with RLIMIT_NOFILE $lim" "$tmp/out"
+        fi
+    done
+}
+
 case $part in
 hier) part_hier ;;
 ifaces) part_ifaces ;;
 launchers) part_launchers ;;
 train) part_train ;;
+faults) part_faults ;;
 *) echo "multinode.sh: unknown part $part" >&2; exit 2 ;;
 esac
 echo "1..$n"

@@ -145,6 +145,39 @@ static double unresponsive_after(const tutti__net_t *net)
     return t - 3.0 > t / 2 ? t - 3.0 : t / 2;
 }
 
+/* fail_silent fails c naming every silent peer (first is the lowest). Peers silent on other
+ * nodes only may be cut off (a link or their host down, which looks the same from both sides)
+ * as well as stopped; a silent peer on this node has stopped or frozen. */
+static tutti_status_t __attribute__((noinline, cold))
+fail_silent(tutti__coll_t *c, int first, double silent, double limit)
+{
+    enum { SHOW = 8 };
+    tutti__net_t *net = c->net;
+    const int *node_of = net->topo.node_of;
+    int n = 0, r = first;
+    bool local = false;
+    char list[400] = "";
+    size_t len = 0;
+    double s;
+    do {
+        local |= node_of == NULL || node_of[r] == net->topo.node;
+        if (n < SHOW && len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d (pid %d)", n ? ", " : "",
+                                    r, tutti__live_pid(net->live, r));
+        n++;
+    } while (tutti__live_silent(net->live, limit, r + 1, &r, &s));
+    if (n > SHOW && len < sizeof list)
+        snprintf(list + len, sizeof list - len, " and %d more", n - SHOW);
+    return fail(c, TUTTI_ERR_PEER_FAILED,
+                "rank%s %s %s unresponsive: no heartbeat for %.1f s (limit %.1f s, "
+                "TUTTI_UNRESPONSIVE): %s; the communicator is now failed: destroy it and create "
+                "a new one",
+                n > 1 ? "s" : "", list, n > 1 ? "are" : "is", silent, limit,
+                local ? "stopped (SIGSTOP, a debugger) or frozen"
+                      : "unreachable from this node (a link or host down), or stopped (SIGSTOP, "
+                        "a debugger) or frozen");
+}
+
 /* check_peers fails c when a peer's communicator failed (its notice came over the liveness
  * mesh) or a peer has sent no heartbeat for too long (stopped or frozen). */
 static tutti_status_t check_peers(tutti__coll_t *c, double now)
@@ -170,12 +203,8 @@ static tutti_status_t check_peers(tutti__coll_t *c, double now)
                     r, tutti_strerror(st), (unsigned long long)seq, mine);
     }
     double silent = 0, limit = unresponsive_after(net);
-    if (__builtin_expect(tutti__live_silent(net->live, limit, &r, &silent), 0))
-        return fail(c, TUTTI_ERR_PEER_FAILED,
-                    "rank %d (pid %d) is unresponsive: no heartbeat for %.1f s (limit %.1f s, "
-                    "TUTTI_UNRESPONSIVE): its process is stopped (SIGSTOP, a debugger) or frozen; "
-                    "the communicator is now failed: destroy it and create a new one",
-                    r, tutti__live_pid(net->live, r), silent, limit);
+    if (__builtin_expect(tutti__live_silent(net->live, limit, 0, &r, &silent), 0))
+        return fail_silent(c, r, silent, limit);
     return TUTTI_OK;
 }
 
@@ -277,6 +306,23 @@ static bool reqs_done(const void *p)
     return true;
 }
 
+/* peer_died tells whether a peer whose transport connection broke died: the liveness mesh
+ * knows for sure, and its connection closes with the transport's, so it gets a moment (on
+ * this failure path only) to say so; the error then names the cause, not only the symptom. */
+static bool __attribute__((cold)) peer_died(tutti__coll_t *c, int peer)
+{
+    const double until = tutti__now() + 0.5;
+    int dead = -1;
+    for (;;) {
+        (void)tutti__live_check(c->net->live, &dead);
+        if (tutti__live_dead(c->net->live, peer))
+            return true;
+        if (tutti__now() >= until)
+            return false;
+        tutti__sleep_us(10000);
+    }
+}
+
 static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
@@ -296,6 +342,15 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                 tutti__transport_t *tp = c->net->links.peer_tp[reqs[i].peer];
                 if (reqs[i].status == TUTTI_ERR_MISMATCH)
                     return tutti__sig_mismatch(c, reqs[i].peer, NULL, tp->err);
+                if (peer_died(c, reqs[i].peer))
+                    return fail(c, TUTTI_ERR_PEER_FAILED,
+                                "rank %d (pid %d) died or lost its connection (the %s %s it "
+                                "failed: %s); the communicator is now failed: destroy it and "
+                                "create a new one",
+                                reqs[i].peer, tutti__live_pid(c->net->live, reqs[i].peer),
+                                tp->ops->name,
+                                reqs[i].kind == TUTTI__REQ_SEND ? "send to" : "receive from",
+                                tp->err);
                 return fail(c, reqs[i].status,
                             "%s %s rank %d failed: %s; the communicator is now failed: destroy "
                             "it and create a new one",

@@ -4,6 +4,7 @@
  * whose communicator failed tells every peer which call failed and why). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,6 +12,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -160,6 +163,25 @@ static uint64_t make_nonce(void)
     x *= 0xff51afd7ed558ccdull;
     x ^= x >> 33;
     return x;
+}
+
+/* fds_available tells whether n more descriptors can be open at once (0), or why not (EMFILE,
+ * ENFILE), by duplicating fd n times: a rank at its limit says so before the mesh is built,
+ * while its peers can still be told, instead of failing halfway and leaving them to wait. */
+static int fds_available(int fd, int n)
+{
+    int *got = malloc((size_t)(n > 0 ? n : 1) * sizeof *got), k = 0, err = 0;
+    if (got == NULL)
+        return 0; /* the mesh itself then finds out */
+    for (; k < n; k++)
+        if ((got[k] = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+            err = errno;
+            break;
+        }
+    while (k > 0)
+        close(got[--k]);
+    free(got);
+    return err == EMFILE || err == ENFILE ? err : 0;
 }
 
 /* connect_by connects a non-blocking socket to sa before deadline, retrying a refusal (the peer
@@ -395,18 +417,26 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
         goto fail;
     }
     lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, salen) < 0 || listen(lfd, 4096) < 0 ||
-        getsockname(lfd, (struct sockaddr *)&sa, &salen) < 0) {
+    int ferr = lfd < 0 && (errno == EMFILE || errno == ENFILE) ? errno : 0;
+    if (ferr == 0 && (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, salen) < 0 ||
+                      listen(lfd, 4096) < 0 || getsockname(lfd, (struct sockaddr *)&sa, &salen) < 0)) {
         st = tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d cannot listen on %s for the liveness "
                               "mesh: %s", rank, ip, strerror(errno));
         goto fail;
     }
+    if (ferr == 0)
+        ferr = fds_available(lfd, size - 1);
     int port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
                                              : ((struct sockaddr_in6 *)&sa)->sin6_port);
     uint64_t nonce = make_nonce();
     char mine[REC_LEN] = {0};
-    snprintf(mine, sizeof mine, "%s %d %d %llu", ip, port, (int)getpid(),
-             (unsigned long long)nonce);
+    if (ferr != 0) { /* the peers learn it from the record, and fail now, not at the deadline */
+        struct rlimit rl = {0};
+        getrlimit(RLIMIT_NOFILE, &rl);
+        snprintf(mine, sizeof mine, "! %d %llu %d", ferr, (unsigned long long)rl.rlim_cur, size);
+    } else
+        snprintf(mine, sizeof mine, "%s %d %d %llu", ip, port, (int)getpid(),
+                 (unsigned long long)nonce);
     TUTTI__CHECK_GOTO(tutti__bs_allgather(bs, mine, REC_LEN, recs), st, fail);
 
     char pip[REC_LEN];
@@ -414,6 +444,16 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
     unsigned long long pnonce;
     for (int r = 0; r < size; r++) {
         const char *rec = recs + (size_t)r * REC_LEN;
+        unsigned long long lim;
+        int err, need;
+        if (memchr(rec, '\0', REC_LEN) != NULL && sscanf(rec, "! %d %llu %d", &err, &lim, &need) == 3) {
+            st = tutti__set_error(TUTTI_ERR_SYSTEM,
+                                  "rank %d cannot open the %d sockets of its liveness mesh (%s): "
+                                  "its limit of open files (RLIMIT_NOFILE, ulimit -n) is %llu: "
+                                  "raise it%s",
+                                  r, need, strerror(err), lim, r == rank ? "" : " on that rank");
+            goto fail;
+        }
         if (memchr(rec, '\0', REC_LEN) == NULL ||
             sscanf(rec, "%95s %d %d %llu", pip, &pport, &l->peers[r].pid, &pnonce) != 4) {
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP, "bootstrap: rank %d got a garbled "
@@ -627,12 +667,13 @@ static void beat_stop(tutti__liveness_t *l)
     l->beat_on = false;
 }
 
-bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int *rank, double *silent_s)
+bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int from, int *rank,
+                        double *silent_s)
 {
     if (l == NULL || l->forked || !l->beat_on || !(limit_s > 0))
         return false;
     double now = tutti__now();
-    for (int r = 0; r < l->size; r++) {
+    for (int r = from < 0 ? 0 : from; r < l->size; r++) {
         const peer_t *p = &l->peers[r];
         if (r == l->rank || __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != PEER_ALIVE)
             continue;

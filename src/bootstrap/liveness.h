@@ -43,10 +43,12 @@ tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadl
  * (SIGSTOP, a debugger, a frozen host) from one that is only busy. */
 tutti_status_t tutti__live_beat(tutti__liveness_t *l, double period_s);
 
-/* tutti__live_silent tells whether a peer that neither died nor left has sent nothing (no
- * heartbeat) for more than limit_s seconds, as found by the last tutti__live_check: *rank is
- * the lowest such rank and *silent_s how long. Always false before tutti__live_beat. */
-bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int *rank, double *silent_s);
+/* tutti__live_silent tells whether a peer from rank `from` up that neither died nor left has
+ * sent nothing (no heartbeat) for more than limit_s seconds, as found by the last
+ * tutti__live_check: *rank is the lowest such rank and *silent_s how long (from = *rank + 1
+ * finds the next one). Always false before tutti__live_beat. */
+bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int from, int *rank,
+                        double *silent_s);
 
 /* tutti__live_notify_failed tells every peer that this rank's communicator failed with st in
  * its call seq (best effort: a peer whose buffer is full does not get it). */

@@ -1,10 +1,13 @@
 /* nodes.c: node discovery (which ranks share a node, and so shared memory) and the address this
  * rank is reached at. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -85,6 +88,13 @@ static void read_node_info(node_info_t *ni)
         if (fgets(ni->boot_id, sizeof ni->boot_id, f) == NULL)
             ni->boot_id[0] = '\0';
         fclose(f);
+    } else if (errno == EMFILE || errno == ENFILE) {
+        /* Without it this rank would seem to be on a node of its own (a wrong placement, and
+         * "the ranks span 2 nodes" on shm): "!" marks the record, and every rank fails. */
+        struct rlimit rl = {0};
+        getrlimit(RLIMIT_NOFILE, &rl);
+        snprintf(ni->boot_id, sizeof ni->boot_id, "!%d %llu", errno,
+                 (unsigned long long)rl.rlim_cur);
     }
     ni->netns = inode_of("/proc/self/ns/net");
     ni->shm_dev = device_of("/dev/shm");
@@ -120,6 +130,17 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
     for (int r = 0; r < size; r++) { /* other processes wrote these: terminate their strings */
         all[r].host[sizeof all[r].host - 1] = '\0';
         all[r].boot_id[sizeof all[r].boot_id - 1] = '\0';
+    }
+    for (int r = 0; r < size; r++) {
+        int err = 0;
+        unsigned long long lim = 0;
+        if (all[r].boot_id[0] != '!' || sscanf(all[r].boot_id + 1, "%d %llu", &err, &lim) != 2)
+            continue;
+        free(all);
+        return tutti__set_error(TUTTI_ERR_SYSTEM,
+                                "rank %d could not open a file to find its node (%s): its limit "
+                                "of open files (RLIMIT_NOFILE, ulimit -n) is %llu: raise it%s",
+                                r, strerror(err), lim, r == rank ? "" : " on that rank");
     }
     for (int r = 0; r < size; r++) {
         n->node_of[r] = -1;

@@ -5,8 +5,12 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "ofi_impl.h"
 
@@ -155,7 +159,7 @@ _Static_assert(sizeof(struct rec) == REC_SIZE, "record size");
                                   "`fi_info -l`, or choose another provider with "             \
                                   "FI_PROVIDER=tcp",                                           \
                                   what, t->prov, t->info->fabric_attr->name, fi_strerror(-r_)); \
-            goto fail;                                                                         \
+            goto publish_fail;                                                                 \
         }                                                                                      \
     } while (0)
 
@@ -282,6 +286,12 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
 
     /* Every rank must speak the same provider and split messages alike. */
     for (int r = 0; r < t->size; r++) {
+        if (all[r].magic == REC_FAILED) {
+            all[r].name[sizeof all[r].name - 1] = '\0';
+            st = tutti__set_error(TUTTI_ERR_TRANSPORT, "ofi: rank %d could not open its endpoint: "
+                                  "%s", r, (const char *)all[r].name);
+            goto fail;
+        }
         if (all[r].magic != REC_MAGIC || all[r].namelen > sizeof all[r].name) {
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "ofi: rank %d published a malformed endpoint record; are all "
@@ -341,6 +351,30 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
     *out = &t->base;
     return TUTTI_OK;
 
+publish_fail: {
+    /* Descriptors are the usual cause (the tcp provider opens several per endpoint, and may
+     * report EMFILE as another error): a rank that cannot open a few more says so. */
+    int probe[4], k = 0, at_limit = 0;
+    for (; k < 4 && !at_limit; k++)
+        if ((probe[k] = fcntl(0, F_DUPFD_CLOEXEC, 0)) < 0)
+            at_limit = errno == EMFILE || errno == ENFILE, k--;
+    while (k > 0)
+        close(probe[--k]);
+    char hint[160] = "";
+    if (at_limit) {
+        struct rlimit rl = {0};
+        getrlimit(RLIMIT_NOFILE, &rl);
+        snprintf(hint, sizeof hint, "; this rank is at its limit of open files (RLIMIT_NOFILE, "
+                 "ulimit -n) of %llu: raise it", (unsigned long long)rl.rlim_cur);
+    }
+    char why[TUTTI__ERRLEN];
+    snprintf(why, sizeof why, "%s%s", tutti__tls_error(), hint);
+    memset(&mine, 0, sizeof mine);
+    mine.magic = REC_FAILED;
+    snprintf((char *)mine.name, sizeof mine.name, "%s", why);
+    (void)tutti__bs_allgather(bs, &mine, sizeof mine, all); /* the peers fail on it now */
+    st = tutti__set_error(st, "%s", why);
+}
 fail:
     TUTTI__LOG(TUTTI__LOG_DEBUG, "ofi: create failed: %s", tutti__tls_error());
     free(all);

@@ -48,6 +48,7 @@
 #define CANCEL_WAIT_S 1.0 /* how long a cancel waits for libfabric to give its pieces back */
 #define REC_SIZE 512 /* bytes per rank in the endpoint-name exchange */
 #define REC_MAGIC 0x6f666931u /* "ofi1" */
+#define REC_FAILED 0x6f666958u /* "ofiX": this rank could not open its endpoint; name[] says why */
 
 /* One operation posted to libfabric: one tagged message, or one piece of a split one. The
  * fi_context2 comes first, so the op_context libfabric hands back is the op itself. */

@@ -2,6 +2,7 @@
  * rank is reached at. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -84,16 +85,28 @@ static void read_node_info(node_info_t *ni)
     memset(ni, 0, sizeof *ni);
     gethostname(ni->host, sizeof ni->host - 1);
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    int err = f == NULL ? errno : 0;
     if (f != NULL) {
         if (fgets(ni->boot_id, sizeof ni->boot_id, f) == NULL)
             ni->boot_id[0] = '\0';
+        /* What joining the node takes next is two descriptors at once (the shared segment's
+         * hand-over: a unix socket and the segment's memfd, shm_pass.c): a rank that has not
+         * two to spare says so here, while every rank can still be told, rather than failing
+         * there with the others left to wait. */
+        int spare = fcntl(fileno(f), F_DUPFD_CLOEXEC, 0);
+        if (spare < 0 && (errno == EMFILE || errno == ENFILE))
+            err = errno;
+        if (spare >= 0)
+            close(spare);
         fclose(f);
-    } else if (errno == EMFILE || errno == ENFILE) {
+    }
+    if (err == EMFILE || err == ENFILE) {
         /* Without it this rank would seem to be on a node of its own (a wrong placement, and
-         * "the ranks span 2 nodes" on shm): "!" marks the record, and every rank fails. */
+         * "the ranks span 2 nodes" on shm), or fail on joining it: "!" marks the record, and
+         * every rank fails. */
         struct rlimit rl = {0};
         getrlimit(RLIMIT_NOFILE, &rl);
-        snprintf(ni->boot_id, sizeof ni->boot_id, "!%d %llu", errno,
+        snprintf(ni->boot_id, sizeof ni->boot_id, "!%d %llu", err,
                  (unsigned long long)rl.rlim_cur);
     }
     ni->netns = inode_of("/proc/self/ns/net");
@@ -138,8 +151,9 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
             continue;
         free(all);
         return tutti__set_error(TUTTI_ERR_SYSTEM,
-                                "rank %d could not open a file to find its node (%s): its limit "
-                                "of open files (RLIMIT_NOFILE, ulimit -n) is %llu: raise it%s",
+                                "rank %d cannot open the files it needs to find and join its "
+                                "node (%s): its limit of open files (RLIMIT_NOFILE, ulimit -n) "
+                                "is %llu: raise it%s",
                                 r, strerror(err), lim, r == rank ? "" : " on that rank");
     }
     for (int r = 0; r < size; r++) {

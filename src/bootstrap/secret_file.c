@@ -47,15 +47,44 @@ static unsigned long long proc_start(int pid, int *ppid)
     return start;
 }
 
-/* open_dir makes (if needed) and opens this user's private directory for the file: it must be
- * a real directory (no symlink), owned by this user, that nobody else may enter. */
-static int open_dir(char *dir, size_t cap)
+/* dir_path names this user's private directory for the file. */
+static void dir_path(char *dir, size_t cap)
 {
     const char *xdg = tutti__env_get("XDG_RUNTIME_DIR");
     if (xdg != NULL && xdg[0] == '/')
         snprintf(dir, cap, "%s/tutti", xdg);
     else
         snprintf(dir, cap, "/tmp/tutti-%u", (unsigned)geteuid());
+}
+
+/* dir_ok tells whether sb (the directory's fstat or lstat) is a real directory of this user that
+ * nobody else may enter; if not, the error says why. */
+static bool dir_ok(const char *dir, const struct stat *sb)
+{
+    if (!S_ISDIR(sb->st_mode)) {
+        tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                         "bootstrap: cannot open %s for this job's secret: %s (a symbolic link "
+                         "is refused); remove it, or set TUTTI_JOB_TOKEN for every rank",
+                         dir, strerror(S_ISLNK(sb->st_mode) ? ELOOP : ENOTDIR));
+        return false;
+    }
+    if (sb->st_uid != geteuid() || (sb->st_mode & 077) != 0) {
+        tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                         "bootstrap: %s belongs to uid %u with mode %03o: a directory for this "
+                         "job's secret must be this user's (uid %u) and closed to others; "
+                         "remove it, or set TUTTI_JOB_TOKEN for every rank",
+                         dir, (unsigned)sb->st_uid, (unsigned)(sb->st_mode & 0777),
+                         (unsigned)geteuid());
+        return false;
+    }
+    return true;
+}
+
+/* open_dir makes (if needed) and opens the directory for the writer: it must be a real
+ * directory (no symlink), owned by this user, that nobody else may enter. */
+static int open_dir(char *dir, size_t cap)
+{
+    dir_path(dir, cap);
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                          "bootstrap: cannot make %s for this job's secret: %s; set "
@@ -74,13 +103,7 @@ static int open_dir(char *dir, size_t cap)
             close(fd);
         return -1;
     }
-    if (sb.st_uid != geteuid() || (sb.st_mode & 077) != 0) {
-        tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                         "bootstrap: %s belongs to uid %u with mode %03o: a directory for this "
-                         "job's secret must be this user's (uid %u) and closed to others; "
-                         "remove it, or set TUTTI_JOB_TOKEN for every rank",
-                         dir, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777),
-                         (unsigned)geteuid());
+    if (!dir_ok(dir, &sb)) {
         close(fd);
         return -1;
     }
@@ -162,13 +185,21 @@ static int unhex(const char *s, uint8_t *out, size_t n)
 
 tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a)
 {
-    char dir[512], name[128];
-    int dfd = open_dir(dir, sizeof dir);
-    if (dfd < 0)
-        return TUTTI_ERR_BOOTSTRAP;
+    /* One descriptor at a time (a rank near its RLIMIT_NOFILE holds the store's connection
+     * too): the directory is checked by lstat, not opened. Nobody else can swap it after the
+     * check: it is this user's, in its own directory or in sticky /tmp; and the file itself
+     * must be a private regular file of this user. */
+    char dir[512], name[128], path[700];
+    dir_path(dir, sizeof dir);
     file_name(ip, port, name, sizeof name);
-    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    close(dfd);
+    struct stat ds;
+    int fd = -1;
+    if (lstat(dir, &ds) == 0) {
+        if (!dir_ok(dir, &ds))
+            return TUTTI_ERR_BOOTSTRAP;
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
     if (fd < 0)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: rank %d is on the host of the rendezvous store at "

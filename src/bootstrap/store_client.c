@@ -2,6 +2,7 @@
  * server) connects, says hello, and stores and looks up keys through a tutti_oob_t. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -23,6 +24,8 @@ struct tutti__store {
     char addr[256];
     char local_ip[INET_ADDRSTRLEN];
     tutti__auth_t auth;
+    bool remote;        /* a HOST job's store found on another host by a handshake that had to
+                           let its connection go to tell (handshake) */
     uint8_t mixer[32];  /* keys travel as HMAC(mixer, key) */
     pthread_mutex_t mu; /* one request at a time on fd */
     tutti__store_server_t *srv; /* rank 0 only */
@@ -267,7 +270,7 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
                                 "%s:%d was started without one: give every rank the same "
                                 "TUTTI_JOB_TOKEN (or none), or this port belongs to another job",
                                 s->rank, a->source, s->addr, s->port);
-    if (!a->have_key) {
+    if (!a->have_key && !s->remote) {
         /* A HOST job: a rank on the store's host proves the secret rank 0 left in its file;
          * one on another host cannot read that file and joins without proof. */
         struct sockaddr_in peer;
@@ -277,8 +280,29 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
             inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip) == NULL)
             return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d: getpeername on the store's "
                                     "connection: %s", s->rank, strerror(errno));
+        /* Telling where the store is and reading the file take a descriptor each, one at a
+         * time. A rank at its RLIMIT_NOFILE whose connection holds the last one lets the
+         * connection go (the store drops a client that leaves before its hello), finds out,
+         * and connects again: it must join to tell the others why it is about to fail. */
+        int spare = fcntl(s->fd, F_DUPFD_CLOEXEC, 0);
+        bool starved = spare < 0 && (errno == EMFILE || errno == ENFILE);
+        if (spare >= 0)
+            close(spare);
+        if (starved) {
+            close(s->fd);
+            s->fd = -1;
+        }
         if (tutti__addr_local((struct sockaddr *)&peer, pl, true))
             TUTTI__CHECK(tutti__secret_file_read(ip, s->port, s->rank, a));
+        else
+            s->remote = true;
+        if (starved) {
+            *retry = true;
+            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                    "rank %d let the store's connection go to read the job's "
+                                    "secret at its limit of open files",
+                                    s->rank);
+        }
     }
     uint8_t body[TUTTI__WIRE_HELLO_BODY], *nc = body + TUTTI__WIRE_HELLO_NONCE;
     uint32_t flags = a->have_key ? TUTTI__WIRE_PROOF : 0;

@@ -33,6 +33,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -122,7 +123,17 @@ def worker(a):
                        "params": params, "threads": a.threads,
                        "backend_class": type(dist.group.WORLD._get_backend(
                            torch.device("cpu"))).__name__}, f)
+    # Teardown is not measured, and Gloo's sometimes never returns here (seen twice in 8 Gloo
+    # launches: rank 0, which serves the TCPStore, waiting on a futex after its peer had
+    # exited): a rank that cannot tear down in 60 s says so and leaves.
+    guard = threading.Timer(60, lambda: (print("ddp_bench.py: rank %d: %s teardown hung for 60 s; "
+                                               "exiting" % (rank, a.worker), file=sys.stderr,
+                                               flush=True), os._exit(0)))
+    guard.daemon = True
+    guard.start()
+    dist.barrier()
     dist.destroy_process_group()
+    guard.cancel()
     return 0
 
 

@@ -352,9 +352,11 @@ part_faults() {
     fault_trial "seed $seed: link of host 1 cut during $fam ($count fp32) after ${delay}s" \
         "$fam" "$count" cut 1 "$delay"
     # rank 1 under a low limit of open files: creation fails on every rank at once, naming the
-    # limit (node discovery, the liveness mesh, the ofi endpoint), or the job works
+    # limit (node discovery, the liveness mesh, the ofi endpoint), or the job works. 16 and 17
+    # are left out: there creation passes and rank 1 runs out in ofi's connections during the
+    # run, which its peers learn only from its exit (docs/faults.md), in 10 s or not
     local lim t0 t1 good
-    for lim in 4 5 6 8 10 12 16 24 64; do
+    for lim in 4 5 6 8 10 12 24 64; do
         t0=$(date +%s)
         launch env -- bash -c 'if [ "$RANK" = 1 ]; then exec prlimit --nofile='$lim:$lim' "$@"; else exec "$@"; fi' \
             _ env TUTTI_TIMEOUT=20 "$bench" allreduce -b 4 -e 64K -f 64 -i 2 -x 1 -c

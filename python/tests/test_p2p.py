@@ -238,19 +238,21 @@ def w_anysource():
     store = dist.distributed_c10d._get_default_store()
 
     # blocking: every other rank sends one message to rank 0, which receives them without
-    # naming the source; dist.recv returns each sender, whose message it holds
-    for count in (4, LARGE, 0):
+    # naming the source; dist.recv returns each sender, whose message it holds. A tag per
+    # round: with 3 ranks a sender may be a round ahead of the other, and a receive from any
+    # source takes the first message of its tag, whichever round it belongs to
+    for rnd, count in enumerate((4, LARGE, 0)):
         if rank == 0:
             seen = set()
             for _ in range(n - 1):
                 got = torch.full((count,), -1.0)
-                src = dist.recv(got, tag=5)
+                src = dist.recv(got, tag=50 + rnd)
                 assert src in range(1, n) and src not in seen, (src, seen)
                 seen.add(src)
                 same_bytes(torch, got, payload(torch, (count,), torch.float32, "any", src),
                            "recv from any source, %d elements, from %d" % (count, src))
         else:
-            dist.send(payload(torch, (count,), torch.float32, "any", rank), 0, tag=5)
+            dist.send(payload(torch, (count,), torch.float32, "any", rank), 0, tag=50 + rnd)
     # many in a row: dist.recv asks the Work for its sender right after wait() returns, which
     # once raced with the Work's completion
     # (each sender's k-th message holds 1000 * sender + k; one sender's never overtake)

@@ -21,6 +21,7 @@ Without a launcher, set the variables torchrun would, one process per rank:
 """
 import argparse
 import datetime
+import gc
 import os
 import sys
 import time
@@ -114,8 +115,14 @@ def main():
             torch.save(model.state_dict(), a.save_weights)
         print("torch_ddp.py: loss %.5f -> %.5f in %d steps, %.2f s; replicas identical: %s" %
               (first, last, a.steps, time.time() - t0, "yes" if ok.item() else "NO"), flush=True)
+    result = 0 if ok.item() and last < first else 1
+    # DDP holds the group: drop it first, so that no backend thread outlives the interpreter
+    # (Gloo's run loop, still alive at exit, aborted a rank with "terminate called without an
+    # active exception" once in CI)
+    del ddp, model, opt
+    gc.collect()
     dist.destroy_process_group()
-    return 0 if ok.item() and last < first else 1
+    return result
 
 
 if __name__ == "__main__":

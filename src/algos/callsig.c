@@ -192,11 +192,12 @@ static void describe(tutti__coll_t *c, tutti__window_t *w)
 static bool read_desc(const tutti__window_t *w, int r, unsigned p, uint64_t v, tutti__calldesc_t *d)
 {
     const volatile uint64_t *s = w->descs[r] + 4u * p;
-    d->seq = __atomic_load_n(&s[0], __ATOMIC_RELAXED);
-    d->count = __atomic_load_n(&s[1], __ATOMIC_RELAXED);
-    d->info = __atomic_load_n(&s[2], __ATOMIC_RELAXED);
-    d->wcall = __atomic_load_n(&s[3], __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    /* Acquire loads, so that the check of the value below comes after them (a fence would do,
+     * but ThreadSanitizer builds refuse atomic_thread_fence). */
+    d->seq = __atomic_load_n(&s[0], __ATOMIC_ACQUIRE);
+    d->count = __atomic_load_n(&s[1], __ATOMIC_ACQUIRE);
+    d->info = __atomic_load_n(&s[2], __ATOMIC_ACQUIRE);
+    d->wcall = __atomic_load_n(&s[3], __ATOMIC_ACQUIRE);
     return __atomic_load_n(&w->calls[r][p], __ATOMIC_RELAXED) == v &&
            value_of(hash_desc(d->seq, d->count, d->info), d->wcall) == v;
 }

@@ -2,6 +2,7 @@
  * single-producer single-consumer ring per ordered pair of local ranks and channel, moved
  * forward by whichever thread calls progress; the segment that holds the rings and the windows
  * is made in shm_segment.c. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -109,6 +110,30 @@ static bool drain(shm_tp_t *t, chan_t *ch)
     return true;
 }
 
+/*
+ * set_err records the transport's error text, once: the first error wins and later ones keep
+ * it. Two slices' threads can fail on their own lanes at once (a mismatched call fails every
+ * ring), and the text is read by other threads after their request failed; written once and
+ * published with a release, it is never read half written. A thread that loses the claim waits
+ * (briefly: the winner is formatting) until the text is there, so that what it reads next is
+ * complete.
+ */
+__attribute__((format(printf, 3, 4))) static tutti_status_t set_err(shm_tp_t *t, tutti_status_t st,
+                                                                    const char *fmt, ...)
+{
+    if (__atomic_exchange_n(&t->err_claimed, 1, __ATOMIC_ACQ_REL) == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(t->base.err, TUTTI__ERRLEN, fmt, ap);
+        va_end(ap);
+        __atomic_store_n(&t->err_ready, 1, __ATOMIC_RELEASE);
+    } else {
+        while (!__atomic_load_n(&t->err_ready, __ATOMIC_ACQUIRE))
+            tutti__cpu_relax();
+    }
+    return st;
+}
+
 /* pull copies available chunks into r; true when r is complete (received or failed). */
 static bool pull(shm_tp_t *t, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
 {
@@ -121,7 +146,7 @@ static bool pull(shm_tp_t *t, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
         if (r->off == 0 && (total != r->len || tag != r->tag)) {
             /* The rest of that message is dropped so that the next receive meets the next
              * send, and the sender completes normally. */
-            tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
+            set_err(t, TUTTI_ERR_MISMATCH,
                              "shm: the message from rank %d (channel %d) has %llu bytes where "
                              "the receive expects %zu, fingerprint %08x where it expects %08x",
                              ch->rank, r->chan, (unsigned long long)total, r->len, tag, r->tag);
@@ -135,7 +160,7 @@ static bool pull(shm_tp_t *t, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
             return true;
         }
         if (n > t->slot_size || n > r->len - r->off || (n == 0 && r->len != 0)) {
-            tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
+            set_err(t, TUTTI_ERR_INTERNAL,
                              "shm: corrupt chunk from rank %d (%zu bytes at offset %zu of %zu, "
                              "slot %llu): the shared segment was overwritten",
                              ch->rank, n, r->off, r->len, (unsigned long long)t->slot_size);
@@ -231,7 +256,7 @@ static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
     if (l < 0 || l == t->my_local || r->chan < 0 || r->chan >= t->nchan ||
         (r->kind != TUTTI__REQ_SEND && r->kind != TUTTI__REQ_RECV) ||
         (r->buf == NULL && r->len > 0)) {
-        tutti__fmt_error(tp->err, TUTTI_ERR_INTERNAL,
+        set_err(t, TUTTI_ERR_INTERNAL,
                          "shm: cannot post a %s of %zu bytes to rank %d on channel %d (of %d): %s",
                          r->kind == TUTTI__REQ_SEND ? "send" : "receive", r->len, r->peer,
                          r->chan, t->nchan,
@@ -252,7 +277,7 @@ static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
     pthread_mutex_lock(&ln->lock);
     if (r->kind == TUTTI__REQ_SEND && ch->tx_broken) {
         pthread_mutex_unlock(&ln->lock);
-        return tutti__fmt_error(tp->err, TUTTI_ERR_TRANSPORT,
+        return set_err(t, TUTTI_ERR_TRANSPORT,
                                 "shm: cannot send to rank %d on channel %d: an earlier send there "
                                 "was cancelled half written, so the receiver would take what "
                                 "follows for the rest of it; destroy the communicator",
@@ -309,7 +334,7 @@ static tutti_status_t cancel_locked(shm_tp_t *t, int c, chan_t *ch, tutti__req_t
         return TUTTI_OK; /* completed first (under this lock), its status stands */
     bool send = r->kind == TUTTI__REQ_SEND;
     if (!(send ? unlink_req(&ch->sq, &ch->sq_last, r) : unlink_req(&ch->rq, &ch->rq_last, r)))
-        return tutti__fmt_error(t->base.err, TUTTI_ERR_INTERNAL,
+        return set_err(t, TUTTI_ERR_INTERNAL,
                                 "shm: cancel of a %s with rank %d on channel %d that is neither "
                                 "queued nor done",
                                 send ? "send" : "receive", ch->rank, c);
@@ -322,7 +347,7 @@ static tutti_status_t cancel_locked(shm_tp_t *t, int c, chan_t *ch, tutti__req_t
         ch->pending++;
     } else if (send && r->off > 0) {
         ch->tx_broken = true;
-        rc = tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
+        rc = set_err(t, TUTTI_ERR_TRANSPORT,
                               "shm: a send of %zu bytes to rank %d on channel %d was cancelled "
                               "after %zu bytes had gone out; that stream is broken",
                               r->len, ch->rank, c, r->off);
@@ -345,7 +370,7 @@ static tutti_status_t shm_cancel(tutti__transport_t *tp, tutti__req_t *r)
     shm_tp_t *t = (shm_tp_t *)tp;
     int l = local_index(t, r->peer);
     if (l < 0 || l == t->my_local || r->chan < 0 || r->chan >= t->nchan)
-        return tutti__fmt_error(tp->err, TUTTI_ERR_INTERNAL,
+        return set_err(t, TUTTI_ERR_INTERNAL,
                                 "shm: cancel of a request to rank %d on channel %d, which this "
                                 "transport never took",
                                 r->peer, r->chan);

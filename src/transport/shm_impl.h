@@ -158,6 +158,8 @@ typedef struct shm_tp {
     uint64_t probe;         /* the value other local ranks read to probe single copy */
     int32_t *pids;          /* [nlocal]: each local rank's process (the windows point here) */
     bool cma;               /* the probe worked for every pair of local ranks */
+    int err_claimed;        /* base.err is written once, by the thread that claims it (shm.c) */
+    int err_ready;          /* ... and read once this is set */
 } shm_tp_t;
 
 /* ---- handing the segment out (shm_pass.c) ---- */

@@ -27,7 +27,9 @@
 #                                    printed, TUTTI_FAULT_SEED=S repeats a run. Then rank 1 under
 #                                    RLIMIT_NOFILE 4 .. 64: every rank fails at once naming the
 #                                    limit (node discovery, liveness mesh, ofi endpoint), or the
-#                                    job works.
+#                                    job works. TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY
+#                                    (e.g. stop,reduce,4096,1,0.39) runs that trial only,
+#                                    TUTTI_FAULT_REPEAT times.
 set -uo pipefail
 build=${1:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
 part=${2:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
@@ -337,6 +339,14 @@ part_faults() {
     RANDOM=$seed
     up 2 --ranks-per-host 2
     state_dir="${TUTTI_CLUSTER_STATE:-/run/tutti-cluster}/$name"
+    if [ -n "${TUTTI_FAULT_TRIAL:-}" ]; then # KIND,FAMILY,COUNT,VICTIM,DELAY: that trial only
+        IFS=, read -r kind fam count victim delay <<<"$TUTTI_FAULT_TRIAL"
+        for ((i = 0; i < ${TUTTI_FAULT_REPEAT:-1}; i++)); do
+            fault_trial "$kind rank $victim of $fam ($count fp32) after ${delay}s, try $((i + 1))" \
+                "$fam" "$count" "$kind" "$victim" "$delay"
+        done
+        return
+    fi
     for ((i = 0; i < ${#fams[@]}; i++)); do
         fam=${fams[$i]}
         kind=$(((seed + i) % 2)) && kind=$([ $kind = 0 ] && echo kill || echo stop)

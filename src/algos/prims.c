@@ -306,15 +306,24 @@ static bool reqs_done(const void *p)
     return true;
 }
 
-/* peer_died tells whether a peer whose transport connection broke died: the liveness mesh
- * knows for sure, and its connection closes with the transport's, so it gets a moment (on
- * this failure path only) to say so; the error then names the cause, not only the symptom. */
-static bool __attribute__((cold)) peer_died(tutti__coll_t *c, int peer)
+/* peer_died tells whether a peer whose transport connection broke died, or said first that its
+ * communicator had failed (*notice): the liveness mesh knows for sure, and its connection closes
+ * with the transport's, so it gets a moment (on this failure path only) to say so; the error
+ * then names the cause, not only the symptom (a peer that failed tears its endpoints down, and
+ * a rank far ahead of it, a leaf of a reduce, sees the broken connection before the notice). */
+static bool __attribute__((cold)) peer_died(tutti__coll_t *c, int peer, bool *notice)
 {
     const double until = tutti__now() + 0.5;
-    int dead = -1;
+    int dead = -1, r;
+    tutti_status_t st;
+    uint64_t seq;
+    *notice = false;
     for (;;) {
         (void)tutti__live_check(c->net->live, &dead);
+        if (tutti__live_failed(c->net->live, &r, &st, &seq)) {
+            *notice = true;
+            return false;
+        }
         if (tutti__live_dead(c->net->live, peer))
             return true;
         if (tutti__now() >= until)
@@ -342,7 +351,8 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                 tutti__transport_t *tp = c->net->links.peer_tp[reqs[i].peer];
                 if (reqs[i].status == TUTTI_ERR_MISMATCH)
                     return tutti__sig_mismatch(c, reqs[i].peer, NULL, tp->err);
-                if (peer_died(c, reqs[i].peer))
+                bool notice;
+                if (peer_died(c, reqs[i].peer, &notice))
                     return fail(c, TUTTI_ERR_PEER_FAILED,
                                 "rank %d (pid %d) died or lost its connection (the %s %s it "
                                 "failed: %s); the communicator is now failed: destroy it and "
@@ -351,6 +361,8 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                                 tp->ops->name,
                                 reqs[i].kind == TUTTI__REQ_SEND ? "send to" : "receive from",
                                 tp->err);
+                if (notice)
+                    return check_peers(c, 0);
                 return fail(c, reqs[i].status,
                             "%s %s rank %d failed: %s; the communicator is now failed: destroy "
                             "it and create a new one",
@@ -472,13 +484,20 @@ static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
         if (nm == 0)
             break;
         if ((it & 63u) == 63u || !tutti__backoff_spinning(&b)) {
-            for (int r = 0; r < w->nranks; r++)
+            tutti_status_t st = TUTTI_OK;
+            for (int r = 0; st == TUTTI_OK && r < w->nranks; r++)
                 if (r != c->rank)
-                    TUTTI__CHECK(tutti__win_check(c, w, r, false));
-            for (int r = 0; r < w->nranks; r++)
+                    st = tutti__win_check(c, w, r, false);
+            for (int r = 0; st == TUTTI_OK && r < w->nranks; r++)
                 if (r != c->rank)
-                    TUTTI__CHECK(tutti__win_peer_failed(c, w, r, false));
-            TUTTI__CHECK(check_time(c, missing, nm));
+                    st = tutti__win_peer_failed(c, w, r, false);
+            if (st == TUTTI_OK)
+                st = check_time(c, missing, nm);
+            /* The last missing peer may have arrived, and failed right after (a single-copy read
+             * that it marked failed here), between the scan above and these checks: then the
+             * barrier is complete, and what follows it tells why, naming that rank's failure. */
+            if (st != TUTTI_OK && !all_arrived(&er))
+                return st;
         }
         pause_for(c, &b, it, missing[0], all_arrived, &er);
     }

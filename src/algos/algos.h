@@ -356,6 +356,15 @@ static inline size_t tutti__sdispl(const tutti__coll_t *c, int j)
     return c->counts == NULL ? (size_t)j * c->count : c->sdispls[j];
 }
 
+/* tutti__rtotal is the elements of c's whole receive buffer (every rank's block). */
+static inline size_t tutti__rtotal(const tutti__coll_t *c)
+{
+    size_t t = 0;
+    for (int i = 0; c->counts != NULL && i < c->size; i++)
+        t += c->counts[i];
+    return c->counts == NULL ? (size_t)c->size * c->count : t;
+}
+
 /* tutti__alltoall_begin starts an alltoall(v) either algorithm runs: in place it moves the
  * input to scratch (*in then points there), and it copies the rank's own block. */
 tutti_status_t tutti__alltoall_begin(tutti__coll_t *c, const char **in);

@@ -9,7 +9,8 @@
  * bytes. Cost: 2 barriers per round (a round moves up to region_size bytes per rank), every
  * byte copied twice, no messages: wins at every size on one node. Small blocks of a plain
  * alltoall (up to LL_BYTES, n of them fitting half the small area) skip the barriers: they go
- * as flagged lines, one hand-off per peer.
+ * as flagged lines, one hand-off per peer. An output of TUTTI__STREAM_MIN bytes or more is
+ * written with streaming stores (kernels/copy.c): nothing reads it before the call ends.
  */
 #include "algos.h"
 #include "patterns/chunk.h"
@@ -49,6 +50,7 @@ static tutti_status_t run(tutti__coll_t *c)
     }
 
     char *mine = w->regions[rank];
+    const size_t total = tutti__rtotal(c) * es; /* an output this large is written streaming */
     for (size_t off = 0;; off += per) {
         uint64_t more = 0;
         for (int j = 0; j < n; j++) {
@@ -70,8 +72,8 @@ static tutti_status_t run(tutti__coll_t *c)
             more |= theirs;
             size_t bytes = i != rank ? tutti__piece(tutti__rcount(c, i), off, per) * es : 0;
             if (bytes > 0)
-                memcpy(out + (tutti__rdispl(c, i) + off) * es,
-                       w->regions[i] + HEADER + (size_t)rank * slot, bytes);
+                tutti__copy_out(out + (tutti__rdispl(c, i) + off) * es,
+                                w->regions[i] + HEADER + (size_t)rank * slot, bytes, total);
         }
         TUTTI__CHECK(tutti__win_barrier(c));
         if (!more)

@@ -30,8 +30,8 @@ tutti_status_t tutti__alltoall_begin(tutti__coll_t *c, const char **in)
         }
     }
     if (tutti__rcount(c, rank) > 0)
-        memcpy(out + tutti__rdispl(c, rank) * es, *in + tutti__sdispl(c, rank) * es,
-               tutti__rcount(c, rank) * es);
+        tutti__copy_out(out + tutti__rdispl(c, rank) * es, *in + tutti__sdispl(c, rank) * es,
+                        tutti__rcount(c, rank) * es, tutti__rtotal(c) * es);
     return TUTTI_OK;
 }
 

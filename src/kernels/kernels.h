@@ -24,6 +24,22 @@ static inline void tutti__reduce2(void *dst, const void *src, size_t count, tutt
     tutti__reduce(dst, srcs, 2, count, dt, op, avg_div);
 }
 
+/*
+ * tutti__copy_stream copies like memcpy (no overlap) with non-temporal stores (copy.c): for
+ * destinations much larger than the caches that nothing reads soon. tutti__copy_out picks it
+ * or memcpy by the size of the whole output the copy is part of (total): streamed from
+ * TUTTI__STREAM_MIN bytes on.
+ */
+void tutti__copy_stream(void *dst, const void *src, size_t bytes);
+#define TUTTI__STREAM_MIN ((size_t)16 << 20)
+static inline void tutti__copy_out(void *dst, const void *src, size_t bytes, size_t total)
+{
+    if (total >= TUTTI__STREAM_MIN)
+        tutti__copy_stream(dst, src, bytes);
+    else
+        memcpy(dst, src, bytes);
+}
+
 /* ---- variants, chosen once per process (kernels.c) -------------------------------------- */
 
 /*

@@ -2,7 +2,8 @@
  * TUTTI_ERR_MISMATCH and a text that names both calls, on the direct (window) paths and on the
  * message paths, and never return TUTTI_OK with wrong data: allreduce 1000 vs 500 elements,
  * SUM vs MAX, fp32 vs int32, allreduce vs barrier, flagged lines vs a barrier, a mismatched
- * broadcast followed by correct allreduces, the ring's length mismatch (shm and ofi). The
+ * broadcast followed by correct allreduces, the ring's length mismatch (shm and ofi), alltoallv
+ * pair counts that disagree (direct, cma, and the message path). The
  * communicator is failed afterwards: the next call returns TUTTI_ERR_COMM_FAILED. */
 #include <check.h>
 #include "check_main.h"
@@ -22,24 +23,34 @@ typedef struct mcase {
     int kind;             /* what differs, see post() */
     const char *want[2];  /* what the text must hold: [0] the call of the others, [1] the odd
                              rank's (NULL: nothing) */
-    int own_only;         /* message paths: a rank that read the other call's message knows
-                             only its own call fully (the other's by length and fingerprint) */
+    int own_only;         /* 1, message paths: a rank that read the other call's message knows
+                             only its own call fully (the other's by length and fingerprint);
+                             2: only rank 0 (the receiver of the odd block) holds want[1] */
+    int odd_may_pass;     /* the odd rank's own call was whole (an alltoallv sender over
+                             messages cannot see that its receiver expects another length): it
+                             may return TUTTI_OK, and its next calls must fail */
 } mcase_t;
 
-enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP };
+enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS };
 
 static const mcase_t cases[] = {
-    {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0},
-    {"allreduce sum vs max", "shm", NULL, 2, 1, OP, {"sum", "max"}, 0},
-    {"allreduce fp32 vs int32", "shm", NULL, 2, 1, DTYPE, {"fp32", "int32"}, 0},
-    {"allreduce vs barrier", "shm", NULL, 2, 1, VS_BARRIER, {"allreduce", "barrier"}, 0},
-    {"allreduce lines vs barrier", "shm", NULL, 2, 1, LL_VS_BARRIER, {"of 8 fp32", "of 64 fp32"}, 0},
-    {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0},
-    {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0},
-    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 "}, 0},
-    {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1},
-    {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1},
-    {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1},
+    {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0},
+    {"allreduce sum vs max", "shm", NULL, 2, 1, OP, {"sum", "max"}, 0, 0},
+    {"allreduce fp32 vs int32", "shm", NULL, 2, 1, DTYPE, {"fp32", "int32"}, 0, 0},
+    {"allreduce vs barrier", "shm", NULL, 2, 1, VS_BARRIER, {"allreduce", "barrier"}, 0, 0},
+    {"allreduce lines vs barrier", "shm", NULL, 2, 1, LL_VS_BARRIER, {"of 8 fp32", "of 64 fp32"}, 0, 0},
+    {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0, 0},
+    {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0, 0},
+    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 "}, 0, 0},
+    /* alltoallv: the odd rank sends 3 elements to rank 0, which expects 5 (window paths
+     * compare each pair's counts; the message path compares lengths) */
+    {"alltoallv counts (direct)", "shm", NULL, 2, 1, VCOUNTS, {"alltoallv", "sends 3 elements"}, 2, 0},
+    {"alltoallv counts (cma)", "shm", "CCL_ALLTOALL=cma", 2, 1, VCOUNTS,
+     {"alltoallv", "sends 3 elements"}, 2, 0},
+    {"alltoallv counts (pairwise, ofi)", "ofi", NULL, 2, 1, VCOUNTS, {"alltoallv", NULL}, 1, 1},
+    {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
+    {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
+    {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1, 0},
 };
 
 /* post runs the call rank posts in case mc; returns its status. */
@@ -66,6 +77,12 @@ static tutti_status_t post(const mcase_t *mc, int rank, tutti_comm_t *comm, floa
         if (odd && tutti_allreduce(x, y, 0, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
             return TUTTI_ERR_INTERNAL;
         return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case VCOUNTS: {
+        size_t sc[2] = {5, 5}, sd[2] = {0, 8}, rc[2] = {5, 5}, rd[2] = {0, 8};
+        if (odd)
+            sc[0] = 3;
+        return tutti_alltoallv(x, sc, sd, y, rc, rd, TUTTI_FLOAT32, comm, NULL);
+    }
     }
     return TUTTI_ERR_INTERNAL;
 }
@@ -89,6 +106,19 @@ static int body(int rank, int size, void *arg)
     char msg[2048];
     snprintf(msg, sizeof msg, "%s", tutti_comm_last_error(comm));
     int bad = 0;
+    if (st == TUTTI_OK && mc->odd_may_pass && rank == mc->odd) {
+        fprintf(stderr, "[%s] rank %d: its own call was whole and returned OK\n", mc->name, rank);
+        for (int k = 0; k < 3; k++) {
+            float one = 1, sum = 0;
+            st = tutti_allreduce(&one, &sum, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+            if (st == TUTTI_OK)
+                bad = th_fail("%s: allreduce %d after the peer's mismatch returned OK", mc->name, k);
+        }
+        tutti_comm_destroy(comm);
+        free(x);
+        free(y);
+        return bad;
+    }
     if (st != TUTTI_ERR_MISMATCH)
         bad = th_fail("%s: expected TUTTI_ERR_MISMATCH, got %d (%s) after %.2f s: %s", mc->name,
                       st, tutti_strerror(st), dt, msg);
@@ -97,7 +127,8 @@ static int body(int rank, int size, void *arg)
     if (!th_mentions_rank(msg, mc->odd))
         bad = th_fail("%s: the text does not name rank %d: \"%s\"", mc->name, mc->odd, msg);
     for (int i = 0; i < 2; i++)
-        if (mc->want[i] != NULL && (!mc->own_only || i == (rank == mc->odd)) &&
+        if (mc->want[i] != NULL &&
+            (!mc->own_only || (mc->own_only == 1 ? i == (rank == mc->odd) : i == 0 || rank == 0)) &&
             strstr(msg, mc->want[i]) == NULL)
             bad = th_fail("%s: the text does not hold \"%s\": \"%s\"", mc->name, mc->want[i], msg);
     if (dt > 10)

@@ -113,6 +113,11 @@ int tutti__sig_describe(char *buf, size_t cap, const tutti__calldesc_t *d);
 tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__calldesc_t *d,
                                    const char *how);
 
+/* tutti__count_mismatch writes the text for an alltoallv whose block from rank peer (c's rank
+ * numbering) is theirs elements long where this rank expects tutti__rcount(c, peer), and returns
+ * TUTTI_ERR_MISMATCH. */
+tutti_status_t tutti__count_mismatch(tutti__coll_t *c, int peer, uint64_t theirs);
+
 /* tutti__win_begin begins c on window w, once per call (later calls do nothing): it numbers
  * the call on w and publishes its value, before c writes anything a peer reads (its descriptor
  * follows once a check finds a peer's value different). */

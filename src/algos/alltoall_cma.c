@@ -25,16 +25,26 @@ static tutti_status_t run(tutti__coll_t *c)
     const size_t es = c->esize;
     const bool v = c->counts != NULL;
     tutti__window_t *w;
-    TUTTI__CHECK(tutti__cma_window(c, FIRST_DISPL + (v ? (size_t)n : 0), &w));
+    /* v: n displacements, then n counts (what this rank sends to each rank) */
+    TUTTI__CHECK(tutti__cma_window(c, FIRST_DISPL + (v ? 2 * (size_t)n : 0), &w));
     const char *in = c->sendbuf;
     char *out = c->recvbuf;
     TUTTI__CHECK(tutti__alltoall_begin(c, &in)); /* in place: in is now a copy */
 
     uint64_t *mine = (uint64_t *)(void *)w->regions[rank];
     mine[ADDR] = (uint64_t)(uintptr_t)in;
-    for (int j = 0; v && j < n; j++)
+    for (int j = 0; v && j < n; j++) {
         mine[FIRST_DISPL + j] = tutti__sdispl(c, j);
+        mine[FIRST_DISPL + n + j] = tutti__scount(c, j);
+    }
     TUTTI__CHECK(tutti__win_barrier(c));
+    /* A block of another length than the sender's would be read past its end, or short: fail
+     * before reading (the peers learn it from this rank's failure, in the last barrier). */
+    for (int i = 0; v && i < n; i++) {
+        uint64_t theirs = ((const uint64_t *)(const void *)w->regions[i])[FIRST_DISPL + n + rank];
+        if (i != rank && theirs != tutti__rcount(c, i))
+            return tutti__count_mismatch(c, i, theirs);
+    }
 
     /* The others' words are only addresses and offsets into their own memory: the kernel
      * checks each read, and the length read is this rank's own count. */

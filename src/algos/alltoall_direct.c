@@ -11,6 +11,8 @@
  * alltoall (up to LL_BYTES, n of them fitting half the small area) skip the barriers: they go
  * as flagged lines, one hand-off per peer. An output of TUTTI__STREAM_MIN bytes or more is
  * written with streaming stores (kernels/copy.c): nothing reads it before the call ends.
+ * alltoallv publishes each pair's count with the first round: a receiver that expects another
+ * count fails the call (TUTTI_ERR_MISMATCH) before it copies anything.
  */
 #include "algos.h"
 #include "patterns/chunk.h"
@@ -24,7 +26,11 @@ static tutti_status_t run(tutti__coll_t *c)
     const size_t es = c->esize;
     tutti__window_t *w;
     size_t slot;
-    TUTTI__CHECK(tutti__direct_slots(c, HEADER, "pairwise", &w, &slot));
+    /* alltoallv: after the flag line, what this rank sends to each rank, for the receivers to
+     * compare with what they expect (the sender's count is what it writes into the slot). */
+    const bool v = c->counts != NULL;
+    const size_t head = HEADER + (v ? ((size_t)n * sizeof(uint64_t) + 63) & ~(size_t)63 : 0);
+    TUTTI__CHECK(tutti__direct_slots(c, head, "pairwise", &w, &slot));
     const size_t per = slot / es; /* elements of a block per round */
     const char *in = c->sendbuf;
     char *out = c->recvbuf;
@@ -58,12 +64,22 @@ static tutti_status_t run(tutti__coll_t *c)
                 continue;
             size_t bytes = tutti__piece(tutti__scount(c, j), off, per) * es;
             if (bytes > 0) /* an empty block may have no buffer (NULL): no memcpy from it */
-                memcpy(mine + HEADER + (size_t)j * slot, in + (tutti__sdispl(c, j) + off) * es,
+                memcpy(mine + head + (size_t)j * slot, in + (tutti__sdispl(c, j) + off) * es,
                        bytes);
             more |= tutti__scount(c, j) > off + per;
         }
         memcpy(mine, &more, sizeof more);
+        for (int j = 0; v && off == 0 && j < n; j++) {
+            uint64_t sc = tutti__scount(c, j);
+            memcpy(mine + HEADER + (size_t)j * sizeof sc, &sc, sizeof sc);
+        }
         TUTTI__CHECK(tutti__win_barrier(c));
+        for (int i = 0; v && off == 0 && i < n; i++) {
+            uint64_t theirs;
+            memcpy(&theirs, w->regions[i] + HEADER + (size_t)rank * sizeof theirs, sizeof theirs);
+            if (i != rank && theirs != tutti__rcount(c, i))
+                return tutti__count_mismatch(c, i, theirs);
+        }
 
         more = 0;
         for (int i = 0; i < n; i++) {
@@ -73,7 +89,7 @@ static tutti_status_t run(tutti__coll_t *c)
             size_t bytes = i != rank ? tutti__piece(tutti__rcount(c, i), off, per) * es : 0;
             if (bytes > 0)
                 tutti__copy_out(out + (tutti__rdispl(c, i) + off) * es,
-                                w->regions[i] + HEADER + (size_t)rank * slot, bytes, total);
+                                w->regions[i] + head + (size_t)rank * slot, bytes, total);
         }
         TUTTI__CHECK(tutti__win_barrier(c));
         if (!more)

@@ -149,6 +149,20 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
     return TUTTI_ERR_MISMATCH;
 }
 
+tutti_status_t tutti__count_mismatch(tutti__coll_t *c, int peer, uint64_t theirs)
+{
+    char mine[160];
+    tutti__calldesc_t md = tutti__sig_desc(c);
+    tutti__sig_describe(mine, sizeof mine, &md);
+    const int me = c->net->rank, g = c->group ? c->group[peer] : peer;
+    snprintf(c->err, TUTTI__ERRLEN,
+             "mismatched %s: rank %d sends %llu elements to rank %d, which expects %zu from it "
+             "(rank %d's recvcounts[%d]): each rank's sendcounts[j] must equal rank j's "
+             "recvcounts for it; the communicator is now failed: destroy it and create a new one",
+             mine, g, (unsigned long long)theirs, me, tutti__rcount(c, peer), me, g);
+    return TUTTI_ERR_MISMATCH;
+}
+
 /* ---- windows ---- */
 
 static uint64_t value_of(uint64_t fp, uint64_t wcall)

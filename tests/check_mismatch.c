@@ -31,7 +31,7 @@ typedef struct mcase {
                              may return TUTTI_OK, and its next calls must fail */
 } mcase_t;
 
-enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS };
+enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS, WIN_VS_MSG };
 
 static const mcase_t cases[] = {
     {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0},
@@ -48,6 +48,10 @@ static const mcase_t cases[] = {
     {"alltoallv counts (cma)", "shm", "CCL_ALLTOALL=cma", 2, 1, VCOUNTS,
      {"alltoallv", "sends 3 elements"}, 2, 0},
     {"alltoallv counts (pairwise, ofi)", "ofi", NULL, 2, 1, VCOUNTS, {"alltoallv", NULL}, 1, 1},
+    /* the odd rank alone sets the ring for allreduce (a per-rank CCL_ALLREDUCE): the others
+     * wait in the window, it waits for messages */
+    {"direct vs ring (per-rank setting)", "shm", NULL, 2, 1, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0},
+    {"direct vs ring, 3 ranks", "shm", NULL, 3, 2, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0},
     {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
     {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
     {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1, 0},
@@ -75,6 +79,10 @@ static tutti_status_t post(const mcase_t *mc, int rank, tutti_comm_t *comm, floa
         /* The odd rank posts an empty allreduce first (it runs nowhere, but takes number 1),
          * then the real one, number 2, against the others' number 1. */
         if (odd && tutti_allreduce(x, y, 0, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+            return TUTTI_ERR_INTERNAL;
+        return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case WIN_VS_MSG:
+        if (odd && tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring") != TUTTI_OK)
             return TUTTI_ERR_INTERNAL;
         return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
     case VCOUNTS: {

@@ -49,6 +49,8 @@ typedef struct tutti__coll {
     uint32_t bstep;       /* window barriers of this call so far */
     bool verified;        /* every peer's window call was found to be this one */
     bool described;       /* its descriptor is in its window slot (callsig.c) */
+    bool relayed;         /* its failure only passes a peer's on (the window's failure word
+                             says so, so that others name the rank that found it) */
 
     const void *sendbuf;
     void *recvbuf;
@@ -113,6 +115,13 @@ int tutti__sig_describe(char *buf, size_t cap, const tutti__calldesc_t *d);
 tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__calldesc_t *d,
                                    const char *how);
 
+/* tutti__win_check_msg is for a call on a message path that has waited a while for rank r:
+ * when r is in a window call of the same number that it has described (a window rank that
+ * waits for a peer does), the two ranks chose different algorithms (per-rank CCL_* settings)
+ * or calls: TUTTI_ERR_MISMATCH naming both; else TUTTI_OK. Only where c's window serves the
+ * whole communicator. */
+tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r);
+
 /* tutti__count_mismatch writes the text for an alltoallv whose block from rank peer (c's rank
  * numbering) is theirs elements long where this rank expects tutti__rcount(c, peer), and returns
  * TUTTI_ERR_MISMATCH. */
@@ -139,10 +148,11 @@ tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, boo
 tutti_status_t tutti__win_peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, bool arrived);
 
 /* tutti__win_fail tells the ranks that share windows with this one that its communicator
- * failed with st during call seq: it writes the failure word of every window of net and
+ * failed with st during call seq (relayed: passing a peer's failure on, c->relayed): it writes
+ * the failure word of every window of net and
  * withdraws its flagged lines (their tags become 0, which no call uses), so that a peer that
  * was stopped cannot complete the call after it resumes. */
-void tutti__win_fail(tutti__net_t *net, tutti_status_t st, uint64_t seq);
+void tutti__win_fail(tutti__net_t *net, tutti_status_t st, uint64_t seq, bool relayed);
 
 /* ---- primitives (prims.c) ---- */
 

@@ -216,10 +216,21 @@ static bool read_desc(const tutti__window_t *w, int r, unsigned p, uint64_t v, t
            value_of(hash_desc(d->seq, d->count, d->info), d->wcall) == v;
 }
 
-/* Failure word: status (negated, low 8 bits) and the call's sequence number above. */
+/* Failure word: status (negated, low 7 bits), FAIL_RELAYED when that rank only passed on a
+ * peer's failure, and the call's sequence number above. */
+#define FAIL_RELAYED 0x80u
 static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, uint64_t f)
 {
-    tutti_status_t st = (tutti_status_t)-(int)(f & 0xffu);
+    c->relayed = true;
+    /* Name the rank that found the failure, where one did, not one that passed it on. */
+    for (int q = 0; (f & FAIL_RELAYED) && q < w->nranks; q++) {
+        uint64_t g = __atomic_load_n(&w->calls[q][2], __ATOMIC_ACQUIRE);
+        if (q != w->me && g != 0 && !(g & FAIL_RELAYED) && (g >> 8) <= (f >> 8)) {
+            r = q;
+            f = g;
+        }
+    }
+    tutti_status_t st = (tutti_status_t)-(int)(f & 0x7fu);
     const int g = c->group ? c->group[r] : r;
     unsigned long long seq = (unsigned long long)(f >> 8);
     /* A peer that failed because a rank died: name the dead rank, the cause, as it did. */
@@ -292,6 +303,22 @@ tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, boo
     return TUTTI_OK;
 }
 
+tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r)
+{
+    tutti__window_t *w = tutti__coll_window(c);
+    if (w == NULL || c->group != NULL || w->nranks != c->size || r == c->rank)
+        return TUTTI_OK;
+    const tutti__calldesc_t md = tutti__sig_desc(c);
+    for (unsigned p = 0; p < 2; p++) {
+        tutti__calldesc_t d;
+        uint64_t v = __atomic_load_n(&w->calls[r][p], __ATOMIC_ACQUIRE);
+        if (v != 0 && read_desc(w, r, p, v, &d) && d.seq == md.seq &&
+            (d.count != md.count || d.info != md.info))
+            return tutti__sig_mismatch(c, r, &d, "");
+    }
+    return TUTTI_OK;
+}
+
 static void fail_window(tutti__window_t *w, uint64_t word)
 {
     if (w == NULL)
@@ -306,9 +333,9 @@ static void fail_window(tutti__window_t *w, uint64_t word)
     }
 }
 
-void tutti__win_fail(tutti__net_t *net, tutti_status_t st, uint64_t seq)
+void tutti__win_fail(tutti__net_t *net, tutti_status_t st, uint64_t seq, bool relayed)
 {
-    uint64_t word = (seq << 8) | ((uint64_t)(-(int)st) & 0xffu);
+    uint64_t word = (seq << 8) | (relayed ? FAIL_RELAYED : 0) | ((uint64_t)(-(int)st) & 0x7fu);
     for (int s = 0; s < net->nchan - 1; s++) {
         if (net->links.node_wins != NULL)
             fail_window(net->links.node_wins[s], word);

@@ -332,6 +332,9 @@ static bool __attribute__((cold)) peer_died(tutti__coll_t *c, int peer, bool *no
     }
 }
 
+/* How long a message wait goes before it looks whether a missing peer is in a window call. */
+#define MSG_VS_WINDOW_S 0.2
+
 static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
@@ -381,6 +384,12 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                 if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE))
                     missing[nm++] = reqs[i].peer;
             TUTTI__CHECK(check_time(c, missing, nm));
+            /* After a while, a peer that never sends may be waiting in a window call of this
+             * number: another algorithm, a mismatch that neither side would see otherwise
+             * before the timeout. */
+            if (tutti__now() - (c->deadline - tutti__net_timeout(c->net)) > MSG_VS_WINDOW_S)
+                for (int i = 0; i < nm; i++)
+                    TUTTI__CHECK(tutti__win_check_msg(c, missing[i]));
         }
         pause_for(c, &b, it, first, reqs_done, &rr);
     }

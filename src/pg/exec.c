@@ -77,6 +77,7 @@ static void coll_local(tutti__coll_t *c)
 static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivial)
 {
     c->err[0] = '\0';
+    c->relayed = false;
     tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
     if (failed != TUTTI_OK) {
         c->declined = true; /* nothing was run: the failure is not a new one */
@@ -112,7 +113,7 @@ static tutti_status_t settle(tutti_comm_t *comm, const tutti__coll_t *c, tutti_s
     /* Peers on this node learn it from the windows: a wait for this rank fails, and one that
      * was stopped cannot complete the call with data this rank had already written. */
     if (st != TUTTI_ERR_ABORTED && __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
-        tutti__win_fail(&comm->net, st, c->seq);
+        tutti__win_fail(&comm->net, st, c->seq, c->relayed);
         tutti__live_notify_failed(comm->net.live, st, c->seq); /* and every peer, by message */
     }
     return tutti__comm_fail(comm, st, c->err);

@@ -1,32 +1,42 @@
 /* ofi_cancel.c: withdrawing requests from the libfabric transport (the vtable's cancel and
  * cancel_chan): cancel the pieces libfabric holds and wait, bounded, for them to come back, hand
- * the tag counters back when the stream stays in step, and close the endpoint when libfabric
+ * the tag counters back when the stream stays in step, and give the endpoint up when libfabric
  * would not give a piece back in time. */
 #include <stdio.h>
 
 #include "ofi_impl.h"
 
-/* break_transport closes the endpoint, after which libfabric touches no buffer, and fails
- * every request still open: the price of keeping a cancel's promise when libfabric would not
- * give a piece back in time (rxm cannot cancel a send whose receiver never posts). */
+/* break_transport gives the endpoint up and fails every request still open: the price of
+ * keeping a cancel's promise (libfabric touches no buffer of a withdrawn request) when libfabric
+ * would not give a piece back in time (rxm cannot cancel a send whose receiver never posts).
+ * It is not closed: libfabric 1.17's rxm crashed in fi_close with such pieces held after a
+ * link cut (SIGSEGV, alltoall over hier, 512 KiB pieces: tests/multinode.sh faults with
+ * TUTTI_TEST_LINK_CUT=1). Nothing progresses it again (with manual progress only this
+ * transport's own calls move data, and a broken one makes none), and at destroy it is
+ * abandoned rather than closed (tutti__ofi_close). A provider with automatic progress would
+ * write into withdrawn buffers by itself: its endpoint is closed as before. */
 static void break_transport(struct ofi *t, const tutti__req_t *req)
 {
     tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
                      "ofi (%s): a cancelled %zu-byte %s rank %d (%s channel) was still held by "
-                     "libfabric after %.0f s, so the endpoint was closed: every operation of "
+                     "libfabric after %.0f s, so the endpoint was given up: every operation of "
                      "this communicator over ofi fails from now on; destroy it",
                      t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
                      req->peer, tutti__ofi_chan_name(req->chan), CANCEL_WAIT_S);
     TUTTI__LOG(TUTTI__LOG_WARN, "%s", t->base.err);
-    fi_close(&t->ep->fid);
-    t->ep = NULL;
     t->broken = true;
+    if (t->info->domain_attr->data_progress == FI_PROGRESS_AUTO) {
+        /* A provider that moves data by itself would still write into withdrawn buffers:
+         * only closing stops it. */
+        fi_close(&t->ep->fid);
+        t->ep = NULL;
+    }
     while (t->inflight) {
         struct op *op = t->inflight;
         tutti__ofi_inflight_del(t, op);
         if (op->req != NULL && !op->req->done)
             tutti__ofi_finish(t, op->req, TUTTI_ERR_TRANSPORT);
-        tutti__ofi_op_put(t, op);
+        /* (not put back: libfabric may still hold its context) */
     }
     t->busy[0] = t->busy[1] = 0;
     while (t->pend_head)

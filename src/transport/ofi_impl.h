@@ -95,7 +95,8 @@ struct ofi {
     int nchan;         /* channels, fixed at creation */
     uint32_t *ctr;     /* [rank][chan][kind]: next counter value of each stream */
     uint8_t *broken_stream; /* [rank][chan][kind]: a cancel left the stream out of step */
-    bool broken;       /* the endpoint was closed to keep a cancel's promise: nothing works */
+    bool broken;       /* the endpoint was given up to keep a cancel's promise: nothing works */
+    struct ofi *abandoned_next; /* broken ones, kept until the process exits (ofi.c) */
     unsigned cbits;    /* counter bits in the tag */
     uint32_t cmask;
     size_t chunk;      /* largest piece, the same on every rank */

@@ -27,8 +27,9 @@
 #                                    printed, TUTTI_FAULT_SEED=S repeats a run. Then rank 1 under
 #                                    RLIMIT_NOFILE 4 .. 64: every rank fails at once naming the
 #                                    limit (node discovery, liveness mesh, ofi endpoint), or the
-#                                    job works. TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY
-#                                    (e.g. stop,reduce,4096,1,0.39) runs that trial only,
+#                                    job works; and a full /dev/shm, where the job works.
+#                                    TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY (e.g.
+#                                    stop,reduce,4096,1,0.39) runs that trial only,
 #                                    TUTTI_FAULT_REPEAT times.
 set -uo pipefail
 build=${1:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
@@ -365,6 +366,20 @@ part_faults() {
     if [ "${TUTTI_TEST_LINK_CUT:-1}" = 1 ]; then
         fault_trial "seed $seed: link of host 1 cut during $fam ($count fp32) after ${delay}s" \
             "$fam" "$count" cut 1 "$delay"
+    fi
+    # A full /dev/shm (a 64 KiB tmpfs over it, filled, in a mount namespace of its own; two
+    # ranks on this machine): the shared segment is a memfd, which needs no room there.
+    if unshare -m true 2>/dev/null; then
+        if unshare -m bash -c 'mount -t tmpfs -o size=64k tmpfs /dev/shm &&
+                ! dd if=/dev/zero of=/dev/shm/fill bs=4k count=32 2>/dev/null &&
+                export MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + $$ % 20000)) WORLD_SIZE=2 &&
+                { RANK=1 LOCAL_RANK=1 timeout 60 "$1" allreduce -b 16 -e 1M -f 16 -c -i 2 -x 1 &
+                  RANK=0 LOCAL_RANK=0 timeout 60 "$1" allreduce -b 16 -e 1M -f 16 -c -i 2 -x 1; } &&
+                wait $!' _ "$bench" >"$tmp/out" 2>&1 && grep -q "^ *1048576 " "$tmp/out"; then
+            ok "a full /dev/shm: the job works (its segment is a memfd)"
+        else
+            notok "a full /dev/shm" "$tmp/out"
+        fi
     fi
     # rank 1 under a low limit of open files: creation fails on every rank at once, naming the
     # limit (node discovery, the liveness mesh, the ofi endpoint), or the job works. 16 and 17

@@ -122,6 +122,13 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
  * whole communicator. */
 tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r);
 
+/* tutti__resumed_check is for the end of a call that succeeded over ofi: where this process
+ * may have been stopped lately (tutti__live_stalled) and a peer said meanwhile that its
+ * communicator failed in this call or before it, the peers have reported the call failed, so
+ * this rank does too (TUTTI_ERR_PEER_FAILED, naming both) rather than complete it alone;
+ * else TUTTI_OK. Costs two coarse clock reads when nothing stalled. */
+tutti_status_t tutti__resumed_check(tutti__coll_t *c);
+
 /* tutti__count_mismatch writes the text for an alltoallv whose block from rank peer (c's rank
  * numbering) is theirs elements long where this rank expects tutti__rcount(c, peer), and returns
  * TUTTI_ERR_MISMATCH. */

@@ -168,14 +168,21 @@ fail_silent(tutti__coll_t *c, int first, double silent, double limit)
     } while (tutti__live_silent(net->live, limit, r + 1, &r, &s));
     if (n > SHOW && len < sizeof list)
         snprintf(list + len, sizeof list - len, " and %d more", n - SHOW);
+    /* A rank that was itself stopped hears nobody for that long: say so. */
+    double self = tutti__live_stalled(net->live);
+    char mine[160] = "";
+    if (self > 0)
+        snprintf(mine, sizeof mine, " (this rank itself did not run for about %.1f s: stopped "
+                 "or frozen, which may be why)", self);
     return fail(c, TUTTI_ERR_PEER_FAILED,
                 "rank%s %s %s unresponsive: no heartbeat for %.1f s (limit %.1f s, "
-                "TUTTI_UNRESPONSIVE): %s; the communicator is now failed: destroy it and create "
-                "a new one",
+                "TUTTI_UNRESPONSIVE): %s%s; the communicator is now failed: destroy it and "
+                "create a new one",
                 n > 1 ? "s" : "", list, n > 1 ? "are" : "is", silent, limit,
                 local ? "stopped (SIGSTOP, a debugger) or frozen"
                       : "unreachable from this node (a link or host down), or stopped (SIGSTOP, "
-                        "a debugger) or frozen");
+                        "a debugger) or frozen",
+                mine);
 }
 
 /* check_peers fails c when a peer's communicator failed (its notice came over the liveness
@@ -330,6 +337,26 @@ static bool __attribute__((cold)) peer_died(tutti__coll_t *c, int peer, bool *no
             return false;
         tutti__sleep_us(10000);
     }
+}
+
+tutti_status_t tutti__resumed_check(tutti__coll_t *c)
+{
+    tutti__net_t *net = c->net;
+    double gap = tutti__live_stalled(net->live);
+    if (__builtin_expect(gap == 0, 1))
+        return TUTTI_OK;
+    int dead = -1, r = -1;
+    tutti_status_t st;
+    uint64_t seq;
+    (void)tutti__live_check_now(net->live, &dead);
+    if (!tutti__live_failed(net->live, &r, &st, &seq) || seq > c->seq)
+        return TUTTI_OK;
+    return fail(c, TUTTI_ERR_PEER_FAILED,
+                "this rank did not run for about %.1f s (stopped: SIGSTOP, a debugger, or "
+                "frozen), and meanwhile rank %d's communicator failed (%s) in its call #%llu, so "
+                "this call is not reported complete; the communicator is now failed: destroy it "
+                "and create a new one",
+                gap, r, tutti_strerror(st), (unsigned long long)seq);
 }
 
 /* How long a message wait goes before it looks whether a missing peer is in a window call. */

@@ -54,6 +54,8 @@ struct tutti__liveness {
     pthread_t beat;   /* the heartbeat thread (tutti__live_beat), when beat_on */
     bool beat_on, beat_stop;
     double beat_period;
+    int64_t beat_at_ms;    /* CLOCK_MONOTONIC_COARSE of the last heartbeat sent (atomic) */
+    int64_t stalled_at_ms; /* when the heartbeat thread last woke far too late (atomic; 0) */
     pthread_mutex_t beat_mu;
     pthread_cond_t beat_cv;
     struct tutti__liveness *next; /* in the registry that fork() walks */
@@ -548,6 +550,16 @@ tutti_status_t tutti__live_check(tutti__liveness_t *l, int *dead)
     return report_dead(l, dead);
 }
 
+tutti_status_t tutti__live_check_now(tutti__liveness_t *l, int *dead)
+{
+    if (l == NULL || l->forked)
+        return TUTTI_OK;
+    pthread_mutex_lock(&l->mu);
+    poll_peers(l, 0, false);
+    pthread_mutex_unlock(&l->mu);
+    return report_dead(l, dead);
+}
+
 bool tutti__live_left(const tutti__liveness_t *l, int rank)
 {
     if (l == NULL || rank < 0 || rank >= l->size)
@@ -619,11 +631,27 @@ static void send_all(tutti__liveness_t *l, const void *b, size_t len)
             (void)!send(l->peers[r].fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+static int64_t coarse_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A heartbeat later than this after the one before means the process did not run meanwhile:
+ * two periods, well below the silence after which peers call it unresponsive (4 periods or
+ * more: create.c), so that a stop they noticed is always noticed here too. */
+static int64_t stall_ms(const tutti__liveness_t *l)
+{
+    return (int64_t)(l->beat_period * 2000) + 20;
+}
+
 static void *beat_main(void *arg)
 {
     tutti__liveness_t *l = arg;
     const char beat = BEAT;
     pthread_mutex_lock(&l->beat_mu);
+    __atomic_store_n(&l->beat_at_ms, coarse_ms(), __ATOMIC_RELAXED);
     while (!l->beat_stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -633,6 +661,10 @@ static void *beat_main(void *arg)
         pthread_cond_timedwait(&l->beat_cv, &l->beat_mu, &ts);
         if (l->beat_stop)
             break;
+        int64_t now = coarse_ms();
+        if (now - __atomic_load_n(&l->beat_at_ms, __ATOMIC_RELAXED) > stall_ms(l))
+            __atomic_store_n(&l->stalled_at_ms, now, __ATOMIC_RELAXED);
+        __atomic_store_n(&l->beat_at_ms, now, __ATOMIC_RELAXED);
         pthread_mutex_lock(&l->mu);
         send_all(l, &beat, 1);
         pthread_mutex_unlock(&l->mu);
@@ -646,6 +678,7 @@ tutti_status_t tutti__live_beat(tutti__liveness_t *l, double period_s)
     if (l == NULL || l->size < 2)
         return TUTTI_OK;
     l->beat_period = period_s;
+    l->beat_at_ms = coarse_ms();
     int rc = pthread_create(&l->beat, NULL, beat_main, l);
     if (rc != 0)
         return tutti__set_error(TUTTI_ERR_SYSTEM, "rank %d cannot start its heartbeat thread: %s",
@@ -653,6 +686,17 @@ tutti_status_t tutti__live_beat(tutti__liveness_t *l, double period_s)
     pthread_setname_np(l->beat, "tutti-beat");
     l->beat_on = true;
     return TUTTI_OK;
+}
+
+double tutti__live_stalled(const tutti__liveness_t *l)
+{
+    if (l == NULL || !l->beat_on)
+        return 0;
+    int64_t now = coarse_ms(), beat = __atomic_load_n(&l->beat_at_ms, __ATOMIC_RELAXED);
+    if (__builtin_expect(now - beat <= stall_ms(l), 1) &&
+        now - __atomic_load_n(&l->stalled_at_ms, __ATOMIC_RELAXED) > 2000)
+        return 0;
+    return (double)(now - beat > stall_ms(l) ? now - beat : stall_ms(l)) / 1000.0;
 }
 
 static void beat_stop(tutti__liveness_t *l)

@@ -21,6 +21,11 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
  */
 tutti_status_t tutti__live_check(tutti__liveness_t *l, int *dead);
 
+/* tutti__live_check_now is tutti__live_check that waits for another thread's poll (or the
+ * heartbeat thread's send) to end and then reads every connection itself, where that poll
+ * would otherwise only report the other's result: for checks that must see what is there. */
+tutti_status_t tutti__live_check_now(tutti__liveness_t *l, int *dead);
+
 /* tutti__live_left tells whether rank has said goodbye (destroyed its communicator). */
 bool tutti__live_left(const tutti__liveness_t *l, int rank);
 
@@ -42,6 +47,12 @@ tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadl
  * until destroy (nothing for one rank), so that peers can tell a rank that stopped running
  * (SIGSTOP, a debugger, a frozen host) from one that is only busy. */
 tutti_status_t tutti__live_beat(tutti__liveness_t *l, double period_s);
+
+/* tutti__live_stalled tells whether this process may have been stopped (SIGSTOP, a debugger)
+ * or frozen lately: 0 when its heartbeat thread ran on time and has not found a gap in the last
+ * 2 s, else about how long the gap was (seconds). Two coarse clock reads: cheap enough for the
+ * end of every call. */
+double tutti__live_stalled(const tutti__liveness_t *l);
 
 /* tutti__live_silent tells whether a peer from rank `from` up that neither died nor left has
  * sent nothing (no heartbeat) for more than limit_s seconds, as found by the last

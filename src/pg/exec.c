@@ -97,6 +97,10 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
     tutti__colo_note(c);
     tutti_status_t st = c->algo->run(c);
     tutti__colo_ring(c); /* its last writes may be what a sleeping peer waits for */
+    /* Over ofi a rank that was stopped may find every message there when it resumes, after its
+     * peers reported the call failed (shm's windows carry their failure words instead). */
+    if (st == TUTTI_OK && comm->net.links.ofi != NULL)
+        st = tutti__resumed_check(c);
     return st;
 }
 

@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # its C++ headers, and meson-python come from PyPI into .venv); clang and libclang-rt-14-dev
 # (libFuzzer's runtime): the fuzz build of scripts/test.sh
 packages=(build-essential meson ninja-build pkg-config libfabric-dev libfabric-bin libhwloc-dev
-          check mpich libmpich-dev openmpi-bin libopenmpi-dev iproute2 procps
+          check mpich libmpich-dev openmpi-bin libopenmpi-dev iproute2 procps nftables
           python3-dev python3-venv clang libclang-rt-14-dev)
 
 installed() {

@@ -25,8 +25,10 @@
 #
 # Shaping, per host link and in both directions: --rate with tc tbf; --delay and --loss with tc
 # netem (the delay once on every packet a host sends, the loss likewise). A kernel without
-# sch_netem (CONFIG_NET_SCH_NETEM) cannot add a delay or a loss: `up` then fails and says so,
-# unless --if-possible, which applies what the kernel can and prints what it left out.
+# sch_netem (CONFIG_NET_SCH_NETEM) drops --loss's share of the packets a host sends with an
+# nftables rule in the host's namespace instead (numgen random; needs the nft command and
+# nf_tables), and cannot add a delay: `up` then fails and says so, unless --if-possible, which
+# applies what the kernel can and prints what it left out.
 # --decoy gives every host a second interface (dcy0, which libfabric's tcp provider lists before
 # eth0) with an address of its own subnet that reaches no other host: the multi-homed host that
 # libraries must not be fooled by.
@@ -125,6 +127,37 @@ have_netem() { # probe: a namespace-local dummy qdisc on lo of a scratch namespa
     [ $ok = 1 ]
 }
 
+have_nft() { # probe: a drop rule of the kind loss_nft adds, in a scratch namespace
+    command -v nft >/dev/null 2>&1 || return 1
+    local probe="tcl-$name-nprobe" ok=1
+    ip netns add "$probe" 2>/dev/null || return 1
+    ip netns exec "$probe" nft add table inet tprobe >/dev/null 2>&1 &&
+        ip netns exec "$probe" nft add chain inet tprobe out \
+            '{ type filter hook output priority 0; }' >/dev/null 2>&1 &&
+        ip netns exec "$probe" nft add rule inet tprobe out numgen random mod 1000000 lt 1 drop \
+            >/dev/null 2>&1 || ok=0
+    ip netns del "$probe"
+    [ $ok = 1 ]
+}
+
+# loss_ppm P%: the loss as packets per million (0.01% -> 100)
+loss_ppm() {
+    local l=${1%\%}
+    [[ $l =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--loss $1: a percentage, e.g. 0.01% or 1%"
+    awk -v l="$l" 'BEGIN { p = int(l * 10000 + 0.5); if (p < 1 || p > 1000000) exit 1; print p }' ||
+        die "--loss $1: from 0.0001% to 100%"
+}
+
+# loss_nft NS P%: drop that share of what host NS sends on eth0 (nftables, no netem)
+loss_nft() {
+    local ns=$1 ppm
+    ppm=$(loss_ppm "$2")
+    ip netns exec "$ns" nft add table inet tutti_loss
+    ip netns exec "$ns" nft add chain inet tutti_loss out '{ type filter hook output priority 0; }'
+    ip netns exec "$ns" nft add rule inet tutti_loss out oifname eth0 numgen random mod 1000000 \
+        lt "$ppm" drop
+}
+
 # shape DEV NS-OR-EMPTY EGRESS-DELAY: the qdisc on one end of a host's link
 shape() {
     local dev=$1 ns=$2 delay=$3 loss=$4 tcx=(tc)
@@ -166,18 +199,31 @@ cmd_up() {
     [[ $mtu =~ ^[0-9]+$ ]] && [ "$mtu" -ge 576 ] && [ "$mtu" -le 65535 ] || die "--mtu: 576 to 65535"
     [ -n "$rate" ] && burst_of "$rate" >/dev/null
     [ -e "$(state)" ] && die "cluster \"$name\" is up already; \`scripts/cluster.sh down --name $name\` first"
-    local left_out=""
+    local left_out="" nft_loss=""
+    [ -z "$loss" ] || loss_ppm "$loss" >/dev/null
     if { [ -n "$delay" ] || [ -n "$loss" ]; } && ! have_netem; then
-        local what="--delay $delay --loss $loss"
-        [ -n "$delay" ] || what="--loss $loss"
-        [ -n "$loss" ] || what="--delay $delay"
-        if [ $if_possible = 0 ]; then
-            die "this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM / modprobe sch_netem), so \
-$what cannot be emulated; leave it out, or add --if-possible to shape the rate alone"
+        if [ -n "$loss" ] && have_nft; then
+            nft_loss=$loss # dropped by nftables instead; the delay alone stays out of reach
+            loss=""
         fi
-        left_out="$what (no netem in this kernel)"
-        note "left out: $left_out"
-        delay="" loss=""
+        if [ -n "$delay" ]; then
+            if [ $if_possible = 0 ]; then
+                die "this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM / modprobe sch_netem), \
+so --delay $delay cannot be emulated; leave it out, or add --if-possible to shape the rest alone"
+            fi
+            left_out="--delay $delay (no netem in this kernel)"
+            note "left out: $left_out"
+            delay=""
+        fi
+        if [ -n "$loss" ]; then
+            if [ $if_possible = 0 ]; then
+                die "this kernel has no netem qdisc and no usable nftables (the nft command, \
+nf_tables), so --loss $loss cannot be emulated; leave it out, or add --if-possible"
+            fi
+            left_out="${left_out:+$left_out, }--loss $loss (neither netem nor nftables here)"
+            note "left out: $left_out"
+            loss=""
+        fi
     fi
     mkdir -p "$(state)"
     # From here on a failure removes what was made.
@@ -210,14 +256,17 @@ $what cannot be emulated; leave it out, or add --if-possible to shape the rate a
             ip -n "$ns" link set dcy0 up
         fi
         shape eth0 "$ns" "$delay" "$loss"     # what the host sends
+        [ -z "$nft_loss" ] || loss_nft "$ns" "$nft_loss"
         shape "$(veth_of "$i")" "" "" ""       # what it receives: the rate only
     done
+    local loss_text=${loss:-none}
+    [ -z "$nft_loss" ] || loss_text="$nft_loss (nftables)"
     cat >"$(state)/cluster.env" <<EOF
 N=$n
 R=$rpp
 RATE='$rate'
 DELAY='$delay'
-LOSS='$loss'
+LOSS='$loss_text'
 LEFT_OUT='$left_out'
 MTU=$mtu
 DECOY=$decoy
@@ -232,7 +281,7 @@ EOF
     wait_links "$n"
     trap - EXIT
     note "cluster \"$name\" up: $n host(s) x $rpp rank(s), $(addr_of 0) .. $(addr_of $((n - 1))), \
-rate ${rate:-unshaped}, delay ${delay:-none}, loss ${loss:-none}"
+rate ${rate:-unshaped}, delay ${delay:-none}, loss ${loss_text}"
 }
 
 wait_links() {

@@ -27,7 +27,8 @@
 #                                    printed, TUTTI_FAULT_SEED=S repeats a run. Then rank 1 under
 #                                    RLIMIT_NOFILE 4 .. 64: every rank fails at once naming the
 #                                    limit (node discovery, liveness mesh, ofi endpoint), or the
-#                                    job works; and a full /dev/shm, where the job works.
+#                                    job works; a full /dev/shm, where the job works; 1% packet
+#                                    loss on every link: exact results.
 #                                    TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY (e.g.
 #                                    stop,reduce,4096,1,0.39) runs that trial only,
 #                                    TUTTI_FAULT_REPEAT times.
@@ -380,6 +381,26 @@ part_faults() {
         else
             notok "a full /dev/shm" "$tmp/out"
         fi
+    fi
+    # Packet loss: 1% of what each host sends dropped (netem, or nftables where the kernel has
+    # no netem): the job is slower (TCP retransmits) and every result exact.
+    if up 2 --ranks-per-host 2 --loss 1% --if-possible && grep -q "loss 1%" "$tmp/up"; then
+        local c ok_all=1
+        for c in allreduce alltoall; do
+            launch env -- env TUTTI_TIMEOUT=60 "$bench" "$c" -b 16 -e 1M -f 16 -c -i 5 -x 1 &&
+                grep -q "nodes 2 " "$tmp/out" && grep -q "^ *1048576 " "$tmp/out" || ok_all=0
+            [ $ok_all = 1 ] || break
+        done
+        if [ $ok_all = 1 ]; then
+            ok "1% packet loss on every host's link: allreduce and alltoall on 2 x 2 ranks exact"
+        else
+            notok "1% packet loss" "$tmp/out"
+        fi
+        up 2 --ranks-per-host 2
+    else
+        echo "ok $((n + 1)) - 1% packet loss # SKIP neither netem nor nftables here: $(tail -1 "$tmp/up")"
+        n=$((n + 1))
+        up 2 --ranks-per-host 2
     fi
     # rank 1 under a low limit of open files: creation fails on every rank at once, naming the
     # limit (node discovery, the liveness mesh, the ofi endpoint), or the job works. 16 and 17

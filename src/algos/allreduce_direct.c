@@ -7,7 +7,8 @@
  * out; barrier (the regions are then free for reuse). The result is the correctly rounded
  * reduction in rank order, the same bits on every rank. Cost: 3 barriers per segment, each
  * rank reads n slices of 1/n and copies the buffer twice ((2n-1)/n times from 1 MiB on): no
- * message passing at all, so it wins at every size when every rank is on one node. Small messages (n * bytes <= SMALL_BYTES) skip the slices: every
+ * message passing at all, so it wins at every size when every rank is on one node. Small
+ * messages (n * bytes <= SMALL_BYTES) skip the slices: every
  * rank copies its input into the window's small area (two halves, alternating per operation),
  * and after a single barrier reduces the whole buffer over all ranks' copies itself, in the
  * same order with the same kernel, so the bits still agree (latency is all that counts there;
@@ -96,10 +97,11 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
     const bool own_in_place = bytes >= IN_PLACE_MIN;
     for (size_t base = 0; base < c->count; base += seg) {
         const size_t m = tutti__min_size(seg, c->count - base);
-        for (int s = 0; s < n; s++)
+        for (int s = 0; s < n; s++) {
+            const size_t o = tutti__split_off(m, n, s) * es;
             if (s != rank || !own_in_place)
-                memcpy(w->regions[rank] + tutti__split_off(m, n, s) * es,
-                       in + (base + tutti__split_off(m, n, s)) * es, tutti__split_len(m, n, s) * es);
+                memcpy(w->regions[rank] + o, in + base * es + o, tutti__split_len(m, n, s) * es);
+        }
         TUTTI__CHECK(tutti__win_barrier(c));
 
         const size_t so = tutti__split_off(m, n, rank) * es;

@@ -10,8 +10,8 @@
  * keeping a cancel's promise (libfabric touches no buffer of a withdrawn request) when libfabric
  * would not give a piece back in time (rxm cannot cancel a send whose receiver never posts).
  * It is not closed: libfabric 1.17's rxm crashed in fi_close with such pieces held after a
- * link cut (SIGSEGV, alltoall over hier, 512 KiB pieces: tests/multinode.sh faults with
- * TUTTI_TEST_LINK_CUT=1). Nothing progresses it again (with manual progress only this
+ * link cut (SIGSEGV, alltoall over hier, 512 KiB pieces: the link-cut trial of
+ * tests/multinode.sh faults). Nothing progresses it again (with manual progress only this
  * transport's own calls move data, and a broken one makes none), and at destroy it is
  * abandoned rather than closed (tutti__ofi_close). A provider with automatic progress would
  * write into withdrawn buffers by itself: its endpoint is closed as before. */

@@ -217,8 +217,9 @@ static inline tutti_status_t tutti__direct_window(tutti__coll_t *c, tutti__windo
 
 /* tutti__direct_slots is tutti__direct_window for a direct algorithm that cuts each region,
  * past head bytes, into one slot per rank: *slot is their size, a multiple of 64 bytes where
- * the region allows (aligned loads for the kernels). A slot that cannot hold one element
- * declines (TUTTI_ERR_NOT_SUPPORTED) with advice naming alt, the algorithm to use instead. */
+ * the region allows (aligned loads for the kernels), the n of them at most net->round_bytes. A
+ * slot that cannot hold one element declines (TUTTI_ERR_NOT_SUPPORTED) with advice naming alt,
+ * the algorithm to use instead. */
 tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *alt,
                                    tutti__window_t **w, size_t *slot);
 

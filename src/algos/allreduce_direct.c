@@ -36,7 +36,9 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
     const void **srcs = tutti__coll_scratch(c, (size_t)n * sizeof *srcs);
     if (srcs == NULL)
         return TUTTI_ERR_NO_MEMORY;
-    const size_t seg = w->region_size / es;
+    /* A segment: a region, or less where a rank's share of the cache is smaller (net.h). */
+    const size_t rb = c->net->round_bytes;
+    const size_t seg = (rb >= es && rb < w->region_size ? rb : w->region_size) / es;
     const char *in = c->sendbuf;
     char *out = c->recvbuf;
 

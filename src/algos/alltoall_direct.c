@@ -1,12 +1,13 @@
 /* alltoall_direct.c: one-node alltoall (and alltoallv) through the shm window.
  *
- * Each rank's region holds a small header and n slots, slot j for the data going to rank j.
- * Per round, each rank writes the next piece of its block for every peer j into slot j, and
- * in the header whether any of its blocks has more after this round; barrier; every rank copies
- * the piece in slot `rank` of every region into place and reads all headers; barrier (before the
- * regions are reused). Rounds go on while any rank has more, so v-counts that no single rank
- * knows in full still give every rank the same number of barriers; exhausted blocks move zero
- * bytes. Cost: 2 barriers per round (a round moves up to region_size bytes per rank), every
+ * Each half of a rank's region holds a small header and n slots, slot j for the data going to
+ * rank j; rounds alternate between the halves. Per round, each rank writes the next piece of
+ * its block for every peer j into slot j, and in the header whether any of its blocks has more
+ * after this round; barrier; every rank copies the piece in slot `rank` of every region into
+ * place and reads all headers. Rounds go on while any rank has more, so v-counts that no single
+ * rank knows in full still give every rank the same number of barriers; exhausted blocks move
+ * zero bytes; a last barrier frees the regions for the next call. Cost: rounds + 1 barriers (a
+ * round moves up to net->round_bytes per rank, so that the window stays in the cache), every
  * byte copied twice, no messages: wins at every size on one node. Small blocks of a plain
  * alltoall (up to LL_BYTES, n of them fitting half the small area) skip the barriers: they go
  * as flagged lines, one hand-off per peer. An output of TUTTI__STREAM_MIN bytes or more is
@@ -30,7 +31,11 @@ static tutti_status_t run(tutti__coll_t *c)
      * compare with what they expect (the sender's count is what it writes into the slot). */
     const bool v = c->counts != NULL;
     const size_t head = HEADER + (v ? ((size_t)n * sizeof(uint64_t) + 63) & ~(size_t)63 : 0);
-    TUTTI__CHECK(tutti__direct_slots(c, head, "pairwise", &w, &slot));
+    /* The slots of one half of the region (below): direct_slots cuts what is left after the
+     * other half and this half's header. */
+    tutti__window_t *x = tutti__coll_window(c);
+    TUTTI__CHECK(tutti__direct_slots(c, head + (x ? x->region_size - x->region_size / 2 : 0),
+                                     "pairwise", &w, &slot));
     const size_t per = slot / es; /* elements of a block per round */
     const char *in = c->sendbuf;
     char *out = c->recvbuf;
@@ -55,9 +60,14 @@ static tutti_status_t run(tutti__coll_t *c)
         return TUTTI_OK;
     }
 
-    char *mine = w->regions[rank];
+    /* Round k uses half k % 2 of every region: a rank that passed round k's barrier knows that
+     * every rank has finished reading round k - 1 (each read it before writing round k), so
+     * round k + 1 may overwrite that half at once: one barrier per round instead of two. */
+    const size_t half = w->region_size / 2;
     const size_t total = tutti__rtotal(c) * es; /* an output this large is written streaming */
-    for (size_t off = 0;; off += per) {
+    for (size_t off = 0, k = 0;; off += per, k++) {
+        const size_t h = (k & 1) * half;
+        char *mine = w->regions[rank] + h;
         uint64_t more = 0;
         for (int j = 0; j < n; j++) {
             if (j == rank)
@@ -84,16 +94,15 @@ static tutti_status_t run(tutti__coll_t *c)
         more = 0;
         for (int i = 0; i < n; i++) {
             uint64_t theirs;
-            memcpy(&theirs, w->regions[i], sizeof theirs);
+            memcpy(&theirs, w->regions[i] + h, sizeof theirs);
             more |= theirs;
             size_t bytes = i != rank ? tutti__piece(tutti__rcount(c, i), off, per) * es : 0;
             if (bytes > 0)
                 tutti__copy_out(out + (tutti__rdispl(c, i) + off) * es,
-                                w->regions[i] + head + (size_t)rank * slot, bytes, total);
+                                w->regions[i] + h + head + (size_t)rank * slot, bytes, total);
         }
-        TUTTI__CHECK(tutti__win_barrier(c));
-        if (!more)
-            return TUTTI_OK;
+        if (!more) /* the last round's half is free only once every rank has read it */
+            return tutti__win_barrier(c);
     }
 }
 

@@ -68,6 +68,12 @@ typedef struct tutti__net {
     bool oversubscribed;    /* a busy thread of this rank shares its core by design (more
                                busy threads than cores, or ranks bound to one core): waits
                                yield at once */
+    size_t round_bytes;     /* how many bytes a direct algorithm moves per rank between two
+                               barriers, at most: an L2-sized share, so that what one core
+                               writes into the window is still in its cache when the other
+                               reads it; 0 (whole regions) when some local rank is
+                               oversubscribed, where each round costs context switches. The
+                               same on every local rank: round counts must agree */
     bool may_move;          /* a wait that finds its thread on the core of the thread it waits
                                for may move its own thread to a free core (colocate.c) */
     bool sleep_waits;       /* the local ranks run in different scheduling groups (each in a

@@ -459,6 +459,10 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
     const int n = c->size;
     tutti__window_t *x = tutti__coll_window(c);
     size_t s = x && x->region_size > head ? (x->region_size - head) / (size_t)n : 0;
+    /* The n slots a rank fills per round stay within its share of the cache (net.h). */
+    const size_t cap = c->net->round_bytes / (size_t)n;
+    if (cap >= 64 && cap >= c->esize && s > cap)
+        s = cap;
     s = s >= 64 ? s & ~(size_t)63 : s;
     *w = x;
     *slot = s;

@@ -137,6 +137,12 @@ bool tutti__cpuset_self(tutti__cpuset_t *s);
  * loop (no system call where the C library has rseq). */
 int tutti__cpu_now(void);
 
+/* tutti__round_bytes is how many bytes a direct (shm window) algorithm should move per rank
+ * between two barriers when every rank has a core of its own: half of core 0's L2 (from sysfs,
+ * so that every process on the node gets the same answer, even on a CPU whose cores differ),
+ * 512 KiB where sysfs does not say, within [64 KiB, 1 MiB]. */
+size_t tutti__round_bytes(void);
+
 /* tutti__thread_movable tells whether the calling thread may run on more than one core (so
  * that tutti__thread_move can place it without pinning it); remembered per thread, looked up
  * again with refresh (a system call) and after each tutti__thread_move. */

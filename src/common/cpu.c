@@ -1,6 +1,7 @@
 /* cpu.c: sets of cores, where the calling thread runs, and moving it to a core without taking
  * away the cores it may use. */
 #include <sched.h>
+#include <stdio.h>
 
 #include "common.h"
 
@@ -70,4 +71,31 @@ bool tutti__thread_move(int core, bool keep)
     if (!keep)
         sched_setaffinity(0, sizeof old, &old);
     return true;
+}
+
+/* Why half the L2: per round a rank writes its share into the window and the others read it;
+ * while that share is still in the writer's L2 the readers take the lines from that cache, not
+ * from memory. On the development machine (a Zen 4 guest, 1 MiB L2 per core) this matters when
+ * the two cores do not share an L3 (the guest's cores move between host cores from hour to
+ * hour): 2-rank alltoall then ran 1.5-2.2x faster with 256-512 KiB per round than with the
+ * 4 MiB regions; with a shared L3 the rounds cost nothing (docs/performance.md). */
+size_t tutti__round_bytes(void)
+{
+    static size_t cached; /* threads racing here store the same value */
+    size_t got = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (got != 0)
+        return got;
+    size_t l2 = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
+    if (f != NULL) {
+        unsigned long v;
+        char unit = 0;
+        if (fscanf(f, "%lu%c", &v, &unit) >= 1)
+            l2 = (size_t)v * (unit == 'K' ? 1024u : unit == 'M' ? 1024u * 1024u : 1u);
+        fclose(f);
+    }
+    size_t r = l2 > 0 ? l2 / 2 : (size_t)512 << 10;
+    r = r < ((size_t)64 << 10) ? (size_t)64 << 10 : r > ((size_t)1 << 20) ? (size_t)1 << 20 : r;
+    __atomic_store_n(&cached, r, __ATOMIC_RELAXED);
+    return r;
 }

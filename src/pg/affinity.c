@@ -109,6 +109,9 @@ tutti_status_t tutti__threads_plan(const tutti__nodes_t *nodes, int nworkers, bo
     }
     out->caller = caller[me];
     out->oversubscribed = over[me];
+    out->node_oversubscribed = false;
+    for (int j = 0; j < nl; j++)
+        out->node_oversubscribed |= over[j];
     for (int i = 0; i < nworkers; i++)
         out->workers[i] = workers[me * nworkers + i];
 done:

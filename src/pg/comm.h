@@ -27,6 +27,8 @@ typedef struct tutti__threads {
     int caller;          /* the core for the calling thread; -1: none known */
     int workers[16];     /* the core of each worker; -1: not pinned */
     bool oversubscribed; /* waits yield at once */
+    bool node_oversubscribed; /* some local rank's waits yield at once: the same on every local
+                                 rank (each computes every rank's placement) */
 } tutti__threads_t;
 
 /* How a communicator was asked for (config.c); sub-communicators inherit it. */

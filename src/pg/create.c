@@ -139,6 +139,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         place_caller(c);
     }
     c->net.oversubscribed = c->threads.oversubscribed;
+    c->net.round_bytes = c->threads.node_oversubscribed ? 0 : tutti__round_bytes();
     c->net.sleep_waits = !c->nodes.one_sched_group;
     /* The interface: the liveness mesh listens on it and ofi crosses nodes through it. */
     char ifname[TUTTI__IFNAME_LEN];

@@ -3,7 +3,8 @@
  * message paths, and never return TUTTI_OK with wrong data: allreduce 1000 vs 500 elements,
  * SUM vs MAX, fp32 vs int32, allreduce vs barrier, flagged lines vs a barrier, a mismatched
  * broadcast followed by correct allreduces, the ring's length mismatch (shm and ofi), alltoallv
- * pair counts that disagree (direct, cma, and the message path). The
+ * pair counts that disagree (direct, cma, and the message path), fingerprints that differ only
+ * above the 10 bits an ofi tag holds (TUTTI_FAULT_TAG_XOR; ofi and shm). The
  * communicator is failed afterwards: the next call returns TUTTI_ERR_COMM_FAILED. */
 #include <check.h>
 #include "check_main.h"
@@ -31,7 +32,8 @@ typedef struct mcase {
                              may return TUTTI_OK, and its next calls must fail */
 } mcase_t;
 
-enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS, WIN_VS_MSG };
+enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS, WIN_VS_MSG,
+       TAG_HIGH };
 
 static const mcase_t cases[] = {
     {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0},
@@ -55,6 +57,13 @@ static const mcase_t cases[] = {
     {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
     {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
     {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1, 0},
+    /* The odd rank's messages carry a fingerprint that differs from the others' only above its
+     * low 10 bits (TUTTI_FAULT_TAG_XOR=0x400), which is all that fits in an ofi tag: only a
+     * transport that compares the whole 32 bits (ofi's CQ data, shm's header) can tell. */
+    {"fingerprint differs above bit 9 (ring, ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, TAG_HIGH,
+     {"expected tag", NULL}, 0, 0},
+    {"fingerprint differs above bit 9 (ring, shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, TAG_HIGH,
+     {"fingerprint", NULL}, 0, 0},
 };
 
 /* post runs the call rank posts in case mc; returns its status. */
@@ -85,6 +94,8 @@ static tutti_status_t post(const mcase_t *mc, int rank, tutti_comm_t *comm, floa
         if (odd && tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring") != TUTTI_OK)
             return TUTTI_ERR_INTERNAL;
         return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case TAG_HIGH: /* the fingerprint was changed at creation (body) */
+        return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
     case VCOUNTS: {
         size_t sc[2] = {5, 5}, sd[2] = {0, 8}, rc[2] = {5, 5}, rd[2] = {0, 8};
         if (odd)
@@ -99,13 +110,17 @@ static int body(int rank, int size, void *arg)
 {
     const mcase_t *mc = arg;
     tutti_comm_t *comm = NULL;
+    if (mc->kind == TAG_HIGH && rank == mc->odd)
+        setenv("TUTTI_FAULT_TAG_XOR", "1024", 1);
     tutti_status_t st = tutti_comm_init_env(NULL, &comm);
     if (st != TUTTI_OK)
         return th_fail("tutti_comm_init_env: %s", tutti_last_error());
     float *x = malloc(1000 * sizeof *x), *y = malloc(1000 * sizeof *y);
     for (int i = 0; i < 1000; i++)
         x[i] = y[i] = (float)(rank + 1);
-    st = tutti_barrier(comm, NULL); /* #0: everyone starts in step */
+    /* #0: everyone starts in step (but a fingerprint changed for all calls would fail the
+     * barrier too, over messages) */
+    st = mc->kind == TAG_HIGH ? TUTTI_OK : tutti_barrier(comm, NULL);
     if (st != TUTTI_OK)
         return th_fail("barrier: %s", tutti_comm_last_error(comm));
     double t0 = th_now();

@@ -131,7 +131,7 @@ int tutti__sig_describe(char *buf, size_t cap, const tutti__calldesc_t *d)
 tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__calldesc_t *d,
                                    const char *how)
 {
-    char mine[160], theirs[200];
+    char mine[160], theirs[400]; /* theirs may quote a transport's whole error */
     tutti__calldesc_t md = tutti__sig_desc(c);
     tutti__sig_describe(mine, sizeof mine, &md);
     if (d != NULL)

@@ -80,6 +80,7 @@ typedef struct tutti__net {
                                session of its own, as MPICH's Hydra starts them): sched_yield
                                cannot hand the core to the rank waited for, so a wait that
                                steps aside sleeps on that rank's doorbell instead (colocate.c) */
+    uint32_t tag_xor;       /* TUTTI_FAULT_TAG_XOR: mixed into the fingerprint messages carry */
     double unresp_s;        /* TUTTI_UNRESPONSIVE: a peer silent this long is unresponsive;
                                0: derived from the timeout (prims.c) */
     const volatile tutti_status_t *failed; /* the communicator's status word, only read here

@@ -92,7 +92,8 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *b
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
     req->chan = TUTTI__CHAN_COLL + c->slice;
-    req->tag = (uint32_t)c->fp; /* the transports compare it: a message of another call fails */
+    /* The transports compare it: a message of another call fails. */
+    req->tag = (uint32_t)c->fp ^ c->net->tag_xor;
     req->peer = peer;
     req->buf = (char *)buf;
     req->len = bytes;

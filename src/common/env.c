@@ -17,6 +17,10 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "seconds a peer may send no heartbeat before a wait fails with `TUTTI_ERR_PEER_FAILED` "
      "naming it unresponsive (stopped by SIGSTOP or a debugger, or frozen); unset: 3 s less "
      "than the timeout, at least half of it"},
+    {"TUTTI_FAULT_TAG_XOR", "0",
+     "fault injection, for tests: XOR this value (0..4294967295) into the fingerprint that "
+     "this rank's collective messages carry, as if it had posted another call; its peers must "
+     "fail the call with `TUTTI_ERR_MISMATCH`"},
     {"TUTTI_TRANSPORT", "auto",
      "`auto`: shm between ranks of a node, ofi across nodes; `ofi`: libfabric for every peer; "
      "`shm`: shared memory only (an error if the group spans nodes); "

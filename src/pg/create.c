@@ -161,6 +161,10 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     TUTTI__CHECK_GOTO(tutti__env_double("TUTTI_UNRESPONSIVE", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX,
                                         &c->net.unresp_s),
                       st, fail);
+    long tag_xor = 0;
+    TUTTI__CHECK_GOTO(tutti__env_long("TUTTI_FAULT_TAG_XOR", 0, (long)UINT32_MAX, &tag_xor), st,
+                      fail);
+    c->net.tag_xor = (uint32_t)tag_xor;
     double lim = c->net.unresp_s > 0 ? c->net.unresp_s
                  : cfg->timeout - 3.0 > cfg->timeout / 2 ? cfg->timeout - 3.0 : cfg->timeout / 2;
     TUTTI__CHECK_GOTO(tutti__live_beat(c->net.live, lim / 4 < 0.25 ? lim / 4 : 0.25), st, fail);

@@ -181,7 +181,9 @@ static int post_pieces(struct ofi *t, tutti__req_t *req)
         ssize_t ret;
         if (req->kind == TUTTI__REQ_SEND) {
             uint64_t tag = make_tag(t, req->chan, t->rank, req->tag, st->base + st->posted);
-            ret = fi_tsend(t->ep, buf, n, NULL, t->addrs[req->peer], tag, &op->ctx);
+            ret = t->cq_data ? fi_tsenddata(t->ep, buf, n, NULL, req->tag, t->addrs[req->peer],
+                                            tag, &op->ctx)
+                             : fi_tsend(t->ep, buf, n, NULL, t->addrs[req->peer], tag, &op->ctx);
         } else {
             uint64_t tag = make_tag(t, req->chan, req->peer, req->tag, st->base + st->posted);
             uint64_t ignore = (uint64_t)UTAG_MASK << t->cbits;
@@ -268,7 +270,10 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
         return;
     st->ndone++;
     if (req->kind == TUTTI__REQ_RECV) {
-        uint32_t got_tag = (uint32_t)(e->tag >> t->cbits) & UTAG_MASK;
+        /* The whole tag where the sender sent it as CQ data, else its low bits in the tag. */
+        const bool whole = (e->flags & FI_REMOTE_CQ_DATA) != 0;
+        const uint32_t mask = whole ? UINT32_MAX : UTAG_MASK;
+        uint32_t got_tag = whole ? (uint32_t)e->data : (uint32_t)(e->tag >> t->cbits) & UTAG_MASK;
         if (e->len != want) {
             tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
                              "ofi (%s): a receive of %zu bytes from rank %d (%s channel) got a "
@@ -278,13 +283,13 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
             fail(t, req, TUTTI_ERR_MISMATCH);
             return;
         }
-        if (got_tag != (req->tag & UTAG_MASK)) {
+        if (got_tag != (req->tag & mask)) {
             tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
                              "ofi (%s): a receive from rank %d (%s channel) expected tag %u but "
-                             "the matching message has tag %u (low %d bits compared): sender "
+                             "the matching message has tag %u (%d bits compared): sender "
                              "and receiver disagree on the order or tags of their messages",
                              t->prov, req->peer, tutti__ofi_chan_name(req->chan),
-                             req->tag & UTAG_MASK, got_tag, UTAG_BITS);
+                             req->tag & mask, got_tag, whole ? 32 : UTAG_BITS);
             fail(t, req, TUTTI_ERR_MISMATCH);
             return;
         }

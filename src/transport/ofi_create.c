@@ -238,6 +238,9 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
         goto fail;
     }
     snprintf(t->prov, sizeof t->prov, "%s", prov_of(t->info));
+    /* A provider that can carry remote CQ data says how many bytes (the whole fingerprint
+     * then travels with each message, ofi_impl.h). */
+    t->cq_data = t->info->domain_attr->cq_data_size >= sizeof(uint32_t);
 
     uint64_t fmt = t->info->ep_attr->mem_tag_format;
     unsigned tagbits = fmt ? 64u - (unsigned)__builtin_clzll(fmt) : 64u;
@@ -257,10 +260,11 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
     /* For the IP providers the domain is the interface (tcp: "eth0"). */
     TUTTI__LOG(TUTTI__LOG_INFO,
                "ofi: provider %s (FI_PROVIDER %s), interface/domain %s, address %s, fabric %s, "
-               "%u tag bits, pieces of at most %zu bytes",
+               "%u tag bits, pieces of at most %zu bytes, %s of each fingerprint compared",
                t->prov, forced ? forced : "unset",
                t->info->domain_attr->name ? t->info->domain_attr->name : "?", where,
-               t->info->fabric_attr->name ? t->info->fabric_attr->name : "?", tagbits, chunk);
+               t->info->fabric_attr->name ? t->info->fabric_attr->name : "?", tagbits, chunk,
+               t->cq_data ? "32 bits (CQ data)" : "10 bits");
 
     FI_CHECK(fi_fabric(t->info->fabric_attr, &t->fabric, NULL), "fi_fabric");
     FI_CHECK(fi_domain(t->fabric, t->info, &t->domain, NULL), "fi_domain");

@@ -26,6 +26,9 @@
  * which is harmless as long as fewer than 2^bits messages of one stream are in flight at once.
  * The caller's tag is ignored for matching and checked on arrival instead, so that a tag
  * mismatch fails the receive with a message rather than leaving it unmatched until the timeout.
+ * Where the provider offers remote CQ data (tcp, sockets, shm, verbs;ofi_rxm, efa do), each
+ * send also carries the caller's whole 32-bit tag (a collective's fingerprint) as CQ data and
+ * the receive compares all 32 bits; else only the 10 in the tag.
  */
 #define CHAN_BITS 5
 #define RANK_BITS 16
@@ -98,6 +101,8 @@ struct ofi {
     bool broken;       /* the endpoint was given up to keep a cancel's promise: nothing works */
     struct ofi *abandoned_next; /* broken ones, kept until the process exits (ofi.c) */
     unsigned cbits;    /* counter bits in the tag */
+    bool cq_data;      /* sends carry the caller's whole 32-bit tag as remote CQ data, so a
+                          receive compares all of it, not only the UTAG_BITS in the tag */
     uint32_t cmask;
     size_t chunk;      /* largest piece, the same on every rank */
     size_t cap[2];     /* ops in flight allowed per kind (tx_attr/rx_attr size); 0: no limit */

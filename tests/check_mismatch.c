@@ -56,6 +56,12 @@ static const mcase_t cases[] = {
     {"direct vs ring, 3 ranks", "shm", NULL, 3, 2, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0},
     {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
     {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
+    /* 3 ranks over messages: rank 1 never meets the odd rank's call; it learns of the
+     * mismatch from a notice, which names the pair that differs */
+    {"ring 1000 vs 500, 3 ranks (ofi)", "ofi", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
+     {"1000 fp32", "500 fp32"}, 1, 0},
+    {"ring 1000 vs 500, 3 ranks (shm)", "shm", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
+     {"1000 fp32", "500 fp32"}, 1, 0},
     {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1, 0},
     /* The odd rank's messages carry a fingerprint that differs from the others' only above its
      * low 10 bits (TUTTI_FAULT_TAG_XOR=0x400), which is all that fits in an ofi tag: only a

@@ -51,6 +51,8 @@ typedef struct tutti__coll {
     bool described;       /* its descriptor is in its window slot (callsig.c) */
     bool relayed;         /* its failure only passes a peer's on (the window's failure word
                              says so, so that others name the rank that found it) */
+    int blame;            /* a mismatch: the other rank of the pair that differs (communicator
+                             rank, told to every peer with the failure notice); -1: none */
 
     const void *sendbuf;
     void *recvbuf;

@@ -140,6 +140,7 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
         snprintf(theirs, sizeof theirs, "a different call (%s)", how);
     const int me = c->net->rank;
     const bool first = me < peer;
+    c->blame = peer;
     snprintf(c->err, TUTTI__ERRLEN,
              "mismatched collectives: rank %d posted %s, rank %d posted %s%s%s: every rank must "
              "post the same collectives, with the same count, dtype, op and root, in the same "
@@ -155,6 +156,7 @@ tutti_status_t tutti__count_mismatch(tutti__coll_t *c, int peer, uint64_t theirs
     tutti__calldesc_t md = tutti__sig_desc(c);
     tutti__sig_describe(mine, sizeof mine, &md);
     const int me = c->net->rank, g = c->group ? c->group[peer] : peer;
+    c->blame = g;
     snprintf(c->err, TUTTI__ERRLEN,
              "mismatched %s: rank %d sends %llu elements to rank %d, which expects %zu from it "
              "(rank %d's recvcounts[%d]): each rank's sendcounts[j] must equal rank j's "

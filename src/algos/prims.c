@@ -194,17 +194,23 @@ static tutti_status_t check_peers(tutti__coll_t *c, double now)
     int r = -1;
     tutti_status_t st;
     uint64_t seq;
+    int blame = -1;
     (void)now;
-    if (__builtin_expect(tutti__live_failed(net->live, &r, &st, &seq), 0)) {
+    if (__builtin_expect(tutti__live_failed_upto(net->live, UINT64_MAX, &r, &st, &seq, &blame),
+                         0)) {
+        c->relayed = true; /* this rank's failure only passes r's on */
         char mine[200];
         tutti__calldesc_t d = tutti__sig_desc(c);
         tutti__sig_describe(mine, sizeof mine, &d);
+        char with[32] = ""; /* the other rank of the pair, where the notice says */
+        if (blame >= 0 && blame != r)
+            snprintf(with, sizeof with, " with rank %d", blame);
         if (st == TUTTI_ERR_MISMATCH)
             return fail(c, TUTTI_ERR_MISMATCH,
-                        "rank %d found mismatched collectives at its call #%llu (its error names "
-                        "both calls) while rank %d posted %s; the communicator is now failed: "
-                        "destroy it and create a new one",
-                        r, (unsigned long long)seq, net->rank, mine);
+                        "rank %d found mismatched collectives%s at its call #%llu (its error "
+                        "names both calls) while rank %d posted %s; the communicator is now "
+                        "failed: destroy it and create a new one",
+                        r, with, (unsigned long long)seq, net->rank, mine);
         return fail(c, TUTTI_ERR_PEER_FAILED,
                     "rank %d's communicator failed (%s) in its call #%llu while this rank waited "
                     "in %s; the communicator is now failed: destroy it and create a new one",
@@ -350,8 +356,9 @@ tutti_status_t tutti__resumed_check(tutti__coll_t *c)
     tutti_status_t st;
     uint64_t seq;
     (void)tutti__live_check_now(net->live, &dead);
-    if (!tutti__live_failed(net->live, &r, &st, &seq) || seq > c->seq)
+    if (!tutti__live_failed_upto(net->live, c->seq, &r, &st, &seq, NULL))
         return TUTTI_OK;
+    c->relayed = true;
     return fail(c, TUTTI_ERR_PEER_FAILED,
                 "this rank did not run for about %.1f s (stopped: SIGSTOP, a debugger, or "
                 "frozen), and meanwhile rank %d's communicator failed (%s) in its call #%llu, so "

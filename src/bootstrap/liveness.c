@@ -27,8 +27,10 @@
 #define REC_LEN 96              /* one rank's published record: "ip port pid nonce" */
 #define LIST_MAX 16
 #define BEAT 'H'     /* a heartbeat: the sender's process still runs */
-#define FAIL 'F'     /* a failure notice: FAIL_REC bytes follow (status, sequence number) */
-#define FAIL_REC 9
+#define FAIL 'F'     /* a failure notice: FAIL_REC bytes follow (status, sequence number, the
+                        other rank of a mismatch plus one, 0: none) */
+#define FAIL_REC 13
+#define FAIL_RELAYED 0x80u /* in a notice's status byte: the sender only passes a failure on */
 
 enum { PEER_ALIVE = 0, PEER_LEFT = 1, PEER_DEAD = 2 };
 
@@ -41,6 +43,8 @@ typedef struct peer {
     unsigned char rec_left, rec[FAIL_REC]; /* a failure notice being read */
     int fail_status;     /* its communicator's failure, from its notice; 0: none */
     uint64_t fail_seq;
+    bool fail_relayed;   /* that failure only passed another rank's on */
+    int fail_blame;      /* the other rank of its mismatch; -1: none */
 } peer_t;
 
 struct tutti__liveness {
@@ -213,8 +217,13 @@ static void take(peer_t *p, const unsigned char *b, size_t n)
                 for (int k = 8; k >= 1; k--)
                     seq = seq << 8 | p->rec[k];
                 p->fail_seq = seq;
-                __atomic_store_n(&p->fail_status, p->rec[0] ? -(int)p->rec[0] : -1,
-                                 __ATOMIC_RELEASE);
+                p->fail_relayed = (p->rec[0] & FAIL_RELAYED) != 0;
+                uint32_t b1 = 0;
+                for (int k = 12; k >= 9; k--)
+                    b1 = b1 << 8 | p->rec[k];
+                p->fail_blame = b1 >= 1 && b1 <= INT32_MAX ? (int)(b1 - 1) : -1;
+                int code = p->rec[0] & ~FAIL_RELAYED;
+                __atomic_store_n(&p->fail_status, code ? -code : -1, __ATOMIC_RELEASE);
             }
         } else if (b[i] == BYE && p->state == PEER_ALIVE) {
             __atomic_store_n(&p->state, PEER_LEFT, __ATOMIC_RELEASE);
@@ -733,32 +742,51 @@ bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int from, int *ran
     return false;
 }
 
-void tutti__live_notify_failed(tutti__liveness_t *l, tutti_status_t st, uint64_t seq)
+void tutti__live_notify_failed(tutti__liveness_t *l, tutti_status_t st, uint64_t seq,
+                               bool relayed, int blame)
 {
     if (l == NULL || l->forked)
         return;
-    unsigned char rec[1 + FAIL_REC] = {FAIL, (unsigned char)(-(int)st)};
+    unsigned char rec[1 + FAIL_REC] = {
+        FAIL, (unsigned char)((-(int)st & 0x7f) | (relayed ? FAIL_RELAYED : 0))};
     for (int k = 0; k < 8; k++)
         rec[2 + k] = (unsigned char)(seq >> (8 * k));
+    uint32_t b1 = blame >= 0 ? (uint32_t)blame + 1u : 0u;
+    for (int k = 0; k < 4; k++)
+        rec[10 + k] = (unsigned char)(b1 >> (8 * k));
     pthread_mutex_lock(&l->mu);
     send_all(l, rec, sizeof rec);
     pthread_mutex_unlock(&l->mu);
 }
 
-bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *st, uint64_t *seq)
+bool tutti__live_failed_upto(const tutti__liveness_t *l, uint64_t upto, int *rank,
+                             tutti_status_t *st, uint64_t *seq, int *blame)
 {
     if (l == NULL)
         return false;
+    int found = -1;
     for (int r = 0; r < l->size; r++) {
         int f = __atomic_load_n(&l->peers[r].fail_status, __ATOMIC_ACQUIRE);
-        if (f != 0) {
-            *rank = r;
-            *st = (tutti_status_t)f;
-            *seq = l->peers[r].fail_seq;
-            return true;
-        }
+        if (f == 0 || l->peers[r].fail_seq > upto)
+            continue;
+        /* The rank that found the failure, where its notice has come, not one that passed it on
+         * (fail_relayed was written before fail_status was released). */
+        if (found < 0 || (l->peers[found].fail_relayed && !l->peers[r].fail_relayed))
+            found = r;
     }
-    return false;
+    if (found < 0)
+        return false;
+    *rank = found;
+    *st = (tutti_status_t)__atomic_load_n(&l->peers[found].fail_status, __ATOMIC_ACQUIRE);
+    *seq = l->peers[found].fail_seq;
+    if (blame != NULL)
+        *blame = l->peers[found].fail_blame;
+    return true;
+}
+
+bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *st, uint64_t *seq)
+{
+    return tutti__live_failed_upto(l, UINT64_MAX, rank, st, seq, NULL);
 }
 
 void tutti__live_destroy(tutti__liveness_t *l)

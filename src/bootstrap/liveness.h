@@ -62,12 +62,20 @@ bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int from, int *ran
                         double *silent_s);
 
 /* tutti__live_notify_failed tells every peer that this rank's communicator failed with st in
- * its call seq (best effort: a peer whose buffer is full does not get it). */
-void tutti__live_notify_failed(tutti__liveness_t *l, tutti_status_t st, uint64_t seq);
+ * its call seq (best effort: a peer whose buffer is full does not get it); relayed: this rank
+ * only passes on a failure that another rank found; blame: the other rank of a mismatch, or -1. */
+void tutti__live_notify_failed(tutti__liveness_t *l, tutti_status_t st, uint64_t seq,
+                               bool relayed, int blame);
 
 /* tutti__live_failed tells whether a peer said its communicator failed (tutti__live_notify_failed,
- * read by tutti__live_check): *rank is the lowest such rank, *st and *seq its failure. */
+ * read by tutti__live_check): *rank is the lowest such rank that found its failure itself, or
+ * the lowest that passed one on where no other notice has come; *st and *seq its failure. */
 bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *st, uint64_t *seq);
+/* tutti__live_failed_upto is tutti__live_failed among the notices of failures in calls up to
+ * upto (ranks' call numbers differ: a reduce's leaves may run far ahead of its root); *blame
+ * (if not NULL) is the other rank of its mismatch, or -1. */
+bool tutti__live_failed_upto(const tutti__liveness_t *l, uint64_t upto, int *rank,
+                             tutti_status_t *st, uint64_t *seq, int *blame);
 
 /* tutti__live_destroy closes every connection and frees l (NULL is fine). */
 void tutti__live_destroy(tutti__liveness_t *l);

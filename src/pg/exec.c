@@ -78,6 +78,7 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
 {
     c->err[0] = '\0';
     c->relayed = false;
+    c->blame = -1;
     tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
     if (failed != TUTTI_OK) {
         c->declined = true; /* nothing was run: the failure is not a new one */
@@ -118,7 +119,8 @@ static tutti_status_t settle(tutti_comm_t *comm, const tutti__coll_t *c, tutti_s
      * was stopped cannot complete the call with data this rank had already written. */
     if (st != TUTTI_ERR_ABORTED && __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
         tutti__win_fail(&comm->net, st, c->seq, c->relayed);
-        tutti__live_notify_failed(comm->net.live, st, c->seq); /* and every peer, by message */
+        /* and every peer, by message */
+        tutti__live_notify_failed(comm->net.live, st, c->seq, c->relayed, c->blame);
     }
     return tutti__comm_fail(comm, st, c->err);
 }

@@ -216,7 +216,7 @@ static void rank_full(int rank, int size)
         REQUIRE_OK(tutti__bs_group_barrier(&bs, "even", even, ne));
 
     tutti__liveness_t *l;
-    REQUIRE_OK(tutti__live_create(&bs, "127.0.0.1", &l));
+    REQUIRE_OK(tutti__live_create(&bs, "127.0.0.1", 0, &l));
     tutti__store_close(s);
     int dead = -1;
     REQUIRE_OK(tutti__live_check(l, &dead));
@@ -445,7 +445,7 @@ static tutti__liveness_t *mesh(int rank, int size)
     tutti__store_t *s;
     tutti__bootstrap_t bs = open_bs(rank, size, 10.0, &s);
     tutti__liveness_t *l;
-    REQUIRE_OK(tutti__live_create(&bs, "127.0.0.1", &l));
+    REQUIRE_OK(tutti__live_create(&bs, "127.0.0.1", 0, &l));
     tutti__store_close(s);
     return l;
 }

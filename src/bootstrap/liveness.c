@@ -390,7 +390,8 @@ out:
     return st;
 }
 
-tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti__liveness_t **out)
+tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, int extra,
+                                  tutti__liveness_t **out)
 {
     *out = NULL;
     double start = tutti__now();
@@ -436,7 +437,7 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
         goto fail;
     }
     if (ferr == 0)
-        ferr = fds_available(lfd, size - 1);
+        ferr = fds_available(lfd, size - 1 + (extra > 0 ? extra : 0));
     int port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
                                              : ((struct sockaddr_in6 *)&sa)->sin6_port);
     uint64_t nonce = make_nonce();
@@ -444,7 +445,8 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
     if (ferr != 0) { /* the peers learn it from the record, and fail now, not at the deadline */
         struct rlimit rl = {0};
         getrlimit(RLIMIT_NOFILE, &rl);
-        snprintf(mine, sizeof mine, "! %d %llu %d", ferr, (unsigned long long)rl.rlim_cur, size);
+        snprintf(mine, sizeof mine, "! %d %llu %d", ferr, (unsigned long long)rl.rlim_cur,
+                 size - 1 + (extra > 0 ? extra : 0));
     } else
         snprintf(mine, sizeof mine, "%s %d %d %llu", ip, port, (int)getpid(),
                  (unsigned long long)nonce);
@@ -459,9 +461,9 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti_
         int err, need;
         if (memchr(rec, '\0', REC_LEN) != NULL && sscanf(rec, "! %d %llu %d", &err, &lim, &need) == 3) {
             st = tutti__set_error(TUTTI_ERR_SYSTEM,
-                                  "rank %d cannot open the %d sockets of its liveness mesh (%s): "
-                                  "its limit of open files (RLIMIT_NOFILE, ulimit -n) is %llu: "
-                                  "raise it%s",
+                                  "rank %d cannot open the %d more descriptors that its liveness "
+                                  "mesh and ofi connections need (%s): its limit of open files "
+                                  "(RLIMIT_NOFILE, ulimit -n) is %llu: raise it%s",
                                   r, need, strerror(err), lim, r == rank ? "" : " on that rank");
             goto fail;
         }

@@ -10,9 +10,12 @@ typedef struct tutti__liveness tutti__liveness_t;
 /*
  * tutti__live_create opens a TCP connection to every other rank (addresses exchanged through bs;
  * ip is the local address to listen on and publish). The kernel closes these when a process
- * dies, however it dies, so a closed connection without a goodbye means a dead peer.
+ * dies, however it dies, so a closed connection without a goodbye means a dead peer. extra is
+ * how many more descriptors the rank will open later (ofi's connections, made on first use):
+ * a rank whose limit of open files leaves no room for them fails here, on every rank at once.
  */
-tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, tutti__liveness_t **out);
+tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, int extra,
+                                  tutti__liveness_t **out);
 
 /*
  * tutti__live_check polls every connection without blocking. Returns TUTTI_OK, or

@@ -156,7 +156,15 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__override_init(c), st, fail);
     c->has_secret = store != NULL && tutti__store_secret(store, c->secret);
-    TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, &c->net.live), st, fail);
+    /* ofi connects to a peer on first use, one or two sockets (both sides may connect at once,
+     * tcp;ofi_rxm), plus a few for the provider: room for them is checked now, when every rank
+     * can still be told, not in the middle of a call. */
+    int ofi_peers = 0;
+    for (int r = 0; r < size; r++)
+        ofi_peers += c->net.links.ofi != NULL && c->net.links.peer_tp[r] == c->net.links.ofi;
+    TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, ofi_peers > 0 ? ofi_peers + 4 : 0,
+                                         &c->net.live),
+                      st, fail);
     /* Heartbeats at least four per unresponsive limit (prims.c), and at least every 250 ms. */
     TUTTI__CHECK_GOTO(tutti__env_double("TUTTI_UNRESPONSIVE", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX,
                                         &c->net.unresp_s),

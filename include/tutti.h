@@ -208,6 +208,18 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm);
 TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm);
 
 /**
+ * The straggler report so far (docs/tracing.md): per collective and size class, which ranks
+ * posted the call last, how often and how far behind, and how long each rank waited for the
+ * last one, over the latest TUTTI_REPORT_CALLS collectives. Collective: every rank calls it,
+ * in the same order as its other collectives; rank 0 gets the text (cut to cap bytes), the
+ * others "". Needs recording on (TUTTI_REPORT=1 or TUTTI_TRACE set on any rank when comm was
+ * created); TUTTI_REPORT=1 also prints it to stderr at tutti_comm_destroy.
+ * @return TUTTI_OK, TUTTI_ERR_NOT_SUPPORTED (nothing recorded), TUTTI_ERR_INVALID_ARG (text NULL
+ *         or cap < 2), or a failure of the collectives it runs.
+ */
+TUTTI_API tutti_status_t tutti_comm_report(tutti_comm_t *comm, char *text, size_t cap);
+
+/**
  * Change comm's timeout (tutti_comm_config_t.timeout_s): an operation that starts waiting from
  * now on gives up timeout_s seconds after its first wait began; operations already waiting keep
  * their deadline. Communicators split from comm later keep the timeout comm was created with.

@@ -6,6 +6,7 @@
 #define TUTTI_ALGOS_H
 
 #include "../common/common.h"
+#include "../common/trace.h"
 #include "../kernels/kernels.h"
 #include "net.h"
 
@@ -46,6 +47,8 @@ typedef struct tutti__coll {
                              layout; alltoallv: 0 (its counts differ between ranks) */
     uint32_t sig_info;    /* kind, variant, dtype, op, algorithm, slices (TUTTI__SIG_*) */
     uint64_t wcall;       /* this call's number on its window (0: not begun there) */
+    tutti__trace_t *trace; /* TUTTI_TRACE: where its phases go (tutti__phase_end); NULL: off */
+    double posted;        /* when it was posted (tutti__now), where recording is on; else 0 */
     uint32_t bstep;       /* window barriers of this call so far */
     bool verified;        /* every peer's window call was found to be this one */
     bool described;       /* its descriptor is in its window slot (callsig.c) */
@@ -398,6 +401,20 @@ tutti_status_t tutti__alltoall_begin(tutti__coll_t *c, const char **in);
  * every rank reduces its slice over all ranks' copies; root < 0 copies the result out on every
  * rank (allreduce), else on root only (reduce). */
 tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root);
+
+/* ---- phases for TUTTI_TRACE ---------------------------------------------------------------
+ * t0 = tutti__phase_begin(c); ...; tutti__phase_end(c, "copy in", peer or -1, bytes, t0):
+ * one event nested in the collective's, only when tracing (a predicted branch otherwise). */
+static inline double tutti__phase_begin(const tutti__coll_t *c)
+{
+    return __builtin_expect(c->trace != NULL, 0) ? tutti__now() : 0.0;
+}
+static inline void tutti__phase_end(const tutti__coll_t *c, const char *name, int peer,
+                                    size_t bytes, double t0)
+{
+    if (__builtin_expect(c->trace != NULL, 0))
+        tutti__trace_phase(c->trace, c->slice, c->seq, name, peer, bytes, t0);
+}
 
 /* ---- algorithm tables (one file per algorithm; the tables live in select.c) ---- */
 

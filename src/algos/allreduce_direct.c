@@ -99,24 +99,30 @@ tutti_status_t tutti__direct_reduce(tutti__coll_t *c, int root)
     const bool own_in_place = bytes >= IN_PLACE_MIN;
     for (size_t base = 0; base < c->count; base += seg) {
         const size_t m = tutti__min_size(seg, c->count - base);
+        double t0 = tutti__phase_begin(c);
         for (int s = 0; s < n; s++) {
             const size_t o = tutti__split_off(m, n, s) * es;
             if (s != rank || !own_in_place)
                 memcpy(w->regions[rank] + o, in + base * es + o, tutti__split_len(m, n, s) * es);
         }
+        tutti__phase_end(c, "copy in", -1, m * es, t0);
         TUTTI__CHECK(tutti__win_barrier(c));
 
         const size_t so = tutti__split_off(m, n, rank) * es;
         for (int i = 0; i < n; i++)
             srcs[i] = i == rank && own_in_place ? in + base * es + so : w->regions[i] + so;
+        t0 = tutti__phase_begin(c);
         tutti__reduce(w->regions[rank] + so, srcs, n, tutti__split_len(m, n, rank), c->dtype,
                       c->op, n);
+        tutti__phase_end(c, "reduce", -1, tutti__split_len(m, n, rank) * es, t0);
         TUTTI__CHECK(tutti__win_barrier(c));
 
+        t0 = tutti__phase_begin(c);
         for (int s = 0; s < n && copy_out; s++) {
             size_t o = tutti__split_off(m, n, s) * es;
             memcpy(out + base * es + o, w->regions[s] + o, tutti__split_len(m, n, s) * es);
         }
+        tutti__phase_end(c, "copy out", -1, copy_out ? m * es : 0, t0);
         TUTTI__CHECK(tutti__win_barrier(c));
     }
     return TUTTI_OK;

@@ -56,8 +56,10 @@ static tutti_status_t run(tutti__coll_t *c)
                 TUTTI__CHECK(tutti__irecv(c, left, rbuf[(k + 1) & 1], LEN(nrb) * es, &req[0]));
             }
             const void *srcs[2] = {in + OFF(rb), rbuf[k & 1]};
+            double t0 = tutti__phase_begin(c);
             tutti__reduce(out + OFF(rb), srcs, 2, LEN(rb), c->dtype, c->op,
                           last ? tutti__avg_div(c) : 0);
+            tutti__phase_end(c, "reduce", left, LEN(rb) * es, t0);
             if (!last) /* the chunk just reduced is the one to send next */
                 TUTTI__CHECK(tutti__isend(c, right, out + OFF(rb), LEN(rb) * es, &req[1]));
         }

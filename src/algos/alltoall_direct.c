@@ -69,6 +69,7 @@ static tutti_status_t run(tutti__coll_t *c)
         const size_t h = (k & 1) * half;
         char *mine = w->regions[rank] + h;
         uint64_t more = 0;
+        double t0 = tutti__phase_begin(c);
         for (int j = 0; j < n; j++) {
             if (j == rank)
                 continue;
@@ -79,6 +80,7 @@ static tutti_status_t run(tutti__coll_t *c)
             more |= tutti__scount(c, j) > off + per;
         }
         memcpy(mine, &more, sizeof more);
+        tutti__phase_end(c, "copy in", -1, 0, t0);
         for (int j = 0; v && off == 0 && j < n; j++) {
             uint64_t sc = tutti__scount(c, j);
             memcpy(mine + HEADER + (size_t)j * sizeof sc, &sc, sizeof sc);
@@ -92,6 +94,7 @@ static tutti_status_t run(tutti__coll_t *c)
         }
 
         more = 0;
+        t0 = tutti__phase_begin(c);
         for (int i = 0; i < n; i++) {
             uint64_t theirs;
             memcpy(&theirs, w->regions[i] + h, sizeof theirs);
@@ -101,6 +104,7 @@ static tutti_status_t run(tutti__coll_t *c)
                 tutti__copy_out(out + (tutti__rdispl(c, i) + off) * es,
                                 w->regions[i] + h + head + (size_t)rank * slot, bytes, total);
         }
+        tutti__phase_end(c, "copy out", -1, 0, t0);
         if (!more) /* the last round's half is free only once every rank has read it */
             return tutti__win_barrier(c);
     }

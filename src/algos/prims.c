@@ -430,7 +430,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
     }
 }
 
-tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
+static tutti_status_t waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti_status_t st = wait_reqs(c, reqs, n);
     if (__builtin_expect(st < 0, 0))
@@ -438,27 +438,46 @@ tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
     return st;
 }
 
+tutti_status_t tutti__waitall(tutti__coll_t *c, tutti__req_t *reqs, int n)
+{
+    double t0 = tutti__phase_begin(c);
+    tutti_status_t st = waitall(c, reqs, n);
+    tutti__phase_end(c, "wait", n == 1 ? reqs[0].peer : -1, 0, t0);
+    return st;
+}
+
+/* The phases of a trace name the peer by its rank in the communicator, the way peer_tp does. */
 tutti_status_t tutti__send(tutti__coll_t *c, int peer, const void *buf, size_t bytes)
 {
+    double t0 = tutti__phase_begin(c);
     tutti__req_t req;
     TUTTI__CHECK(tutti__isend(c, peer, buf, bytes, &req));
-    return tutti__waitall(c, &req, 1);
+    tutti_status_t st = waitall(c, &req, 1);
+    tutti__phase_end(c, "send", global(c, peer), bytes, t0);
+    return st;
 }
 
 tutti_status_t tutti__recv(tutti__coll_t *c, int peer, void *buf, size_t bytes)
 {
+    double t0 = tutti__phase_begin(c);
     tutti__req_t req;
     TUTTI__CHECK(tutti__irecv(c, peer, buf, bytes, &req));
-    return tutti__waitall(c, &req, 1);
+    tutti_status_t st = waitall(c, &req, 1);
+    tutti__phase_end(c, "recv", global(c, peer), bytes, t0);
+    return st;
 }
 
 tutti_status_t tutti__sendrecv(tutti__coll_t *c, int speer, const void *sbuf, size_t sbytes,
                                int rpeer, void *rbuf, size_t rbytes)
 {
+    double t0 = tutti__phase_begin(c);
     tutti__req_t req[2];
     TUTTI__CHECK(tutti__irecv(c, rpeer, rbuf, rbytes, &req[0]));
     TUTTI__CHECK(tutti__isend(c, speer, sbuf, sbytes, &req[1]));
-    return tutti__waitall(c, req, 2);
+    tutti_status_t st = waitall(c, req, 2);
+    /* One event: the send's peer and bytes (the receive's come from the rank before). */
+    tutti__phase_end(c, "sendrecv", global(c, speer), sbytes + rbytes, t0);
+    return st;
 }
 
 tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *alt,
@@ -573,7 +592,13 @@ static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
     return TUTTI_OK;
 }
 
-tutti_status_t tutti__win_barrier(tutti__coll_t *c) { return barrier(c, false, NULL); }
+tutti_status_t tutti__win_barrier(tutti__coll_t *c)
+{
+    double t0 = tutti__phase_begin(c);
+    tutti_status_t st = barrier(c, false, NULL);
+    tutti__phase_end(c, "window barrier", -1, 0, t0);
+    return st;
+}
 
 tutti_status_t tutti__cma_window(tutti__coll_t *c, size_t words, tutti__window_t **w)
 {

@@ -26,14 +26,18 @@ static tutti_status_t run(tutti__coll_t *c)
 
     for (size_t off = 0; off < rc; off += per) {
         const size_t m = tutti__min_size(per, rc - off);
+        double t0 = tutti__phase_begin(c);
         for (int j = 0; j < n; j++)
             memcpy(w->regions[rank] + (size_t)j * slot, in + ((size_t)j * rc + off) * es, m * es);
+        tutti__phase_end(c, "copy in", -1, (size_t)n * m * es, t0);
         TUTTI__CHECK(tutti__win_barrier(c));
         /* In place, this overwrites block 0 at [off, off+m): already copied in, and later
          * rounds read only higher offsets. */
         for (int i = 0; i < n; i++)
             srcs[i] = w->regions[i] + (size_t)rank * slot;
+        t0 = tutti__phase_begin(c);
         tutti__reduce(out + off * es, srcs, n, m, c->dtype, c->op, n);
+        tutti__phase_end(c, "reduce", -1, m * es, t0);
         TUTTI__CHECK(tutti__win_barrier(c));
     }
     return TUTTI_OK;

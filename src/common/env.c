@@ -21,6 +21,21 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "fault injection, for tests: XOR this value (0..4294967295) into the fingerprint that "
      "this rank's collective messages carry, as if it had posted another call; its peers must "
      "fail the call with `TUTTI_ERR_MISMATCH`"},
+    {"TUTTI_TRACE", NULL,
+     "a file name: every rank writes a Chrome trace-event (Perfetto) JSON file of its "
+     "collectives and their phases there when the communicator is destroyed; `%r` becomes the "
+     "rank, `%p` the process id; a process's second and later communicators add `.comm<k>`; "
+     "clocks are aligned to rank 0's at creation (docs/tracing.md); any rank setting it turns "
+     "recording on for all"},
+    {"TUTTI_TRACE_EVENTS", "1000000",
+     "events kept per worker slice of a traced communicator (1000..100000000); later ones are "
+     "counted as dropped in the file"},
+    {"TUTTI_REPORT", "0",
+     "`1` (0..1): rank 0 prints the straggler report (who posted each kind of collective last, "
+     "and how long the others waited) to stderr at `tutti_comm_destroy`; any rank setting it "
+     "turns recording on for all; `tutti_comm_report` gives it on demand"},
+    {"TUTTI_REPORT_CALLS", "65536",
+     "collectives (16..10000000) whose post times each rank keeps for the report (the latest)"},
     {"TUTTI_TRANSPORT", "auto",
      "`auto`: shm between ranks of a node, ofi across nodes; `ofi`: libfabric for every peer; "
      "`shm`: shared memory only (an error if the group spans nodes); "

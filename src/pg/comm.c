@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "comm.h"
+#include "observe.h"
 
 /* ---- registry of live communicators: lets every call reject a destroyed or bogus handle ---- */
 
@@ -31,7 +32,7 @@ bool tutti__comm_register(const tutti_comm_t *c)
     return true;
 }
 
-static void reg_remove(const tutti_comm_t *c)
+void tutti__comm_unregister(const tutti_comm_t *c)
 {
     pthread_mutex_lock(&reg_lock);
     for (size_t i = 0; i < reg_n; i++)
@@ -92,7 +93,9 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
                                 "tutti_comm_destroy: %p is not a live communicator (NULL, already "
                                 "destroyed, or never created)",
                                 (void *)comm);
-    reg_remove(comm);
+    /* The straggler report and the trace file, while the communicator still works. */
+    tutti__obs_close(comm);
+    tutti__comm_unregister(comm);
     /* Queued operations fail; the running one ends first (it fails fast if the communicator
      * has failed or was aborted). */
     tutti__exec_stop(comm, TUTTI_ERR_ABORTED,

@@ -21,6 +21,7 @@
 
 typedef struct tutti__exec tutti__exec_t;
 typedef struct tutti__p2p_pg tutti__p2p_pg_t;
+typedef struct tutti__obs tutti__obs_t;
 
 /* This rank's part of the node's placement. */
 typedef struct tutti__threads {
@@ -60,6 +61,7 @@ struct tutti_comm {
     tutti__algo_override_t algo[TUTTI_COLL_COUNT]; /* algo_override.c */
     int nslices;               /* worker threads; also the most slices an operation is cut into */
     tutti__exec_t *exec;       /* the queue and the workers (exec.c) */
+    tutti__obs_t *obs;         /* TUTTI_TRACE / TUTTI_REPORT recording (observe.c); NULL: off */
     bool has_secret;           /* every rank holds secret (a SECRET job's, or derived from it): */
     uint8_t secret[TUTTI__AUTH_KEY]; /* sub-communicators' stores derive theirs from it */
 };
@@ -183,6 +185,8 @@ static inline bool tutti__comm_cma(const tutti_comm_t *comm)
 
 /* tutti__comm_register adds comm to the registry of live handles; false when out of memory. */
 bool tutti__comm_register(const tutti_comm_t *comm);
+/* tutti__comm_unregister takes comm out of the registry (if it is there). */
+void tutti__comm_unregister(const tutti_comm_t *comm);
 
 /* tutti__comm_valid tells whether comm is a live communicator (in the registry). */
 bool tutti__comm_valid(const tutti_comm_t *comm);

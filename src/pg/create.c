@@ -8,13 +8,16 @@
 
 #include "../common/sha256.h"
 #include "comm.h"
+#include "observe.h"
 
 void tutti__comm_free(tutti_comm_t *c)
 {
     if (c == NULL)
         return;
+    tutti__comm_unregister(c);
     tutti__exec_stop(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
     tutti__p2p_close(c, TUTTI_ERR_ABORTED, "the communicator was destroyed first");
+    tutti__obs_free(c);
     for (int i = 0; c->net.slices != NULL && i < c->nslices; i++) {
         free(c->net.slices[i].scratch);
         free(c->net.slices[i].aux);
@@ -182,6 +185,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }
+    TUTTI__CHECK_GOTO(tutti__obs_open(c, bs), st, fail);
     TUTTI__LOG(TUTTI__LOG_INFO,
                "rank %d/%d: %d node(s) of %d to %d rank(s), %d here, shm %s, ofi %s; interface "
                "%s (%s%s); hierarchical algorithms %s",

@@ -9,6 +9,7 @@
 
 #include "../algos/patterns/chunk.h"
 #include "comm.h"
+#include "observe.h"
 
 /* How long a worker that has just finished an operation watches for the next one before it
  * sleeps (CCL_WORKER_WAIT=1). */
@@ -132,7 +133,10 @@ static tutti_status_t run_slice(tutti__exec_t *e, tutti_work_t *w, int s)
     char err[TUTTI__ERRLEN]; /* no initializer: that would clear all 1 KiB on every call */
     slice_of(w, s, &c);
     c.err = err;
+    double t0 = w->comm->obs != NULL ? tutti__now() : 0;
     tutti_status_t st = run_coll(w->comm, &c, w->trivial);
+    if (w->comm->obs != NULL)
+        tutti__obs_coll(w->comm, &c, t0, st);
     if (st < 0) {
         settle(w->comm, &c, st);
         pthread_mutex_lock(&e->lock);
@@ -169,6 +173,7 @@ static void *worker_main(void *p)
 {
     worker_arg_t a = *(worker_arg_t *)p;
     free(p);
+    tutti__trace_tid = 1 + a.index; /* this thread's track in a trace */
     tutti__exec_t *e = a.e;
     uint64_t seen = 0;
     double idle_since = 0; /* when the last operation ended; 0: long ago */
@@ -226,6 +231,8 @@ static void *worker_main(void *p)
 static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nsplit)
 {
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
+    c->trace = comm->obs != NULL ? comm->obs->trace : NULL;
+    c->posted = comm->obs != NULL ? tutti__now() : 0;
     if (c->algo == NULL)
         c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
     tutti__sig_make(c, nsplit);
@@ -328,6 +335,8 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
     c->slice = 0;
     c->err = err;
     tutti_status_t st = run_coll(comm, c, trivial);
+    if (comm->obs != NULL)
+        tutti__obs_coll(comm, c, c->posted, st);
     release_inline(e);
     *status = st < 0 ? settle(comm, c, st) : st;
     return true;

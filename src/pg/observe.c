@@ -1,0 +1,214 @@
+/* observe.c: what TUTTI_TRACE and TUTTI_REPORT see: turning them on for a communicator (on
+ * every rank when any rank asks), aligning the ranks' clocks at creation, one trace event and
+ * one arrival record per collective, and writing the trace file at destroy (the straggler
+ * report is report.c's).
+ *
+ * Clock alignment: rank 0 and each other rank in turn exchange OBS_PINGS pairs of messages;
+ * the pair with the shortest round trip gives rank r's offset (its time when rank 0's clock
+ * read the midpoint of the round trip), within half that round trip, which is the error the
+ * trace states. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "observe.h"
+
+#define OBS_PINGS 16
+#define OBS_TAG (INT_MAX - 7) /* no user message can exist before the communicator does */
+
+static int traced_comms; /* this process's traced communicators so far (file names) */
+
+/* align measures this rank's clock offset to rank 0's (local - rank 0's) and its error. */
+static tutti_status_t align(tutti_comm_t *comm, tutti__obs_t *o)
+{
+    double res[2] = {0, 0};
+    if (comm->rank == 0) {
+        for (int r = 1; r < comm->size; r++) {
+            double best = INFINITY, off = 0;
+            for (int k = 0; k < OBS_PINGS; k++) {
+                double t0 = tutti__now(), tr = 0;
+                TUTTI__CHECK(tutti_send(&t0, 1, TUTTI_FLOAT64, r, OBS_TAG, comm, NULL));
+                TUTTI__CHECK(tutti_recv(&tr, 1, TUTTI_FLOAT64, r, OBS_TAG, comm, NULL));
+                double t3 = tutti__now();
+                if (t3 - t0 < best) {
+                    best = t3 - t0;
+                    off = tr - (t0 + t3) / 2;
+                }
+            }
+            double out[2] = {off, best / 2};
+            TUTTI__CHECK(tutti_send(out, 2, TUTTI_FLOAT64, r, OBS_TAG, comm, NULL));
+            if (best / 2 > o->align_err)
+                o->align_err = best / 2;
+        }
+        o->offset = 0;
+    } else {
+        for (int k = 0; k < OBS_PINGS; k++) {
+            double x = 0;
+            TUTTI__CHECK(tutti_recv(&x, 1, TUTTI_FLOAT64, 0, OBS_TAG, comm, NULL));
+            x = tutti__now();
+            TUTTI__CHECK(tutti_send(&x, 1, TUTTI_FLOAT64, 0, OBS_TAG, comm, NULL));
+        }
+        TUTTI__CHECK(tutti_recv(res, 2, TUTTI_FLOAT64, 0, OBS_TAG, comm, NULL));
+        if (!isfinite(res[0]) || !(res[1] >= 0 && res[1] < 1e3))
+            return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                    "TUTTI_TRACE/TUTTI_REPORT: rank 0 sent a clock offset of %g "
+                                    "s (error %g s): do all ranks run the same tutti?",
+                                    res[0], res[1]);
+        o->offset = res[0];
+        o->align_err = res[1];
+    }
+    /* Rank 0's creation is time zero in every rank's file. */
+    double origin = comm->rank == 0 ? tutti__now() : 0;
+    TUTTI__CHECK(tutti_broadcast(&origin, 1, TUTTI_FLOAT64, 0, comm, NULL));
+    o->origin = origin;
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__obs_open(tutti_comm_t *comm, tutti__bootstrap_t *bs)
+{
+    const char *path = tutti__env_get("TUTTI_TRACE");
+    long report = 0, events = 0, calls = 0;
+    TUTTI__CHECK(tutti__env_long("TUTTI_REPORT", 0, 1, &report));
+    TUTTI__CHECK(tutti__env_long("TUTTI_TRACE_EVENTS", 1000, 100000000, &events));
+    TUTTI__CHECK(tutti__env_long("TUTTI_REPORT_CALLS", 16, 10000000, &calls));
+    if (path != NULL && path[0] == '\0')
+        path = NULL;
+    /* One byte per rank: on everywhere when any rank asks, so that the collective steps below
+     * (and the report at destroy) run on every rank or on none. */
+    unsigned char want = (unsigned char)((path != NULL) | (report ? 2 : 0));
+    unsigned char *all = malloc((size_t)comm->size);
+    if (all == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    tutti_status_t st = tutti__bs_allgather(bs, &want, 1, all);
+    unsigned char any = 0;
+    for (int r = 0; st == TUTTI_OK && r < comm->size; r++)
+        any |= all[r];
+    free(all);
+    if (st < 0 || any == 0)
+        return st;
+
+    tutti__obs_t *o = calloc(1, sizeof *o);
+    if (o == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    comm->obs = o;
+    o->report = (any & 2) != 0;
+    o->ncalls = (size_t)calls;
+    o->calls = calloc(o->ncalls, sizeof *o->calls);
+    if (path != NULL) {
+        o->trace = tutti__trace_new(comm->nslices, (size_t)events);
+        o->path = strdup(path);
+        o->index = __atomic_fetch_add(&traced_comms, 1, __ATOMIC_RELAXED);
+    }
+    if (o->calls == NULL || (path != NULL && (o->trace == NULL || o->path == NULL)))
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory for TUTTI_TRACE/TUTTI_REPORT");
+    return align(comm, o);
+}
+
+void tutti__obs_free(tutti_comm_t *comm)
+{
+    tutti__obs_t *o = comm->obs;
+    if (o == NULL)
+        return;
+    tutti__trace_free(o->trace);
+    free(o->calls);
+    free(o->path);
+    free(o);
+    comm->obs = NULL;
+}
+
+/* How a collective moved its data, in words for the trace. */
+static const char *via(const tutti_comm_t *comm, const tutti__coll_t *c)
+{
+    unsigned needs = c->algo != NULL ? c->algo->needs : 0;
+    if (comm->size == 1)
+        return "none (one rank)";
+    if (needs & TUTTI__NEEDS_CMA)
+        return "shm window + process_vm_readv";
+    if (needs & TUTTI__NEEDS_NODES)
+        return comm->net.links.ofi != NULL ? "shm window in a node, ofi between nodes"
+                                            : "shm window in a node, shm between";
+    if (needs & TUTTI__NEEDS_WINDOW)
+        return "shm window";
+    if (comm->net.links.ofi != NULL && comm->net.links.shm != NULL)
+        return "messages (shm in a node, ofi between nodes)";
+    return comm->net.links.ofi != NULL ? "messages (ofi)" : "messages (shm)";
+}
+
+void tutti__obs_coll(tutti_comm_t *comm, const tutti__coll_t *c, double t0, tutti_status_t st)
+{
+    tutti__obs_t *o = comm->obs;
+    double t1 = tutti__now();
+    if (o->trace != NULL) {
+        bool red = c->kind == TUTTI_COLL_ALLREDUCE || c->kind == TUTTI_COLL_REDUCE ||
+                   c->kind == TUTTI_COLL_REDUCE_SCATTER;
+        tutti__tev_t ev = {.t0 = t0, .t1 = t1, .posted = c->posted > 0 ? c->posted : t0,
+                           .seq = c->seq, .bytes = c->count * c->esize, .name = c->name,
+                           .algo = c->algo != NULL ? c->algo->name : "local",
+                           .detail = tutti_dtype_name(c->dtype),
+                           .op = red ? tutti_op_name(c->op) : NULL, .via = via(comm, c),
+                           .peer = -1, .status = st, .type = TUTTI__TEV_COLL};
+        tutti__trace_add(o->trace, c->slice, &ev);
+    }
+    if (c->slice == 0) {
+        /* One record per call, by sequence number; a later call in the same place replaces it
+         * (the report uses the calls every rank still holds). */
+        tutti__obs_call_t *r = &o->calls[c->seq % o->ncalls];
+        r->seq1 = c->seq + 1;
+        r->posted = c->posted > 0 ? c->posted : t0;
+        r->name = c->name;
+        r->bytes = c->count * c->esize;
+    }
+}
+
+/* trace_file writes this rank's trace: %r in the path is the rank, %p the process id; a
+ * process's second and later traced communicators add ".comm<k>". */
+static void trace_file(tutti_comm_t *comm)
+{
+    tutti__obs_t *o = comm->obs;
+    char path[4096];
+    size_t n = 0;
+    for (const char *p = o->path; *p && n + 32 < sizeof path; p++) {
+        if (p[0] == '%' && p[1] == 'r')
+            n += (size_t)snprintf(path + n, sizeof path - n, "%d", comm->rank), p++;
+        else if (p[0] == '%' && p[1] == 'p')
+            n += (size_t)snprintf(path + n, sizeof path - n, "%d", (int)getpid()), p++;
+        else
+            path[n++] = *p;
+    }
+    path[n] = '\0';
+    if (o->index > 0)
+        snprintf(path + n, sizeof path - n, ".comm%d", o->index);
+    FILE *f = fopen(path, "w");
+    char meta[256];
+    snprintf(meta, sizeof meta,
+             "\"tutti_size\":%d,\"clock_offset_us\":%.3f,\"clock_error_us\":%.3f,"
+             "\"clock\":\"CLOCK_MONOTONIC of rank 0, 0 at its communicator's creation\"",
+             comm->size, o->offset * 1e6, o->align_err * 1e6);
+    if (f == NULL || !tutti__trace_write(o->trace, f, comm->rank, o->offset, o->origin, meta))
+        TUTTI__LOG(TUTTI__LOG_WARN, "TUTTI_TRACE: rank %d could not write %s: %s", comm->rank,
+                   path, strerror(errno));
+    else
+        TUTTI__LOG(TUTTI__LOG_INFO, "TUTTI_TRACE: rank %d wrote %s", comm->rank, path);
+    if (f != NULL)
+        fclose(f);
+}
+
+void tutti__obs_close(tutti_comm_t *comm)
+{
+    tutti__obs_t *o = comm->obs;
+    if (o == NULL)
+        return;
+    if (o->report && __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
+        char *text = malloc(TUTTI__REPORT_MAX);
+        if (text != NULL && tutti__report(comm, text, TUTTI__REPORT_MAX) == TUTTI_OK &&
+            comm->rank == 0)
+            fputs(text, stderr);
+        free(text);
+    }
+    if (o->trace != NULL)
+        trace_file(comm);
+}

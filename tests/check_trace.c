@@ -1,0 +1,221 @@
+/* check_trace.c: TUTTI_TRACE and the straggler report. Every rank of a traced job writes its
+ * file at destroy (%r is the rank; a second communicator adds .comm1), with one event per
+ * collective, the algorithms' phases, and its clock error; bench/tutti-trace merges the files
+ * into one valid timeline. A rank that sleeps before most allreduces is the one the report
+ * names as last, by about the sleep, and the others' waits show it; without TUTTI_REPORT or
+ * TUTTI_TRACE the report is refused. */
+#include <check.h>
+#include "check_main.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+#define ALLREDUCES 8
+#define SLEEP_US 20000
+
+static char dir[256];
+
+static int traced(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = NULL, *half = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    static float x[1 << 18], y[1 << 18], a[3 * 1024], b[3 * 1024];
+    for (int i = 0; i < ALLREDUCES; i++) {
+        size_t n = i < 5 ? 2 : (size_t)1 << 18; /* 8 bytes, then 1 MiB */
+        if (tutti_allreduce(x, y, n, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+            rc = th_fail("allreduce: %s", tutti_comm_last_error(comm));
+    }
+    if (tutti_alltoall(a, b, 1024, TUTTI_FLOAT32, comm, NULL) != TUTTI_OK)
+        rc = th_fail("alltoall: %s", tutti_comm_last_error(comm));
+    if (tutti_comm_split(comm, 0, rank, &half) != TUTTI_OK ||
+        tutti_allreduce(x, y, 4, TUTTI_FLOAT32, TUTTI_SUM, half, NULL) != TUTTI_OK)
+        rc = th_fail("split: %s", tutti_comm_last_error(comm));
+    tutti_comm_destroy(half);
+    tutti_comm_destroy(comm);
+    (void)size;
+    return rc;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s != NULL && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s != NULL)
+        s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+static int count(const char *s, const char *what)
+{
+    int k = 0;
+    for (const char *p = s; (p = strstr(p, what)) != NULL; p++)
+        k++;
+    return k;
+}
+
+START_TEST(test_trace)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    const char *tp = tps[_i];
+    snprintf(dir, sizeof dir, "/tmp/tutti-check-trace-%d-%s", (int)getpid(), tp);
+    char cmd[1024], env[320], path[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(env, sizeof env, "TUTTI_TRACE=%s/trace.%%r.json", dir);
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tp;
+    o.timeout_s = 120;
+    o.env[0] = env;
+    ck_assert_msg(th_run_opts(3, &o, traced, NULL) == 0, "traced job over %s: see stderr", tp);
+    for (int r = 0; r < 3; r++) {
+        snprintf(path, sizeof path, "%s/trace.%d.json", dir, r);
+        char *s = slurp(path);
+        ck_assert_msg(s != NULL, "rank %d wrote no %s", r, path);
+        char pid[32];
+        snprintf(pid, sizeof pid, "\"pid\":%d,", r);
+        ck_assert_msg(count(s, pid) >= ALLREDUCES + 1, "%s: too few events of rank %d", path, r);
+        /* the creation's broadcast, ALLREDUCES allreduces, an alltoall (and the split's own) */
+        ck_assert_msg(count(s, "\"name\":\"allreduce\",\"cat\":\"collective\"") == ALLREDUCES,
+                      "%s: %d allreduce events, want %d", path,
+                      count(s, "\"name\":\"allreduce\",\"cat\":\"collective\""), ALLREDUCES);
+        ck_assert_msg(count(s, "\"name\":\"alltoall\",\"cat\":\"collective\"") == 1,
+                      "%s: no alltoall event", path);
+        ck_assert_msg(count(s, "\"cat\":\"phase\"") > 0, "%s: no phase events", path);
+        ck_assert_msg(strstr(s, "\"clock_error_us\":") != NULL, "%s: no clock error", path);
+        ck_assert_msg(strstr(s, "\"algorithm\":") != NULL && strstr(s, "\"transport\":") != NULL,
+                      "%s: collectives without algorithm or transport", path);
+        free(s);
+        snprintf(path, sizeof path, "%s/trace.%d.json.comm1", dir, r);
+        s = slurp(path);
+        ck_assert_msg(s != NULL && count(s, "\"name\":\"allreduce\",\"cat\":\"collective\"") == 1,
+                      "rank %d: the split communicator's trace %s is missing or wrong", r, path);
+        free(s);
+    }
+    /* The merge tool takes the three files and writes one timeline that parses; given two of
+     * them it refuses. */
+    snprintf(cmd, sizeof cmd,
+             "python3 %s/bench/tutti-trace merge -o %s/merged.json %s/trace.0.json "
+             "%s/trace.1.json %s/trace.2.json && python3 -c 'import json,sys; "
+             "d=json.load(open(sys.argv[1])); assert d[\"metadata\"][\"ranks\"]==[0,1,2]; "
+             "assert sum(e.get(\"name\")==\"allreduce\" for e in d[\"traceEvents\"])==%d' "
+             "%s/merged.json",
+             TH_SRCDIR, dir, dir, dir, dir, 3 * ALLREDUCES, dir);
+    ck_assert_msg(system(cmd) == 0, "tutti-trace merge over %s failed: %s", tp, cmd);
+    snprintf(cmd, sizeof cmd,
+             "python3 %s/bench/tutti-trace merge -o %s/m2.json %s/trace.0.json %s/trace.1.json "
+             "2>/dev/null",
+             TH_SRCDIR, dir, dir, dir);
+    ck_assert_msg(system(cmd) != 0, "tutti-trace merged 2 of 3 ranks' files without --partial");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+static int straggler(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    float x[2] = {1, 2}, y[2];
+    for (int i = 0; i < 10; i++) {
+        if (rank == size - 1 && i % 5 != 0) /* 8 of the 10 */
+            usleep(SLEEP_US);
+        if (tutti_allreduce(x, y, 2, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+            rc = th_fail("allreduce: %s", tutti_comm_last_error(comm));
+    }
+    static char text[16384];
+    tutti_status_t st = tutti_comm_report(comm, text, sizeof text);
+    if (st != TUTTI_OK)
+        rc = th_fail("tutti_comm_report: %s: %s", tutti_strerror(st), tutti_comm_last_error(comm));
+    else if (rank != 0 && text[0] != '\0')
+        rc = th_fail("rank %d got a report: only rank 0 should", rank);
+    else if (rank == 0) {
+        fprintf(stderr, "%s", text);
+        const char *g = strstr(text, "allreduce <= 4 KiB: 10 calls\n  last: rank ");
+        int who = -1, times = 0;
+        double lag = 0, p99 = 0;
+        if (g == NULL ||
+            sscanf(g, "allreduce <= 4 KiB: 10 calls\n  last: rank %d %d times (%lf/%lf)", &who,
+                   &times, &lag, &p99) != 4)
+            rc = th_fail("the report has no allreduce line of 10 calls:\n%s", text);
+        else if (who != size - 1 || times < 8 || lag < SLEEP_US / 2)
+            rc = th_fail("the report names rank %d last %d times, trailing by %.1f us: want rank "
+                         "%d at least 8 times by about %d us:\n%s",
+                         who, times, lag, size - 1, SLEEP_US, text);
+        const char *w = g != NULL ? strstr(g, "  wait: rank 0 ") : NULL;
+        double w0 = 0;
+        if (w == NULL || sscanf(w, "  wait: rank 0 %lf/", &w0) != 1 || w0 < SLEEP_US / 2)
+            rc = th_fail("rank 0's median wait is not about the sleep:\n%s", text);
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_report)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 120;
+    o.env[0] = "TUTTI_REPORT=1";
+    ck_assert_msg(th_run_opts(3, &o, straggler, NULL) == 0, "report over %s: see stderr",
+                  tps[_i]);
+}
+END_TEST
+
+static int unrecorded(int rank, int size, void *arg)
+{
+    (void)arg, (void)size, (void)rank;
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    char text[64];
+    int rc = 0;
+    tutti_status_t st = tutti_comm_report(comm, text, sizeof text);
+    if (st != TUTTI_ERR_NOT_SUPPORTED || strstr(tutti_comm_last_error(comm), "TUTTI_REPORT") == NULL)
+        rc = th_fail("a report without recording: %s (%s)", tutti_strerror(st),
+                     tutti_comm_last_error(comm));
+    if (tutti_comm_report(comm, NULL, 10) != TUTTI_ERR_INVALID_ARG)
+        rc = th_fail("a report into NULL was not refused");
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_report_off)
+{
+    ck_assert(th_run(2, "shm", 60, unrecorded, NULL) == 0);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("trace");
+    TCase *tc = tcase_create("trace");
+    tcase_set_timeout(tc, 400);
+    tcase_add_loop_test(tc, test_trace, 0, 2);
+    tcase_add_loop_test(tc, test_report, 0, 2);
+    tcase_add_test(tc, test_report_off);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TH_CHECK_MAIN(suite)

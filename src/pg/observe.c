@@ -141,8 +141,8 @@ static const char *via(const tutti_comm_t *comm, const tutti__coll_t *c)
 void tutti__obs_coll(tutti_comm_t *comm, const tutti__coll_t *c, double t0, tutti_status_t st)
 {
     tutti__obs_t *o = comm->obs;
-    double t1 = tutti__now();
     if (o->trace != NULL) {
+        double t1 = tutti__now();
         bool red = c->kind == TUTTI_COLL_ALLREDUCE || c->kind == TUTTI_COLL_REDUCE ||
                    c->kind == TUTTI_COLL_REDUCE_SCATTER;
         tutti__tev_t ev = {.t0 = t0, .t1 = t1, .posted = c->posted > 0 ? c->posted : t0,

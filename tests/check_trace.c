@@ -72,9 +72,10 @@ static int count(const char *s, const char *what)
 
 START_TEST(test_trace)
 {
-    static const char *const tps[] = {"shm", "ofi"};
+    /* shm, ofi, and shm with everything on two worker threads (slices on their own tracks) */
+    static const char *const tps[] = {"shm", "ofi", "shm"};
     const char *tp = tps[_i];
-    snprintf(dir, sizeof dir, "/tmp/tutti-check-trace-%d-%s", (int)getpid(), tp);
+    snprintf(dir, sizeof dir, "/tmp/tutti-check-trace-%d-%d", (int)getpid(), _i);
     char cmd[1024], env[320], path[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -83,7 +84,13 @@ START_TEST(test_trace)
     o.transport = tp;
     o.timeout_s = 120;
     o.env[0] = env;
+    if (_i == 2) {
+        o.env[1] = "CCL_WORKER_COUNT=2";
+        o.env[2] = "TUTTI_INLINE_MAX=0";
+    }
     ck_assert_msg(th_run_opts(3, &o, traced, NULL) == 0, "traced job over %s: see stderr", tp);
+    /* one event per slice: on two workers each 1 MiB allreduce runs as two */
+    const int want = _i == 2 ? 5 + 2 * (ALLREDUCES - 5) : ALLREDUCES;
     for (int r = 0; r < 3; r++) {
         snprintf(path, sizeof path, "%s/trace.%d.json", dir, r);
         char *s = slurp(path);
@@ -92,15 +99,19 @@ START_TEST(test_trace)
         snprintf(pid, sizeof pid, "\"pid\":%d,", r);
         ck_assert_msg(count(s, pid) >= ALLREDUCES + 1, "%s: too few events of rank %d", path, r);
         /* the creation's broadcast, ALLREDUCES allreduces, an alltoall (and the split's own) */
-        ck_assert_msg(count(s, "\"name\":\"allreduce\",\"cat\":\"collective\"") == ALLREDUCES,
+        ck_assert_msg(count(s, "\"name\":\"allreduce\",\"cat\":\"collective\"") == want,
                       "%s: %d allreduce events, want %d", path,
-                      count(s, "\"name\":\"allreduce\",\"cat\":\"collective\""), ALLREDUCES);
+                      count(s, "\"name\":\"allreduce\",\"cat\":\"collective\""), want);
         ck_assert_msg(count(s, "\"name\":\"alltoall\",\"cat\":\"collective\"") == 1,
                       "%s: no alltoall event", path);
         ck_assert_msg(count(s, "\"cat\":\"phase\"") > 0, "%s: no phase events", path);
         ck_assert_msg(strstr(s, "\"clock_error_us\":") != NULL, "%s: no clock error", path);
         ck_assert_msg(strstr(s, "\"algorithm\":") != NULL && strstr(s, "\"transport\":") != NULL,
                       "%s: collectives without algorithm or transport", path);
+        /* on the workers, the 1 MiB allreduces are cut in two: a slice on each worker's track */
+        ck_assert_msg(_i != 2 || (strstr(s, "\"name\":\"worker 0\"") != NULL &&
+                                  strstr(s, "\"name\":\"worker 1\"") != NULL),
+                      "%s: no events on the workers' tracks", path);
         free(s);
         snprintf(path, sizeof path, "%s/trace.%d.json.comm1", dir, r);
         s = slurp(path);
@@ -116,7 +127,7 @@ START_TEST(test_trace)
              "d=json.load(open(sys.argv[1])); assert d[\"metadata\"][\"ranks\"]==[0,1,2]; "
              "assert sum(e.get(\"name\")==\"allreduce\" for e in d[\"traceEvents\"])==%d' "
              "%s/merged.json",
-             TH_SRCDIR, dir, dir, dir, dir, 3 * ALLREDUCES, dir);
+             TH_SRCDIR, dir, dir, dir, dir, 3 * want, dir);
     ck_assert_msg(system(cmd) == 0, "tutti-trace merge over %s failed: %s", tp, cmd);
     snprintf(cmd, sizeof cmd,
              "python3 %s/bench/tutti-trace merge -o %s/m2.json %s/trace.0.json %s/trace.1.json "
@@ -211,7 +222,7 @@ static Suite *suite(void)
     Suite *s = suite_create("trace");
     TCase *tc = tcase_create("trace");
     tcase_set_timeout(tc, 400);
-    tcase_add_loop_test(tc, test_trace, 0, 2);
+    tcase_add_loop_test(tc, test_trace, 0, 3);
     tcase_add_loop_test(tc, test_report, 0, 2);
     tcase_add_test(tc, test_report_off);
     suite_add_tcase(s, tc);

@@ -3,7 +3,7 @@
  * collective, the algorithms' phases, and its clock error; bench/tutti-trace merges the files
  * into one valid timeline. A rank that sleeps before most allreduces is the one the report
  * names as last, by about the sleep, and the others' waits show it; without TUTTI_REPORT or
- * TUTTI_TRACE the report is refused. */
+ * TUTTI_TRACE the report is refused; a wrong TUTTI_REPORT on one rank fails every rank at once. */
 #include <check.h>
 #include "check_main.h"
 #include <stdio.h>
@@ -34,11 +34,24 @@ static int traced(int rank, int size, void *arg)
     }
     if (tutti_alltoall(a, b, 1024, TUTTI_FLOAT32, comm, NULL) != TUTTI_OK)
         rc = th_fail("alltoall: %s", tutti_comm_last_error(comm));
-    if (tutti_comm_split(comm, 0, rank, &half) != TUTTI_OK ||
+    /* two sub-communicators, {0, 2} and {1}: each writes its own files, named apart from the
+     * world's and from each other's */
+    if (tutti_comm_split(comm, rank % 2, rank, &half) != TUTTI_OK ||
         tutti_allreduce(x, y, 4, TUTTI_FLOAT32, TUTTI_SUM, half, NULL) != TUTTI_OK)
         rc = th_fail("split: %s", tutti_comm_last_error(comm));
     tutti_comm_destroy(half);
+    /* Broadcasts still queued or running when the communicator is destroyed: the workers stop
+     * before the file is written (ThreadSanitizer watches this in scripts/test.sh). */
+    tutti_work_t *w[6] = {NULL};
+    for (int i = 0; i < 6; i++)
+        if (tutti_broadcast(x, 1 << 18, TUTTI_FLOAT32, 0, comm, &w[i]) != TUTTI_OK)
+            rc = th_fail("broadcast: %s", tutti_comm_last_error(comm));
     tutti_comm_destroy(comm);
+    for (int i = 0; i < 6; i++)
+        if (w[i] != NULL) {
+            tutti_work_wait(w[i], 60);
+            tutti_work_free(w[i]);
+        }
     (void)size;
     return rc;
 }
@@ -113,12 +126,16 @@ START_TEST(test_trace)
                                   strstr(s, "\"name\":\"worker 1\"") != NULL),
                       "%s: no events on the workers' tracks", path);
         free(s);
-        snprintf(path, sizeof path, "%s/trace.%d.json.comm1", dir, r);
-        s = slurp(path);
-        ck_assert_msg(s != NULL && count(s, "\"name\":\"allreduce\",\"cat\":\"collective\"") == 1,
-                      "rank %d: the split communicator's trace %s is missing or wrong", r, path);
-        free(s);
     }
+    /* The sub-communicators: {0, 2} as ranks 0 and 1, {1} as rank 0: three files, each with its
+     * one allreduce, named trace.R.json.comm1-ID (two IDs). */
+    snprintf(cmd, sizeof cmd,
+             "test $(ls %s | grep -c '^trace\\.[01]\\.json\\.comm1-[0-9a-f]\\{8\\}$') = 3 && "
+             "test $(ls %s | sed -n 's/.*comm1-//p' | sort -u | wc -l) = 2 && "
+             "test $(cat %s/*.comm1-* | grep -o '\"name\":\"allreduce\",\"cat\":\"collective\"' "
+             "| wc -l) = 3",
+             dir, dir, dir);
+    ck_assert_msg(system(cmd) == 0, "the sub-communicators' traces are missing or wrong: %s", cmd);
     /* The merge tool takes the three files and writes one timeline that parses; given two of
      * them it refuses. */
     snprintf(cmd, sizeof cmd,
@@ -217,6 +234,37 @@ START_TEST(test_report_off)
 }
 END_TEST
 
+/* A rank whose TUTTI_REPORT is wrong fails creation, and so does every other rank, at once,
+ * naming it (not after waiting for it until the timeout). */
+static int bad_setting(int rank, int size, void *arg)
+{
+    (void)arg, (void)size;
+    if (rank == 1)
+        setenv("TUTTI_REPORT", "2", 1);
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("creation passed with TUTTI_REPORT=2 on rank 1");
+    }
+    if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_last_error(), "TUTTI_REPORT") == NULL ||
+        (rank != 1 && !th_mentions_rank(tutti_last_error(), 1)) || dt > 10)
+        return th_fail("after %.1f s: %s: %s", dt, tutti_strerror(st), tutti_last_error());
+    return 0;
+}
+
+START_TEST(test_bad_setting)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 60;
+    o.env[0] = "TUTTI_TIMEOUT=40";
+    ck_assert(th_run_opts(3, &o, bad_setting, NULL) == 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("trace");
@@ -225,6 +273,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_trace, 0, 3);
     tcase_add_loop_test(tc, test_report, 0, 2);
     tcase_add_test(tc, test_report_off);
+    tcase_add_test(tc, test_bad_setting);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -49,6 +49,7 @@ typedef struct tutti__coll {
     uint64_t wcall;       /* this call's number on its window (0: not begun there) */
     tutti__trace_t *trace; /* TUTTI_TRACE: where its phases go (tutti__phase_end); NULL: off */
     double posted;        /* when it was posted (tutti__now), where recording is on; else 0 */
+    size_t call_bytes;    /* the whole call's bytes, as selection saw them (not a slice's) */
     uint32_t bstep;       /* window barriers of this call so far */
     bool verified;        /* every peer's window call was found to be this one */
     bool described;       /* its descriptor is in its window slot (callsig.c) */

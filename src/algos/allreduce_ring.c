@@ -59,7 +59,7 @@ static tutti_status_t run(tutti__coll_t *c)
             double t0 = tutti__phase_begin(c);
             tutti__reduce(out + OFF(rb), srcs, 2, LEN(rb), c->dtype, c->op,
                           last ? tutti__avg_div(c) : 0);
-            tutti__phase_end(c, "reduce", left, LEN(rb) * es, t0);
+            tutti__phase_end(c, "reduce", c->group ? c->group[left] : left, LEN(rb) * es, t0);
             if (!last) /* the chunk just reduced is the one to send next */
                 TUTTI__CHECK(tutti__isend(c, right, out + OFF(rb), LEN(rb) * es, &req[1]));
         }

@@ -24,9 +24,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"TUTTI_TRACE", NULL,
      "a file name: every rank writes a Chrome trace-event (Perfetto) JSON file of its "
      "collectives and their phases there when the communicator is destroyed; `%r` becomes the "
-     "rank, `%p` the process id; a process's second and later communicators add `.comm<k>`; "
+     "rank, `%p` the process id; communicators after a job's first add `.comm<k>-<id>`; "
      "clocks are aligned to rank 0's at creation (docs/tracing.md); any rank setting it turns "
-     "recording on for all"},
+     "recording on for all (ranks without it use the lowest such rank's value)"},
     {"TUTTI_TRACE_EVENTS", "1000000",
      "events kept per worker slice of a traced communicator (1000..100000000); later ones are "
      "counted as dropped in the file"},

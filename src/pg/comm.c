@@ -93,8 +93,8 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
                                 "tutti_comm_destroy: %p is not a live communicator (NULL, already "
                                 "destroyed, or never created)",
                                 (void *)comm);
-    /* The straggler report and the trace file, while the communicator still works. */
-    tutti__obs_close(comm);
+    /* The straggler report, while the communicator still works. */
+    tutti__obs_report_final(comm);
     tutti__comm_unregister(comm);
     /* Queued operations fail; the running one ends first (it fails fast if the communicator
      * has failed or was aborted). */
@@ -102,6 +102,7 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
                      "tutti_comm_destroy was called while it was still queued");
     tutti__p2p_close(comm, TUTTI_ERR_ABORTED,
                      "tutti_comm_destroy was called while it was still in progress");
+    tutti__obs_write(comm); /* no worker records any more */
     /* A healthy communicator waits for its peers: a peer may still be reading this rank's shared
      * memory or receiving its last message. A failed one has nothing left to protect. */
     bool wait = comm->failed == TUTTI_OK;

@@ -233,6 +233,7 @@ static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nspli
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
     c->trace = comm->obs != NULL ? comm->obs->trace : NULL;
     c->posted = comm->obs != NULL ? tutti__now() : 0;
+    c->call_bytes = bytes;
     if (c->algo == NULL)
         c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
     tutti__sig_make(c, nsplit);

@@ -14,13 +14,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/sha256.h"
 #include "comm.h"
 #include "observe.h"
 
 #define OBS_PINGS 16
 #define OBS_TAG (INT_MAX - 7) /* no user message can exist before the communicator does */
 
-static int traced_comms; /* this process's traced communicators so far (file names) */
+static int traced_comms; /* traced communicators this process has taken part in */
 
 /* align measures this rank's clock offset to rank 0's (local - rank 0's) and its error. */
 static tutti_status_t align(tutti_comm_t *comm, tutti__obs_t *o)
@@ -61,10 +62,37 @@ static tutti_status_t align(tutti_comm_t *comm, tutti__obs_t *o)
         o->offset = res[0];
         o->align_err = res[1];
     }
-    /* Rank 0's creation is time zero in every rank's file. */
-    double origin = comm->rank == 0 ? tutti__now() : 0;
-    TUTTI__CHECK(tutti_broadcast(&origin, 1, TUTTI_FLOAT64, 0, comm, NULL));
-    o->origin = origin;
+    /* Rank 0's creation is time zero in every rank's file; rank 0's count of traced
+     * communicators and a random number name this one's files (observe.h). */
+    struct {
+        double origin;
+        uint32_t k, id;
+    } m = {0, 0, 0};
+    uint32_t k = (uint32_t)__atomic_fetch_add(&traced_comms, 1, __ATOMIC_RELAXED);
+    if (comm->rank == 0) {
+        m.origin = tutti__now();
+        m.k = k;
+        if (!tutti__random(&m.id, sizeof m.id))
+            m.id = (uint32_t)getpid() ^ (uint32_t)(m.origin * 1e9);
+    }
+    TUTTI__CHECK(tutti_broadcast(&m, sizeof m, TUTTI_UINT8, 0, comm, NULL));
+    o->origin = m.origin;
+    o->index = (int)m.k;
+    o->id = m.id;
+    return TUTTI_OK;
+}
+
+/* trace_path gives a rank without a TUTTI_TRACE of its own the path of the lowest rank that
+ * has one (src), so that every rank of a traced communicator writes its file. */
+static tutti_status_t trace_path(tutti_comm_t *comm, tutti__obs_t *o, int src)
+{
+    char buf[1024] = "";
+    if (comm->rank == src)
+        snprintf(buf, sizeof buf, "%s", o->path);
+    TUTTI__CHECK(tutti_broadcast(buf, sizeof buf, TUTTI_UINT8, src, comm, NULL));
+    buf[sizeof buf - 1] = '\0';
+    if (o->path == NULL && (o->path = strdup(buf)) == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory for TUTTI_TRACE");
     return TUTTI_OK;
 }
 
@@ -72,24 +100,45 @@ tutti_status_t tutti__obs_open(tutti_comm_t *comm, tutti__bootstrap_t *bs)
 {
     const char *path = tutti__env_get("TUTTI_TRACE");
     long report = 0, events = 0, calls = 0;
-    TUTTI__CHECK(tutti__env_long("TUTTI_REPORT", 0, 1, &report));
-    TUTTI__CHECK(tutti__env_long("TUTTI_TRACE_EVENTS", 1000, 100000000, &events));
-    TUTTI__CHECK(tutti__env_long("TUTTI_REPORT_CALLS", 16, 10000000, &calls));
+    tutti_status_t bad = tutti__env_long("TUTTI_REPORT", 0, 1, &report);
+    if (bad == TUTTI_OK)
+        bad = tutti__env_long("TUTTI_TRACE_EVENTS", 1000, 100000000, &events);
+    if (bad == TUTTI_OK)
+        bad = tutti__env_long("TUTTI_REPORT_CALLS", 16, 10000000, &calls);
+    char why[TUTTI__ERRLEN] = "";
+    if (bad < 0)
+        snprintf(why, sizeof why, "%s", tutti__tls_error());
     if (path != NULL && path[0] == '\0')
         path = NULL;
     /* One byte per rank: on everywhere when any rank asks, so that the collective steps below
-     * (and the report at destroy) run on every rank or on none. */
-    unsigned char want = (unsigned char)((path != NULL) | (report ? 2 : 0));
+     * (and the report at destroy) run on every rank or on none; a rank whose settings are
+     * wrong says so here, and every rank fails at once instead of waiting for it. */
+    unsigned char want = (unsigned char)((path != NULL) | (report ? 2 : 0) | (bad < 0 ? 0x80 : 0));
     unsigned char *all = malloc((size_t)comm->size);
     if (all == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
     tutti_status_t st = tutti__bs_allgather(bs, &want, 1, all);
     unsigned char any = 0;
-    for (int r = 0; st == TUTTI_OK && r < comm->size; r++)
+    int src = -1, wrong = -1;
+    for (int r = 0; st == TUTTI_OK && r < comm->size; r++) {
         any |= all[r];
+        if (src < 0 && (all[r] & 1))
+            src = r;
+        if (wrong < 0 && (all[r] & 0x80))
+            wrong = r;
+    }
     free(all);
-    if (st < 0 || any == 0)
+    if (st < 0)
         return st;
+    if (bad < 0)
+        return tutti__set_error(bad, "%s", why);
+    if (wrong >= 0)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "rank %d refused its TUTTI_REPORT, TUTTI_TRACE_EVENTS or "
+                                "TUTTI_REPORT_CALLS (its error says which): fix it there",
+                                wrong);
+    if (any == 0)
+        return TUTTI_OK;
 
     tutti__obs_t *o = calloc(1, sizeof *o);
     if (o == NULL)
@@ -98,14 +147,14 @@ tutti_status_t tutti__obs_open(tutti_comm_t *comm, tutti__bootstrap_t *bs)
     o->report = (any & 2) != 0;
     o->ncalls = (size_t)calls;
     o->calls = calloc(o->ncalls, sizeof *o->calls);
-    if (path != NULL) {
+    if (src >= 0) {
         o->trace = tutti__trace_new(comm->nslices, (size_t)events);
-        o->path = strdup(path);
-        o->index = __atomic_fetch_add(&traced_comms, 1, __ATOMIC_RELAXED);
+        o->path = path != NULL ? strdup(path) : NULL;
     }
-    if (o->calls == NULL || (path != NULL && (o->trace == NULL || o->path == NULL)))
+    if (o->calls == NULL || (src >= 0 && (o->trace == NULL || (path != NULL && o->path == NULL))))
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory for TUTTI_TRACE/TUTTI_REPORT");
-    return align(comm, o);
+    TUTTI__CHECK(align(comm, o));
+    return src >= 0 ? trace_path(comm, o, src) : TUTTI_OK;
 }
 
 void tutti__obs_free(tutti_comm_t *comm)
@@ -146,7 +195,7 @@ void tutti__obs_coll(tutti_comm_t *comm, const tutti__coll_t *c, double t0, tutt
         bool red = c->kind == TUTTI_COLL_ALLREDUCE || c->kind == TUTTI_COLL_REDUCE ||
                    c->kind == TUTTI_COLL_REDUCE_SCATTER;
         tutti__tev_t ev = {.t0 = t0, .t1 = t1, .posted = c->posted > 0 ? c->posted : t0,
-                           .seq = c->seq, .bytes = c->count * c->esize, .name = c->name,
+                           .seq = c->seq, .bytes = c->call_bytes, .name = c->name,
                            .algo = c->algo != NULL ? c->algo->name : "local",
                            .detail = tutti_dtype_name(c->dtype),
                            .op = red ? tutti_op_name(c->op) : NULL, .via = via(comm, c),
@@ -160,7 +209,7 @@ void tutti__obs_coll(tutti_comm_t *comm, const tutti__coll_t *c, double t0, tutt
         r->seq1 = c->seq + 1;
         r->posted = c->posted > 0 ? c->posted : t0;
         r->name = c->name;
-        r->bytes = c->count * c->esize;
+        r->bytes = c->call_bytes;
     }
 }
 
@@ -180,35 +229,41 @@ static void trace_file(tutti_comm_t *comm)
             path[n++] = *p;
     }
     path[n] = '\0';
+    /* The first traced communicator of its rank 0's process (the job's world, where every
+     * process creates that first) keeps the name; every other gets one no other has. */
     if (o->index > 0)
-        snprintf(path + n, sizeof path - n, ".comm%d", o->index);
+        snprintf(path + n, sizeof path - n, ".comm%d-%08x", o->index, (unsigned)o->id);
     FILE *f = fopen(path, "w");
     char meta[256];
     snprintf(meta, sizeof meta,
              "\"tutti_size\":%d,\"clock_offset_us\":%.3f,\"clock_error_us\":%.3f,"
              "\"clock\":\"CLOCK_MONOTONIC of rank 0, 0 at its communicator's creation\"",
              comm->size, o->offset * 1e6, o->align_err * 1e6);
-    if (f == NULL || !tutti__trace_write(o->trace, f, comm->rank, o->offset, o->origin, meta))
+    bool ok = f != NULL && tutti__trace_write(o->trace, f, comm->rank, o->offset, o->origin, meta);
+    int err = errno;
+    if (f != NULL && fclose(f) != 0 && ok)
+        ok = false, err = errno;
+    if (!ok)
         TUTTI__LOG(TUTTI__LOG_WARN, "TUTTI_TRACE: rank %d could not write %s: %s", comm->rank,
-                   path, strerror(errno));
+                   path, strerror(err));
     else
         TUTTI__LOG(TUTTI__LOG_INFO, "TUTTI_TRACE: rank %d wrote %s", comm->rank, path);
-    if (f != NULL)
-        fclose(f);
 }
 
-void tutti__obs_close(tutti_comm_t *comm)
+void tutti__obs_report_final(tutti_comm_t *comm)
 {
     tutti__obs_t *o = comm->obs;
-    if (o == NULL)
+    if (o == NULL || !o->report || __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) != TUTTI_OK)
         return;
-    if (o->report && __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
-        char *text = malloc(TUTTI__REPORT_MAX);
-        if (text != NULL && tutti__report(comm, text, TUTTI__REPORT_MAX) == TUTTI_OK &&
-            comm->rank == 0)
-            fputs(text, stderr);
-        free(text);
-    }
-    if (o->trace != NULL)
+    char *text = malloc(TUTTI__REPORT_MAX);
+    if (text != NULL && tutti__report(comm, text, TUTTI__REPORT_MAX) == TUTTI_OK &&
+        comm->rank == 0)
+        fputs(text, stderr);
+    free(text);
+}
+
+void tutti__obs_write(tutti_comm_t *comm)
+{
+    if (comm->obs != NULL && comm->obs->trace != NULL && comm->obs->path != NULL)
         trace_file(comm);
 }

@@ -15,7 +15,8 @@ typedef struct tutti__obs_call {
 struct tutti__obs {
     tutti__trace_t *trace; /* TUTTI_TRACE: the events; NULL: not tracing */
     char *path;            /* TUTTI_TRACE's value */
-    int index;             /* this process's traced communicators before this one */
+    int index;             /* traced communicators its rank 0's process had before it */
+    uint32_t id;           /* rank 0's random number for this communicator (file names) */
     bool report;           /* TUTTI_REPORT=1 on some rank: report at destroy */
     double offset;         /* this rank's clock minus rank 0's, seconds */
     double align_err;      /* how far off that may be (rank 0: the largest of all ranks') */
@@ -32,9 +33,11 @@ struct tutti__obs {
 tutti_status_t tutti__obs_open(tutti_comm_t *comm, tutti__bootstrap_t *bs);
 /* tutti__obs_coll records collective c, which began running at t0 and ended with st. */
 void tutti__obs_coll(tutti_comm_t *comm, const tutti__coll_t *c, double t0, tutti_status_t st);
-/* tutti__obs_close prints the report (TUTTI_REPORT=1, a healthy communicator) and writes the
- * trace file: collective, at destroy, before anything is torn down. */
-void tutti__obs_close(tutti_comm_t *comm);
+/* tutti__obs_report_final prints the report (TUTTI_REPORT=1, a healthy communicator): a
+ * collective, at destroy, before anything is torn down (so queued work runs first). */
+void tutti__obs_report_final(tutti_comm_t *comm);
+/* tutti__obs_write writes the trace file: at destroy, once the workers have stopped. */
+void tutti__obs_write(tutti_comm_t *comm);
 void tutti__obs_free(tutti_comm_t *comm);
 
 /* tutti__report builds the straggler report on rank 0 (text, at most cap bytes; "" elsewhere):

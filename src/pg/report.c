@@ -153,8 +153,10 @@ static void describe(out_t *o, int n, uint64_t lo, size_t m, const double *t,
             if (!done[i] && strcmp(mine[i]->name, name) == 0)
                 done[i] = true;
     }
-    if (o->cut && o->cap > 40)
-        snprintf(o->p + o->cap - 40, 40, "\n(report cut: too long)\n");
+    if (o->cut) { /* the note goes where the text stopped, or over its end */
+        size_t at = o->cap > 40 && o->n > o->cap - 40 ? o->cap - 40 : o->n;
+        snprintf(o->p + at, o->cap - at, "\n(report cut: too long)\n");
+    }
 out:
     free(wait);
     free(tmp);
@@ -164,23 +166,24 @@ out:
     free(done);
 }
 
+/* The most (calls x ranks) post times one report gathers: 16 M, 128 MiB on every rank. */
+#define REPORT_CELLS ((size_t)16 << 20)
+
 tutti_status_t tutti__report(tutti_comm_t *comm, char *text, size_t cap)
 {
     tutti__obs_t *o = comm->obs;
     const int n = comm->size;
     text[0] = '\0';
-    /* Room for the most calls there can be, taken before the ranks agree, so that a rank short
-     * of memory says so in the agreement instead of leaving the others in the allgather. */
-    double *t = malloc(o->ncalls * sizeof *t), *all = malloc((size_t)n * o->ncalls * sizeof *all);
-    const tutti__obs_call_t **calls = malloc(o->ncalls * sizeof *calls);
-    /* A copy: the report's own collectives below take places in the ring. */
+    /* Every collective posted before this one has ended once a barrier has (the queue runs
+     * them in order): only then is the ring a record of them, and it is copied, since the
+     * report's own collectives take places in it. */
+    TUTTI__CHECK(tutti_barrier(comm, NULL));
     tutti__obs_call_t *ring = malloc(o->ncalls * sizeof *ring);
     if (ring != NULL)
         memcpy(ring, o->calls, o->ncalls * sizeof *ring);
-    /* The calls every rank still holds: [the latest first one, the earliest last one]. */
-    int64_t mine[3] = {-INT64_MAX, -1,
-                       t != NULL && all != NULL && calls != NULL && ring != NULL ? 0 : -1};
-    int64_t agreed[3];
+    /* The calls every rank still holds: [the latest first one, the earliest last one], and the
+     * smallest ring (TUTTI_REPORT_CALLS may differ between ranks). */
+    int64_t mine[3] = {-INT64_MAX, -1, ring != NULL ? (int64_t)o->ncalls : -1}, agreed[3];
     for (size_t i = 0; ring != NULL && i < o->ncalls; i++) {
         int64_t s1 = (int64_t)ring[i].seq1;
         if (s1 == 0)
@@ -192,12 +195,31 @@ tutti_status_t tutti__report(tutti_comm_t *comm, char *text, size_t cap)
     }
     tutti_status_t st = tutti_allreduce(mine, agreed, 3, TUTTI_INT64, TUTTI_MIN, comm, NULL);
     if (st == TUTTI_OK && agreed[2] < 0)
-        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "tutti_comm_report: a rank is out of memory for "
-                              "%zu calls x %d ranks", o->ncalls, n);
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "tutti_comm_report: a rank is out of memory");
     int64_t lo = -agreed[0], hi = agreed[1];
     size_t m = st == TUTTI_OK && hi >= lo && lo >= 0 ? (size_t)(hi - lo + 1) : 0;
-    if (m > o->ncalls)
-        m = o->ncalls;
+    /* The latest calls, as many as the smallest ring and REPORT_CELLS allow. */
+    size_t most = (size_t)agreed[2] < REPORT_CELLS / (size_t)n ? (size_t)agreed[2]
+                                                                : REPORT_CELLS / (size_t)n;
+    if (m > most) {
+        lo += (int64_t)(m - most);
+        m = most;
+    }
+    double *t = NULL, *all = NULL;
+    const tutti__obs_call_t **calls = NULL;
+    if (m > 0) {
+        t = malloc(m * sizeof *t);
+        all = malloc((size_t)n * m * sizeof *all);
+        calls = malloc(m * sizeof *calls);
+        /* Every rank must be able to take part in the allgather before any does. */
+        int64_t ok = t != NULL && all != NULL && calls != NULL ? 0 : -1, all_ok = -1;
+        st = tutti_allreduce(&ok, &all_ok, 1, TUTTI_INT64, TUTTI_MIN, comm, NULL);
+        if (st == TUTTI_OK && all_ok < 0)
+            st = tutti__set_error(TUTTI_ERR_NO_MEMORY,
+                                  "tutti_comm_report: a rank is out of memory for %zu calls x %d "
+                                  "ranks",
+                                  m, n);
+    }
     if (st == TUTTI_OK && m == 0 && comm->rank == 0)
         snprintf(text, cap, "tutti report: %d ranks, no collective that every rank recorded\n", n);
     if (st == TUTTI_OK && m > 0) {

@@ -781,8 +781,8 @@ bool tutti__live_failed_upto(const tutti__liveness_t *l, uint64_t upto, int *ran
     *rank = found;
     *st = (tutti_status_t)__atomic_load_n(&l->peers[found].fail_status, __ATOMIC_ACQUIRE);
     *seq = l->peers[found].fail_seq;
-    if (blame != NULL)
-        *blame = l->peers[found].fail_blame;
+    if (blame != NULL) /* what a peer wrote: a rank of this communicator, or none */
+        *blame = l->peers[found].fail_blame < l->size ? l->peers[found].fail_blame : -1;
     return true;
 }
 

@@ -62,8 +62,8 @@ static tutti_status_t align(tutti_comm_t *comm, tutti__obs_t *o)
         o->offset = res[0];
         o->align_err = res[1];
     }
-    /* Rank 0's creation is time zero in every rank's file; rank 0's count of traced
-     * communicators and a random number name this one's files (observe.h). */
+    /* Rank 0's creation is time zero in every rank's file; how many traced communicators rank
+     * 0's process had before, and a random number, name this one's files (trace_file). */
     struct {
         double origin;
         uint32_t k, id;
@@ -213,8 +213,9 @@ void tutti__obs_coll(tutti_comm_t *comm, const tutti__coll_t *c, double t0, tutt
     }
 }
 
-/* trace_file writes this rank's trace: %r in the path is the rank, %p the process id; a
- * process's second and later traced communicators add ".comm<k>". */
+/* trace_file writes this rank's trace: %r in the path is the rank, %p the process id; every
+ * communicator but the first of its rank 0's process adds ".comm<k>-<id>". A path too long to
+ * expand is refused, not cut (the file would land elsewhere). */
 static void trace_file(tutti_comm_t *comm)
 {
     tutti__obs_t *o = comm->obs;
@@ -229,6 +230,11 @@ static void trace_file(tutti_comm_t *comm)
             path[n++] = *p;
     }
     path[n] = '\0';
+    if (strlen(o->path) > sizeof path - 64) {
+        TUTTI__LOG(TUTTI__LOG_WARN, "TUTTI_TRACE: rank %d writes no trace: the path is longer "
+                   "than %zu bytes", comm->rank, sizeof path - 64);
+        return;
+    }
     /* The first traced communicator of its rank 0's process (the job's world, where every
      * process creates that first) keeps the name; every other gets one no other has. */
     if (o->index > 0)

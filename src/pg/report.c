@@ -3,9 +3,10 @@
  * call, and which rank posted last, how often and by how much.
  *
  * Each rank keeps when it posted each of its last TUTTI_REPORT_CALLS collectives (observe.c:
- * one clock read per call, no message). The report agrees on the calls every rank still holds
- * (one small allreduce), gathers the post times (one allgather, times on rank 0's clock by the
- * offsets measured at creation) and rank 0 computes the rest. */
+ * a clock read per call, no message). The report passes a barrier (earlier work has ended),
+ * agrees on the calls every rank still holds and that every rank can take part (two small
+ * allreduces), gathers the post times (one allgather, times on rank 0's clock by the offsets
+ * measured at creation) and rank 0 computes the rest. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -19,7 +20,11 @@ static const char *const class_name[NCLASS] = {"<= 4 KiB", "<= 64 KiB", "<= 1 Mi
 
 static int size_class(uint64_t bytes)
 {
-    return bytes <= 4096 ? 0 : bytes <= 65536 ? 1 : bytes <= (1u << 20) ? 2 : bytes <= (16u << 20) ? 3 : 4;
+    return bytes <= 4096           ? 0
+           : bytes <= 65536        ? 1
+           : bytes <= (1u << 20)   ? 2
+           : bytes <= (16u << 20)  ? 3
+                                   : 4;
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -60,7 +65,7 @@ static void put(out_t *o, const char *fmt, ...)
     o->n += (size_t)k;
 }
 
-/* group_of tells whether call i belongs to the group of collective name and size class cls. */
+/* in_group tells whether call c belongs to the group of collective name and size class cls. */
 static bool in_group(const tutti__obs_call_t *c, const char *name, int cls)
 {
     return strcmp(c->name, name) == 0 && size_class(c->bytes) == cls;

@@ -111,7 +111,7 @@ static bool post_req(tutti__p2p_t *e, int p, tutti__req_t *req, int kind, void *
     req->len = len;
     tutti_status_t st = tp->ops->post(tp, req);
     if (st < 0) {
-        tutti__p2p_break(e, p, st, "%s", tp->err);
+        tutti__p2p_break(e, p, st, "%s", TUTTI__TP_ERR(tp));
         return false;
     }
     return true;

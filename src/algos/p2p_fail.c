@@ -19,7 +19,7 @@ bool tutti__p2p_cancel(tutti__p2p_t *e, int peer, tutti__req_t *req)
     tutti__transport_t *tp = e->peers[peer].tp;
     if (tp->ops->cancel(tp, req) == TUTTI_OK)
         return true;
-    tutti__p2p_break(e, peer, TUTTI_ERR_TRANSPORT, "%s", tp->err);
+    tutti__p2p_break(e, peer, TUTTI_ERR_TRANSPORT, "%s", TUTTI__TP_ERR(tp));
     return false;
 }
 

@@ -24,7 +24,7 @@ static void check_reqs(tutti__p2p_t *e, tutti__p2p_op_t *op)
             e->peers[op->mpeer].nrx++;
         if (op->req[i].status < 0) {
             tutti__transport_t *tp = e->peers[op->mpeer].tp;
-            tutti__p2p_break(e, op->mpeer, op->req[i].status, "%s", tp->err);
+            tutti__p2p_break(e, op->mpeer, op->req[i].status, "%s", TUTTI__TP_ERR(tp));
             return;
         }
     }
@@ -42,7 +42,7 @@ static void arrivals(tutti__p2p_t *e)
             tutti__p2p_arrive(e, p);
         } else {
             q->env_posted = false;
-            tutti__p2p_break(e, p, q->env_req.status, "%s", q->tp->err);
+            tutti__p2p_break(e, p, q->env_req.status, "%s", TUTTI__TP_ERR(q->tp));
         }
     }
     tutti__p2p_unexp_t *un;
@@ -53,7 +53,7 @@ static void arrivals(tutti__p2p_t *e)
         u->arriving = false;
         e->peers[u->peer].nrx++;
         if (u->req.status < 0) { /* the sweep drops it with its peer */
-            tutti__p2p_break(e, u->peer, u->req.status, "%s", e->peers[u->peer].tp->err);
+            tutti__p2p_break(e, u->peer, u->req.status, "%s", TUTTI__TP_ERR(e->peers[u->peer].tp));
         } else if (u->op != NULL) {
             tutti__p2p_op_t *op = u->op;
             op->ux = NULL;
@@ -71,7 +71,7 @@ static void arrivals(tutti__p2p_t *e)
             continue;
         }
         if (k->req.status < 0)
-            tutti__p2p_break(e, k->peer, k->req.status, "%s", e->peers[k->peer].tp->err);
+            tutti__p2p_break(e, k->peer, k->req.status, "%s", TUTTI__TP_ERR(e->peers[k->peer].tp));
         *kp = k->next;
         free(k);
     }
@@ -94,7 +94,7 @@ static void trim(tutti__p2p_t *e)
         } else {
             q->env_posted = false;
             if (q->env_req.status != TUTTI_ERR_ABORTED) /* it failed before the cancel */
-                tutti__p2p_break(e, p, q->env_req.status, "%s", q->tp->err);
+                tutti__p2p_break(e, p, q->env_req.status, "%s", TUTTI__TP_ERR(q->tp));
         }
     }
 }
@@ -107,7 +107,7 @@ tutti__p2p_op_t *tutti__p2p_progress(tutti__p2p_t *e)
             continue;
         for (int p = 0; p < e->size; p++) /* the transport itself failed */
             if (e->peers[p].tp == tps[i])
-                tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT, "%s", tps[i]->err);
+                tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT, "%s", TUTTI__TP_ERR(tps[i]));
     }
     arrivals(e);
     tutti__p2p_op_t *next;

@@ -105,7 +105,7 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *b
     if (st < 0)
         return fail(c, st, "%s could not post a %s of %zu bytes %s rank %d: %s", tp->ops->name,
                     kind == TUTTI__REQ_SEND ? "send" : "receive", bytes,
-                    kind == TUTTI__REQ_SEND ? "to" : "from", peer, tp->err);
+                    kind == TUTTI__REQ_SEND ? "to" : "from", peer, TUTTI__TP_ERR(tp));
     return TUTTI_OK;
 }
 
@@ -128,7 +128,7 @@ static tutti_status_t progress_all(tutti__coll_t *c)
             continue;
         tutti_status_t st = tps[i]->ops->progress(tps[i]);
         if (st < 0)
-            return fail(c, st, "%s transport failed: %s", tps[i]->ops->name, tps[i]->err);
+            return fail(c, st, "%s transport failed: %s", tps[i]->ops->name, TUTTI__TP_ERR(tps[i]));
     }
     return TUTTI_OK;
 }
@@ -388,7 +388,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
             if (reqs[i].status < 0) {
                 tutti__transport_t *tp = c->net->links.peer_tp[reqs[i].peer];
                 if (reqs[i].status == TUTTI_ERR_MISMATCH)
-                    return tutti__sig_mismatch(c, reqs[i].peer, NULL, tp->err);
+                    return tutti__sig_mismatch(c, reqs[i].peer, NULL, TUTTI__TP_ERR(tp));
                 bool notice;
                 if (peer_died(c, reqs[i].peer, &notice))
                     return fail(c, TUTTI_ERR_PEER_FAILED,
@@ -398,7 +398,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                                 reqs[i].peer, tutti__live_pid(c->net->live, reqs[i].peer),
                                 tp->ops->name,
                                 reqs[i].kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                                tp->err);
+                                TUTTI__TP_ERR(tp));
                 if (notice)
                     return check_peers(c, 0);
                 return fail(c, reqs[i].status,
@@ -406,7 +406,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                             "it and create a new one",
                             tp->ops->name,
                             reqs[i].kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                            reqs[i].peer, tp->err);
+                            reqs[i].peer, TUTTI__TP_ERR(tp));
             }
         }
         if (pending == 0)

@@ -205,11 +205,11 @@ static int post_pieces(struct ofi *t, tutti__req_t *req)
 
 static void post_failed(struct ofi *t, tutti__req_t *req, int ret)
 {
-    tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
-                     "ofi (%s): posting a %zu-byte %s %s rank %d failed: %s; the provider may be "
-                     "out of resources or the endpoint broken",
-                     t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                     tutti__ofi_chan_name(req->chan), req->peer, fi_strerror(-ret));
+    tutti__tp_errf(&t->base, TUTTI_ERR_TRANSPORT,
+                   "ofi (%s): posting a %zu-byte %s %s rank %d failed: %s; the provider may be "
+                   "out of resources or the endpoint broken",
+                   t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
+                   tutti__ofi_chan_name(req->chan), req->peer, fi_strerror(-ret));
 }
 
 /* retry_pending posts what it can of every pending request, oldest first. */
@@ -275,21 +275,21 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
         const uint32_t mask = whole ? UINT32_MAX : UTAG_MASK;
         uint32_t got_tag = whole ? (uint32_t)e->data : (uint32_t)(e->tag >> t->cbits) & UTAG_MASK;
         if (e->len != want) {
-            tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
-                             "ofi (%s): a receive of %zu bytes from rank %d (%s channel) got a "
-                             "message of %zu bytes: the sizes differ, sender and receiver must "
-                             "post the same length",
-                             t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), e->len);
+            tutti__tp_errf(&t->base, TUTTI_ERR_MISMATCH,
+                           "ofi (%s): a receive of %zu bytes from rank %d (%s channel) got a "
+                           "message of %zu bytes: the sizes differ, sender and receiver must "
+                           "post the same length",
+                           t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), e->len);
             fail(t, req, TUTTI_ERR_MISMATCH);
             return;
         }
         if (got_tag != (req->tag & mask)) {
-            tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
-                             "ofi (%s): a receive from rank %d (%s channel) expected tag %u but "
-                             "the matching message has tag %u (%d bits compared): sender "
-                             "and receiver disagree on the order or tags of their messages",
-                             t->prov, req->peer, tutti__ofi_chan_name(req->chan),
-                             req->tag & mask, got_tag, whole ? 32 : UTAG_BITS);
+            tutti__tp_errf(&t->base, TUTTI_ERR_MISMATCH,
+                           "ofi (%s): a receive from rank %d (%s channel) expected tag %u but "
+                           "the matching message has tag %u (%d bits compared): sender "
+                           "and receiver disagree on the order or tags of their messages",
+                           t->prov, req->peer, tutti__ofi_chan_name(req->chan),
+                           req->tag & mask, got_tag, whole ? 32 : UTAG_BITS);
             fail(t, req, TUTTI_ERR_MISMATCH);
             return;
         }
@@ -307,10 +307,11 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
     if (ptxt == NULL || *ptxt == '\0')
         ptxt = "no details";
     if (op == NULL) { /* not tied to an operation (some providers report connection errors so) */
-        tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
-                         "ofi (%s): completion queue error without an operation: %s (%s)",
-                         t->prov, fi_strerror(e->err), ptxt);
-        TUTTI__LOG(TUTTI__LOG_WARN, "%s", t->base.err);
+        tutti__tp_errf(&t->base, TUTTI_ERR_TRANSPORT,
+                       "ofi (%s): completion queue error without an operation: %s (%s)",
+                       t->prov, fi_strerror(e->err), ptxt);
+        char txt[TUTTI__ERRLEN];
+        TUTTI__LOG(TUTTI__LOG_WARN, "%s", tutti__tp_err(&t->base, txt));
         return;
     }
     tutti__req_t *req = op->req;
@@ -332,26 +333,26 @@ static void complete_err(struct ofi *t, const struct fi_cq_err_entry *e)
         char sent[64] = "more";
         if (e->olen > 0)
             snprintf(sent, sizeof sent, "%zu bytes", want + e->olen);
-        status = tutti__fmt_error(t->base.err, TUTTI_ERR_MISMATCH,
-                                  "ofi (%s): a receive of %zu bytes from rank %d (%s channel) was "
-                                  "truncated: the sender sent %s; the sizes differ, sender and "
-                                  "receiver must post the same length",
-                                  t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), sent);
+        status = tutti__tp_errf(&t->base, TUTTI_ERR_MISMATCH,
+                                "ofi (%s): a receive of %zu bytes from rank %d (%s channel) was "
+                                "truncated: the sender sent %s; the sizes differ, sender and "
+                                "receiver must post the same length",
+                                t->prov, want, req->peer, tutti__ofi_chan_name(req->chan), sent);
     } else if (err == FI_ECANCELED) {
         /* Pieces we cancel come back through piece_back; rxm cancels receives itself when
          * the connection to their peer breaks, i.e. the peer died. */
-        status = tutti__fmt_error(t->base.err, TUTTI_ERR_PEER_FAILED,
-                                  "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled by "
-                                  "the provider; the connection to that rank probably broke",
-                                  t->prov, req->len, dir, req->peer,
-                                  tutti__ofi_chan_name(req->chan));
+        status = tutti__tp_errf(&t->base, TUTTI_ERR_PEER_FAILED,
+                                "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled by "
+                                "the provider; the connection to that rank probably broke",
+                                t->prov, req->len, dir, req->peer,
+                                tutti__ofi_chan_name(req->chan));
     } else {
         status = classify(err);
-        tutti__fmt_error(t->base.err, status,
-                         "ofi (%s): a %zu-byte %s rank %d (%s channel) failed: %s (provider: %s)%s",
-                         t->prov, req->len, dir, req->peer, tutti__ofi_chan_name(req->chan),
-                         fi_strerror(err), ptxt,
-                         status == TUTTI_ERR_PEER_FAILED
+        tutti__tp_errf(&t->base, status,
+                       "ofi (%s): a %zu-byte %s rank %d (%s channel) failed: %s (provider: %s)%s",
+                       t->prov, req->len, dir, req->peer, tutti__ofi_chan_name(req->chan),
+                       fi_strerror(err), ptxt,
+                       status == TUTTI_ERR_PEER_FAILED
                              ? "; the peer probably died or its host is unreachable"
                              : "");
     }
@@ -378,14 +379,14 @@ tutti_status_t tutti__ofi_drain(struct ofi *t)
             if (r == 1)
                 complete_err(t, &e);
             else if (r != -FI_EAGAIN)
-                return tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
-                                        "ofi (%s): fi_cq_readerr failed: %s", t->prov,
-                                        fi_strerror((int)-r));
+                return tutti__tp_errf(&t->base, TUTTI_ERR_TRANSPORT,
+                                      "ofi (%s): fi_cq_readerr failed: %s", t->prov,
+                                      fi_strerror((int)-r));
         } else {
-            return tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
-                                    "ofi (%s): fi_cq_read failed: %s; the endpoint is broken, "
-                                    "destroy the communicator",
-                                    t->prov, fi_strerror((int)-n));
+            return tutti__tp_errf(&t->base, TUTTI_ERR_TRANSPORT,
+                                  "ofi (%s): fi_cq_read failed: %s; the endpoint is broken, "
+                                  "destroy the communicator",
+                                  t->prov, fi_strerror((int)-n));
         }
     }
 }
@@ -407,29 +408,29 @@ static tutti_status_t ofi_post(tutti__transport_t *tp, tutti__req_t *req)
         req->chan >= t->nchan ||
         (req->kind != TUTTI__REQ_SEND && req->kind != TUTTI__REQ_RECV) ||
         (req->len > 0 && req->buf == NULL))
-        return tutti__fmt_error(tp->err, TUTTI_ERR_INTERNAL,
-                                "ofi: bad request (peer %d of %d, channel %d, kind %d, %zu bytes "
-                                "at %p)",
-                                req->peer, t->size, req->chan, req->kind, req->len,
-                                (void *)req->buf);
+        return tutti__tp_errf(tp, TUTTI_ERR_INTERNAL,
+                              "ofi: bad request (peer %d of %d, channel %d, kind %d, %zu bytes "
+                              "at %p)",
+                              req->peer, t->size, req->chan, req->kind, req->len,
+                              (void *)req->buf);
     if (t->addrs[req->peer] == FI_ADDR_NOTAVAIL)
-        return tutti__fmt_error(tp->err, TUTTI_ERR_INTERNAL,
-                                "ofi: rank %d is not among the peers this ofi transport was "
-                                "created for",
-                                req->peer);
+        return tutti__tp_errf(tp, TUTTI_ERR_INTERNAL,
+                              "ofi: rank %d is not among the peers this ofi transport was "
+                              "created for",
+                              req->peer);
     size_t nchunks = req->len == 0 ? 1 : (req->len - 1) / t->chunk + 1;
     if (nchunks > ((size_t)1 << (t->cbits - 1)))
-        return tutti__fmt_error(tp->err, TUTTI_ERR_NOT_SUPPORTED,
-                                "ofi (%s): a %zu-byte message needs %zu pieces of at most %zu "
-                                "bytes, more than the tag counter can tell apart",
-                                t->prov, req->len, nchunks, t->chunk);
+        return tutti__tp_errf(tp, TUTTI_ERR_NOT_SUPPORTED,
+                              "ofi (%s): a %zu-byte message needs %zu pieces of at most %zu "
+                              "bytes, more than the tag counter can tell apart",
+                              t->prov, req->len, nchunks, t->chunk);
 
     pthread_mutex_lock(&t->lock);
     size_t sidx = ((size_t)req->peer * (size_t)t->nchan + (size_t)req->chan) * 2 +
                   (size_t)req->kind;
     if (t->broken || t->broken_stream[sidx]) {
-        tutti_status_t rc = tutti__fmt_error(
-            tp->err, TUTTI_ERR_TRANSPORT,
+        tutti_status_t rc = tutti__tp_errf(
+            tp, TUTTI_ERR_TRANSPORT,
             "ofi (%s): cannot post a %s rank %d (%s channel): %s", t->prov,
             req->kind == TUTTI__REQ_SEND ? "send to" : "receive from", req->peer,
             tutti__ofi_chan_name(req->chan),

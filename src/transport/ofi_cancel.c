@@ -17,13 +17,14 @@
  * write into withdrawn buffers by itself: its endpoint is closed as before. */
 static void break_transport(struct ofi *t, const tutti__req_t *req)
 {
-    tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
-                     "ofi (%s): a cancelled %zu-byte %s rank %d (%s channel) was still held by "
-                     "libfabric after %.0f s, so the endpoint was given up: every operation of "
-                     "this communicator over ofi fails from now on; destroy it",
-                     t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                     req->peer, tutti__ofi_chan_name(req->chan), CANCEL_WAIT_S);
-    TUTTI__LOG(TUTTI__LOG_WARN, "%s", t->base.err);
+    tutti__tp_errf(&t->base, TUTTI_ERR_TRANSPORT,
+                   "ofi (%s): a cancelled %zu-byte %s rank %d (%s channel) was still held by "
+                   "libfabric after %.0f s, so the endpoint was given up: every operation of "
+                   "this communicator over ofi fails from now on; destroy it",
+                   t->prov, req->len, req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
+                   req->peer, tutti__ofi_chan_name(req->chan), CANCEL_WAIT_S);
+    char txt[TUTTI__ERRLEN];
+    TUTTI__LOG(TUTTI__LOG_WARN, "%s", tutti__tp_err(&t->base, txt));
     t->broken = true;
     if (t->info->domain_attr->data_progress == FI_PROGRESS_AUTO) {
         /* A provider that moves data by itself would still write into withdrawn buffers:
@@ -90,13 +91,13 @@ static tutti_status_t cancel_locked(struct ofi *t, tutti__req_t *req)
         t->ctr[sidx] = st->base;
     } else {
         t->broken_stream[sidx] = 1;
-        rc = tutti__fmt_error(t->base.err, TUTTI_ERR_TRANSPORT,
-                              "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled %s; "
-                              "that stream is out of step from now on",
-                              t->prov, req->len,
-                              req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
-                              req->peer, tutti__ofi_chan_name(req->chan),
-                              st->ndone > 0 || st->bad ? "after part of it had moved"
+        rc = tutti__tp_errf(&t->base, TUTTI_ERR_TRANSPORT,
+                            "ofi (%s): a %zu-byte %s rank %d (%s channel) was cancelled %s; "
+                            "that stream is out of step from now on",
+                            t->prov, req->len,
+                            req->kind == TUTTI__REQ_SEND ? "send to" : "receive from",
+                            req->peer, tutti__ofi_chan_name(req->chan),
+                            st->ndone > 0 || st->bad ? "after part of it had moved"
                                                        : "behind later requests");
     }
     tutti__ofi_finish(t, req, TUTTI_ERR_ABORTED);

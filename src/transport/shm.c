@@ -122,10 +122,12 @@ __attribute__((format(printf, 3, 4))) static tutti_status_t set_err(shm_tp_t *t,
                                                                     const char *fmt, ...)
 {
     if (__atomic_exchange_n(&t->err_claimed, 1, __ATOMIC_ACQ_REL) == 0) {
+        char buf[TUTTI__ERRLEN];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(t->base.err, TUTTI__ERRLEN, fmt, ap);
+        vsnprintf(buf, sizeof buf, fmt, ap);
         va_end(ap);
+        tutti__tp_errf(&t->base, st, "%s", buf);
         __atomic_store_n(&t->err_ready, 1, __ATOMIC_RELEASE);
     } else {
         while (!__atomic_load_n(&t->err_ready, __ATOMIC_ACQUIRE))
@@ -264,7 +266,7 @@ static tutti_status_t shm_post(tutti__transport_t *tp, tutti__req_t *r)
                          : l == t->my_local ? "it is this rank itself"
                          : r->buf == NULL   ? "the buffer is NULL"
                                             : "bad channel or kind");
-        tutti__set_error(TUTTI_ERR_INTERNAL, "%s", tp->err);
+        tutti__set_error(TUTTI_ERR_INTERNAL, "%s", TUTTI__TP_ERR(tp));
         return TUTTI_ERR_INTERNAL;
     }
     r->next = NULL;

@@ -1,8 +1,43 @@
 /* transport.c: which transport serves each peer: shm to the ranks of this node (with the node's
  * windows), ofi to the others (or to every peer when asked). */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "transport.h"
+
+/* The text is short and written only on failures: a spin lock costs nothing on the fast path. */
+static void err_lock(tutti__transport_t *tp)
+{
+    while (__atomic_exchange_n(&tp->errlock, 1, __ATOMIC_ACQUIRE) != 0)
+        tutti__cpu_relax();
+}
+
+static void err_unlock(tutti__transport_t *tp)
+{
+    __atomic_store_n(&tp->errlock, 0, __ATOMIC_RELEASE);
+}
+
+tutti_status_t tutti__tp_errf(tutti__transport_t *tp, tutti_status_t st, const char *fmt, ...)
+{
+    char buf[TUTTI__ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    err_lock(tp);
+    memcpy(tp->err, buf, sizeof buf);
+    err_unlock(tp);
+    return st;
+}
+
+const char *tutti__tp_err(tutti__transport_t *tp, char *buf)
+{
+    err_lock(tp);
+    memcpy(buf, tp->err, TUTTI__ERRLEN);
+    err_unlock(tp);
+    return buf;
+}
 
 tutti_status_t tutti__links_open(tutti__links_t *l, int rank, int size, int nchan,
                                  const char *mode, const tutti__nodes_t *nodes,

@@ -80,8 +80,20 @@ typedef struct tutti__transport_ops {
 
 struct tutti__transport {
     const tutti__transport_ops_t *ops;
+    /* The last error's text. Every worker thread shares the transport and any of them may fail
+     * a request while another reads the text of its own failure: write it with tutti__tp_errf
+     * and read it with tutti__tp_err, never directly. */
     char err[TUTTI__ERRLEN];
+    int errlock;
 };
+
+/* tutti__tp_errf formats the transport's error text (replacing the last one) and returns st. */
+__attribute__((format(printf, 3, 4))) tutti_status_t
+tutti__tp_errf(tutti__transport_t *tp, tutti_status_t st, const char *fmt, ...);
+/* tutti__tp_err copies the transport's error text into buf (TUTTI__ERRLEN bytes), returns buf. */
+const char *tutti__tp_err(tutti__transport_t *tp, char *buf);
+/* TUTTI__TP_ERR(tp) is that copy in a buffer that lives to the end of the enclosing block. */
+#define TUTTI__TP_ERR(tp) tutti__tp_err((tp), (char[TUTTI__ERRLEN]){0})
 
 /*
  * A shared-memory window (shm only): every rank on the node maps one region per local rank,

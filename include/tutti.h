@@ -250,6 +250,25 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *comm, int color, int key
 TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *comm, const int *ranks, int n,
                                                  tutti_comm_t **newcomm);
 
+/**
+ * Shrink (MPI_Comm_shrink, ncclCommShrink): a new communicator of comm's ranks that are still
+ * alive, less the ones in exclude, renumbered in order of their rank in comm; for going on after
+ * a rank died (docs/faults.md, "Shrinking"). Every surviving rank that is not excluded calls
+ * it, with the same exclude list; it needs neither comm's collectives nor its rank 0 (the
+ * survivors agree over the liveness connections, and the lowest survivor serves the new
+ * store), and it goes on if more ranks die while it runs. comm is marked failed (its
+ * operations still running fail now) and must still be destroyed; the new communicator has
+ * its own transports, shared memory and workers.
+ * @param exclude ranks of comm to leave out although alive (a stopped or stuck one), or NULL.
+ * @param nexclude how many; 0 to leave out only the dead.
+ * @param newcomm receives the new communicator.
+ * @return TUTTI_OK; TUTTI_ERR_INVALID_ARG for a bad list (out of range, twice, or this rank);
+ *         TUTTI_ERR_PEER_FAILED when the others left this rank out; TUTTI_ERR_TIMEOUT when a
+ *         rank neither died nor called it within the timeout.
+ */
+TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclude, int nexclude,
+                                           tutti_comm_t **newcomm);
+
 /** @return this process's rank in comm, or -1 if comm is not a live communicator. */
 TUTTI_API int tutti_comm_rank(const tutti_comm_t *comm);
 /** @return the number of ranks in comm, or -1. */

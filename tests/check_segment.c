@@ -70,7 +70,8 @@ START_TEST(test_handout)
         if (tutti__shm_pass_listen(&mine, &lfd) != TUTTI_OK ||
             write(pp[1], &mine, sizeof mine) != (ssize_t)sizeof mine)
             _exit(2);
-        _exit(tutti__shm_pass_serve(lfd, memfd, &mine, ranks, 3, tutti__now() + 15) == TUTTI_OK
+        tutti__bootstrap_t bs = {.deadline = tutti__now() + 15};
+        _exit(tutti__shm_pass_serve(lfd, memfd, &mine, ranks, 3, &bs) == TUTTI_OK
                   ? 0
                   : 1);
     }

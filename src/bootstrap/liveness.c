@@ -31,6 +31,8 @@
                         other rank of a mismatch plus one, 0: none) */
 #define FAIL_REC 13
 #define FAIL_RELAYED 0x80u /* in a notice's status byte: the sender only passes a failure on */
+#define MAIL 'M'     /* a mail record (tutti__live_mail_send): kind, length (4 bytes), payload */
+#define MAIL_HDR 5
 
 enum { PEER_ALIVE = 0, PEER_LEFT = 1, PEER_DEAD = 2 };
 
@@ -45,10 +47,20 @@ typedef struct peer {
     uint64_t fail_seq;
     bool fail_relayed;   /* that failure only passed another rank's on */
     int fail_blame;      /* the other rank of its mismatch; -1: none */
+    /* Mail (tutti__live_mail_*): the record being read, then the last one of each kind. */
+    bool in_mail;
+    int mhgot;           /* header bytes read */
+    unsigned char mhdr[MAIL_HDR];
+    unsigned char *mbuf; /* the payload being read (mail_cap bytes) */
+    size_t mneed, mgot;
+    unsigned char *box[TUTTI__LIVE_MAIL_KINDS];
+    size_t box_len[TUTTI__LIVE_MAIL_KINDS];
+    uint64_t box_gen[TUTTI__LIVE_MAIL_KINDS];
 } peer_t;
 
 struct tutti__liveness {
     int rank, size;
+    size_t mail_cap;  /* the longest mail payload a peer may send */
     peer_t *peers;
     struct pollfd *pfd;
     int *pfd_rank;
@@ -192,25 +204,67 @@ static int fds_available(int fd, int n)
 
 /* connect_by connects a non-blocking socket to sa before deadline, retrying a refusal (the peer
  * listens before it publishes, so that is rare); returns the fd or -1 with *err set. */
-static int connect_by(const struct sockaddr_storage *sa, socklen_t salen, double deadline,
+static int connect_by(const struct sockaddr_storage *sa, socklen_t salen, tutti__bootstrap_t *bs,
                       int *err)
 {
+    double deadline = bs->deadline;
     for (;;) {
         int fd = tutti__sock_connect((const struct sockaddr *)sa, salen, deadline, err);
         if (fd >= 0 || *err != ECONNREFUSED || tutti__sock_ms_until(deadline, 20) == 0)
             return fd;
+        if (tutti__bs_cancelled(bs)) {
+            *err = ECANCELED;
+            return -1;
+        }
         tutti__sleep_us((unsigned)tutti__sock_ms_until(deadline, 20) * 1000u);
     }
 }
 
-/* drain reads what peer r has sent (non-blocking) and updates its state. Caller holds l->mu. */
-/* take reads n bytes that p sent: goodbyes, heartbeats and failure notices. */
-static void take(peer_t *p, const unsigned char *b, size_t n)
+/* mail_byte takes the next byte of a mail record from p; false when the record is malformed
+ * (then nothing after it on that stream can be read). */
+static bool mail_byte(const tutti__liveness_t *l, peer_t *p, unsigned char b)
+{
+    if (p->mhgot < MAIL_HDR) {
+        p->mhdr[p->mhgot++] = b;
+        if (p->mhgot < MAIL_HDR)
+            return true;
+        uint32_t len = (uint32_t)p->mhdr[1] | (uint32_t)p->mhdr[2] << 8 |
+                       (uint32_t)p->mhdr[3] << 16 | (uint32_t)p->mhdr[4] << 24;
+        if (p->mhdr[0] >= TUTTI__LIVE_MAIL_KINDS || len > l->mail_cap)
+            return false;
+        if (p->mbuf == NULL && (p->mbuf = malloc(l->mail_cap)) == NULL)
+            return false;
+        p->mneed = len;
+        p->mgot = 0;
+        if (len > 0)
+            return true;
+    } else {
+        p->mbuf[p->mgot++] = b;
+        if (p->mgot < p->mneed)
+            return true;
+    }
+    /* Whole: it becomes its kind's last record (the buffers swap; nothing is copied). */
+    int k = p->mhdr[0];
+    unsigned char *prev = p->box[k];
+    p->box[k] = p->mbuf;
+    p->mbuf = prev;
+    p->box_len[k] = p->mneed;
+    p->box_gen[k]++;
+    p->in_mail = false;
+    return true;
+}
+
+/* take reads n bytes that p sent: goodbyes, heartbeats, failure notices and mail; false when
+ * they do not parse. */
+static bool take(const tutti__liveness_t *l, peer_t *p, const unsigned char *b, size_t n)
 {
     double now = tutti__now();
     __atomic_store(&p->heard, &now, __ATOMIC_RELAXED);
     for (size_t i = 0; i < n; i++) {
-        if (p->rec_left > 0) {
+        if (p->in_mail) {
+            if (!mail_byte(l, p, b[i]))
+                return false;
+        } else if (p->rec_left > 0) {
             p->rec[FAIL_REC - p->rec_left--] = b[i];
             if (p->rec_left == 0 && p->fail_status == 0) {
                 uint64_t seq = 0;
@@ -229,32 +283,42 @@ static void take(peer_t *p, const unsigned char *b, size_t n)
             __atomic_store_n(&p->state, PEER_LEFT, __ATOMIC_RELEASE);
         } else if (b[i] == FAIL) {
             p->rec_left = FAIL_REC;
+        } else if (b[i] == MAIL) {
+            p->in_mail = true;
+            p->mhgot = 0;
         }
     }
+    return true;
 }
 
+/* drain reads what peer r has sent (non-blocking) and updates its state. Caller holds l->mu. */
 static void drain(tutti__liveness_t *l, int r)
 {
     peer_t *p = &l->peers[r];
     while (p->fd >= 0) {
-        char buf[64];
+        char buf[256];
         ssize_t n = recv(p->fd, buf, sizeof buf, 0);
-        if (n > 0) {
-            take(p, (const unsigned char *)buf, (size_t)n);
+        bool garbled = false;
+        if (n > 0 && !(garbled = !take(l, p, (const unsigned char *)buf, (size_t)n)))
             continue;
-        }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         if (n < 0 && errno == EINTR)
             continue;
-        /* EOF or a reset: fine after a goodbye, death without one. */
+        /* EOF or a reset: fine after a goodbye, death without one. A stream that does not parse
+         * cannot be read on: the peer runs another tutti, or is broken; taken for dead. */
+        int err = errno;
         close(p->fd);
         p->fd = -1;
-        if (p->state == PEER_ALIVE) {
+        if (garbled)
+            TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: rank %d (pid %d) sent a malformed record on "
+                       "its liveness link; it is taken for dead (do all ranks run the same "
+                       "tutti?)", l->rank, r, p->pid);
+        if (p->state == PEER_ALIVE || garbled) {
             __atomic_store_n(&p->state, PEER_DEAD, __ATOMIC_RELEASE);
             TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: rank %d (pid %d) closed its liveness link "
                        "without a goodbye (%s)", l->rank, r, p->pid,
-                       n == 0 ? "end of stream" : strerror(errno));
+                       garbled ? "malformed record" : n == 0 ? "end of stream" : strerror(err));
             int low = __atomic_load_n(&l->lowest_dead, __ATOMIC_RELAXED);
             if (low < 0 || r < low)
                 __atomic_store_n(&l->lowest_dead, r, __ATOMIC_RELEASE);
@@ -308,9 +372,10 @@ typedef struct pending {
     uint32_t hello[4]; /* magic, rank, nonce (high, low) */
 } pending_t;
 
-static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint64_t nonce, double deadline,
-                                    double start)
+static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint64_t nonce,
+                                    tutti__bootstrap_t *bs, double start)
 {
+    double deadline = bs->deadline;
     int expect = l->size - 1 - l->rank, have = 0;
     pending_t *pend = calloc((size_t)expect + 8, sizeof *pend);
     struct pollfd *pfd = calloc((size_t)expect + 9, sizeof *pfd);
@@ -322,7 +387,11 @@ static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint64_t nonc
         goto out;
     }
     while (have < expect) {
-        int ms = tutti__sock_ms_until(deadline, 1000);
+        int ms = tutti__sock_ms_until(deadline, 200);
+        if (tutti__bs_cancelled(bs)) {
+            st = TUTTI_ERR_PEER_FAILED;
+            goto out;
+        }
         if (ms == 0) {
             char list[256];
             list_peers(l, l->rank + 1, unconnected, list, sizeof list);
@@ -403,6 +472,7 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, int ex
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank %d: out of memory", rank);
     l->rank = rank;
     l->size = size;
+    l->mail_cap = 1024 + 4 * (size_t)size;
     l->lowest_dead = -1;
     pthread_mutex_init(&l->mu, NULL);
     pthread_mutex_init(&l->beat_mu, NULL);
@@ -489,12 +559,16 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, int ex
                                   "an address: %s", r, pip, gai_strerror(rc));
             goto fail;
         }
-        int fd = connect_by(&pa, palen, bs->deadline, &err);
+        int fd = connect_by(&pa, palen, bs, &err);
         uint32_t hello[4] = {htonl(HELLO_MAGIC), htonl((uint32_t)rank),
                              htonl((uint32_t)(pnonce >> 32)), htonl((uint32_t)pnonce)};
         if (fd >= 0 && (err = tutti__sock_send(fd, hello, sizeof hello, bs->deadline)) != 0) {
             close(fd);
             fd = -1;
+        }
+        if (fd < 0 && err == ECANCELED) {
+            st = TUTTI_ERR_PEER_FAILED; /* the text is the cancel's */
+            goto fail;
         }
         if (fd < 0) {
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
@@ -506,7 +580,7 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, int ex
         }
         l->peers[r].fd = fd;
     }
-    TUTTI__CHECK_GOTO(accept_higher(l, lfd, nonce, bs->deadline, start), st, fail);
+    TUTTI__CHECK_GOTO(accept_higher(l, lfd, nonce, bs, start), st, fail);
     close(lfd);
     lfd = -1;
     for (int r = 0; r < size; r++) {
@@ -791,6 +865,66 @@ bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *s
     return tutti__live_failed_upto(l, UINT64_MAX, rank, st, seq, NULL);
 }
 
+/* ---- mail ------------------------------------------------------------------------------------ */
+
+tutti_status_t tutti__live_mail_send(tutti__liveness_t *l, int rank, int kind, const void *buf,
+                                     size_t len, double deadline)
+{
+    if (rank < 0 || rank >= l->size || rank == l->rank || kind < 0 ||
+        kind >= TUTTI__LIVE_MAIL_KINDS || len > l->mail_cap)
+        return tutti__set_error(TUTTI_ERR_INTERNAL,
+                                "liveness mail of kind %d, %zu bytes (at most %zu), to rank %d of "
+                                "%d: bad arguments",
+                                kind, len, l->mail_cap, rank, l->size);
+    unsigned char hdr[1 + MAIL_HDR] = {MAIL, (unsigned char)kind, (unsigned char)len,
+                                       (unsigned char)(len >> 8), (unsigned char)(len >> 16),
+                                       (unsigned char)(len >> 24)};
+    struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *)buf, len}};
+    int err = ENOTCONN;
+    /* Under the lock, whole: a heartbeat or notice must not land inside the record. */
+    pthread_mutex_lock(&l->mu);
+    peer_t *p = &l->peers[rank];
+    if (p->fd >= 0 && !l->forked)
+        err = tutti__sock_sendv(p->fd, iov, len > 0 ? 2 : 1, deadline);
+    pthread_mutex_unlock(&l->mu);
+    if (err == 0)
+        return TUTTI_OK;
+    return tutti__set_error(err == ETIMEDOUT ? TUTTI_ERR_TIMEOUT : TUTTI_ERR_PEER_FAILED,
+                            "rank %d could not send %zu bytes to rank %d over the liveness link: "
+                            "%s",
+                            l->rank, len, rank,
+                            err == ENOTCONN ? "the link is closed (that rank died or left)"
+                                            : strerror(err));
+}
+
+uint64_t tutti__live_mail_read(tutti__liveness_t *l, int rank, int kind, void *buf, size_t cap,
+                               size_t *len)
+{
+    *len = 0;
+    if (rank < 0 || rank >= l->size || kind < 0 || kind >= TUTTI__LIVE_MAIL_KINDS)
+        return 0;
+    pthread_mutex_lock(&l->mu);
+    const peer_t *p = &l->peers[rank];
+    uint64_t gen = p->box_gen[kind];
+    if (gen > 0 && cap > 0) {
+        *len = p->box_len[kind] < cap ? p->box_len[kind] : cap;
+        memcpy(buf, p->box[kind], *len);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return gen;
+}
+
+void tutti__live_wait(tutti__liveness_t *l, int ms)
+{
+    if (l->forked)
+        return;
+    pthread_mutex_lock(&l->mu);
+    poll_peers(l, ms, false);
+    pthread_mutex_unlock(&l->mu);
+}
+
+size_t tutti__live_mail_cap(const tutti__liveness_t *l) { return l->mail_cap; }
+
 void tutti__live_destroy(tutti__liveness_t *l)
 {
     if (l == NULL)
@@ -808,6 +942,11 @@ void tutti__live_destroy(tutti__liveness_t *l)
     }
     pthread_mutex_destroy(&l->beat_mu);
     pthread_cond_destroy(&l->beat_cv);
+    for (int r = 0; r < l->size; r++) {
+        free(l->peers[r].mbuf);
+        for (int k = 0; k < TUTTI__LIVE_MAIL_KINDS; k++)
+            free(l->peers[r].box[k]);
+    }
     free(l->peers);
     free(l->pfd);
     free(l->pfd_rank);

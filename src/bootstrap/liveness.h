@@ -80,6 +80,30 @@ bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *s
 bool tutti__live_failed_upto(const tutti__liveness_t *l, uint64_t upto, int *rank,
                              tutti_status_t *st, uint64_t *seq, int *blame);
 
+/* ---- mail: small records between ranks over the mesh, while their communicator cannot carry
+ * them (tutti_comm_shrink agrees on the survivors so) ---- */
+
+#define TUTTI__LIVE_MAIL_KINDS 4
+
+/* tutti__live_mail_send sends rank a record of kind (0 .. TUTTI__LIVE_MAIL_KINDS - 1) and len
+ * bytes (at most tutti__live_mail_cap), all of it, waiting for room until deadline: TUTTI_OK,
+ * TUTTI_ERR_PEER_FAILED (the link is closed or broke) or TUTTI_ERR_TIMEOUT. */
+tutti_status_t tutti__live_mail_send(tutti__liveness_t *l, int rank, int kind, const void *buf,
+                                     size_t len, double deadline);
+
+/* tutti__live_mail_read copies rank's last record of kind into buf (at most cap bytes, the
+ * length in *len) and returns how many of that kind rank has sent (0: none, nothing copied).
+ * Records arrive while something reads the links (tutti__live_wait, the checks). */
+uint64_t tutti__live_mail_read(tutti__liveness_t *l, int rank, int kind, void *buf, size_t cap,
+                               size_t *len);
+
+/* tutti__live_mail_cap is the longest record a peer may send: 1024 + 4 bytes per rank. */
+size_t tutti__live_mail_cap(const tutti__liveness_t *l);
+
+/* tutti__live_wait reads every link for up to ms milliseconds (the heartbeat waits meanwhile:
+ * keep ms short). */
+void tutti__live_wait(tutti__liveness_t *l, int ms);
+
 /* tutti__live_destroy closes every connection and frees l (NULL is fine). */
 void tutti__live_destroy(tutti__liveness_t *l);
 

@@ -86,10 +86,17 @@ static int get_once(tutti__bootstrap_t *bs, const char *key, void *val, size_t l
     return 0;
 }
 
+bool tutti__bs_cancelled(tutti__bootstrap_t *bs)
+{
+    return bs->cancelled != NULL && bs->cancelled(bs->cancel_ctx);
+}
+
 /* wait_key waits for key until bs->deadline: 0 found, 1 deadline passed, or an error status. */
 static int wait_key(tutti__bootstrap_t *bs, const char *key, void *val, size_t len)
 {
     for (;;) {
+        if (tutti__bs_cancelled(bs))
+            return TUTTI_ERR_PEER_FAILED;
         double left = bs->deadline - tutti__now();
         double slice = left < SLICE_S ? left : SLICE_S;
         int rc = get_once(bs, key, val, len, slice > 0 ? slice : 0);

@@ -52,6 +52,10 @@ bool tutti__store_secret(const tutti__store_t *s, uint8_t key[TUTTI__AUTH_KEY]);
  * thread's last-error text as it was (it often runs on an error path). */
 void tutti__store_close(tutti__store_t *s);
 
+/* tutti__store_close_now is tutti__store_close that stops rank 0's server at once, without
+ * waiting for the other ranks: for a creation that failed (a rank died and will never close). */
+void tutti__store_close_now(tutti__store_t *s);
+
 /* ---- the server (rank 0's client starts and stops it) ---- */
 
 typedef struct tutti__store_server tutti__store_server_t;

@@ -568,7 +568,7 @@ bool tutti__store_secret(const tutti__store_t *s, uint8_t key[TUTTI__AUTH_KEY])
     return true;
 }
 
-void tutti__store_close(tutti__store_t *s)
+static void close_store(tutti__store_t *s, bool now)
 {
     if (s == NULL)
         return;
@@ -588,8 +588,12 @@ void tutti__store_close(tutti__store_t *s)
     close(s->fd);
     s->fd = -1;
     /* Rank 0 serves until every rank has closed (or the deadline passes). */
-    tutti__store_server_stop(s->srv, false);
+    tutti__store_server_stop(s->srv, now);
     s->srv = NULL;
     store_free(s);
     tutti__restore_error(&saved, TUTTI_OK);
 }
+
+void tutti__store_close(tutti__store_t *s) { close_store(s, false); }
+
+void tutti__store_close_now(tutti__store_t *s) { close_store(s, true); }

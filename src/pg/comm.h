@@ -53,6 +53,7 @@ struct tutti_comm {
 
     uint64_t seq;              /* collectives posted so far (atomic) */
     uint64_t p2p_seq;          /* send/recv calls so far, for messages (atomic) */
+    uint32_t shrinks;          /* tutti_comm_shrink calls so far (atomic; shrink.c) */
     tutti__p2p_pg_t *p2p;      /* the point-to-point engine and its progress thread (p2p.c) */
     pthread_mutex_t err_lock;  /* guards failed, failed_msg and last_error */
     volatile tutti_status_t failed; /* TUTTI_OK, or the error that broke the communicator */

@@ -169,10 +169,10 @@ typedef struct shm_tp {
 tutti_status_t tutti__shm_pass_listen(seg_pub_t *pub, int *lfd);
 
 /* tutti__shm_pass_serve hands memfd to every other local rank that asks on lfd with pub's token
- * and runs as this user, until all nlocal - 1 have it or deadline passes (an error naming the
- * ranks still missing). Anyone else gets nothing. */
+ * and runs as this user, until all nlocal - 1 have it, bs's deadline passes (an error naming
+ * the ranks still missing) or bs is cancelled. Anyone else gets nothing. */
 tutti_status_t tutti__shm_pass_serve(int lfd, int memfd, const seg_pub_t *pub,
-                                     const int *local_ranks, int nlocal, double deadline);
+                                     const int *local_ranks, int nlocal, tutti__bootstrap_t *bs);
 
 /* tutti__shm_pass_fetch asks the leader (rank leader, pub as it published it) for the segment
  * as local rank my_local; *memfd receives it. The leader must be pub->pid of this user. */

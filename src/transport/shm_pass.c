@@ -116,8 +116,9 @@ static bool hand_out(pending_t *p, int memfd, const seg_pub_t *pub, int nlocal,
 }
 
 tutti_status_t tutti__shm_pass_serve(int lfd, int memfd, const seg_pub_t *pub,
-                                     const int *local_ranks, int nlocal, double deadline)
+                                     const int *local_ranks, int nlocal, tutti__bootstrap_t *bs)
 {
+    double deadline = bs->deadline;
     int want = nlocal - 1, have = 0, cap = nlocal + 16, npend = 0;
     double start = tutti__now();
     unsigned char *served = calloc((size_t)nlocal, 1);
@@ -129,7 +130,11 @@ tutti_status_t tutti__shm_pass_serve(int lfd, int memfd, const seg_pub_t *pub,
         goto out;
     }
     while (have < want) {
-        int ms = tutti__sock_ms_until(deadline, 1000);
+        int ms = tutti__sock_ms_until(deadline, 200);
+        if (tutti__bs_cancelled(bs)) {
+            st = TUTTI_ERR_PEER_FAILED; /* the text is the cancel's */
+            goto out;
+        }
         if (ms == 0) {
             int missing[16], nmiss = 0;
             for (int i = 1; i < nlocal; i++)

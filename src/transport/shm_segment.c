@@ -437,7 +437,7 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
             }
             st = tutti__bs_put(bs, key, &pub, sizeof pub);
             if (st == TUTTI_OK)
-                st = tutti__shm_pass_serve(lfd, memfd, &pub, local_ranks, nlocal, bs->deadline);
+                st = tutti__shm_pass_serve(lfd, memfd, &pub, local_ranks, nlocal, bs);
             /* Every local rank holds the segment now (or never will): the leader's descriptors
              * go, and the memory lives exactly as long as someone maps it. */
             close(lfd);

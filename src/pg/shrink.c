@@ -1,0 +1,477 @@
+/* shrink.c: tutti_comm_shrink, a new communicator of the ranks that are still alive, agreed on
+ * over the liveness mesh (the failed communicator's collectives cannot carry it, and rank 0's
+ * store may have died with rank 0).
+ *
+ * The agreement. The coordinator is the lowest rank a survivor does not know dead, left or
+ * excluded. Every other survivor mails it a VIEW (this call's number and the ranks it
+ * excludes); the coordinator waits until each rank it does not know dead has sent one or died,
+ * then opens the new communicator's store and mails each member a DECIDE: the members in
+ * order, the store's address and the salt of its secret. A member takes a DECIDE only when it
+ * names it and no rank it knows dead; all then create the communicator through that store,
+ * and any death among the members cancels the creation (tutti__bootstrap_t.cancelled) on every
+ * rank that sees it. Then the coordinator decides again (it waits for no VIEW twice: a member
+ * stays in the call), or, when the coordinator itself died, every member mails its VIEW to
+ * the next lowest rank, which takes over.
+ *
+ * It terminates: a death is permanent and is seen by every survivor (its liveness connections
+ * close), each failed attempt follows a death, and there are finitely many ranks; a rank that
+ * stops without dying (SIGSTOP) holds it until the timeout, unless the others exclude it. The
+ * failure detector is the kernel closing a dead process's sockets: after a host vanishes
+ * (power, cable), TCP keepalive finds it in about 25 s.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../common/sha256.h"
+#include "comm.h"
+
+enum { MAIL_VIEW = 0, MAIL_DECIDE = 1 };
+#define VIEW_MAGIC 0x56524853u   /* "SHRV" */
+#define DECIDE_MAGIC 0x44524853u /* "SHRD" */
+#define POLL_MS 20
+
+/* A DECIDE on the wire: this header, then n 4-byte ranks, every integer little-endian. */
+typedef struct decide_hdr {
+    uint32_t magic, call;
+    uint64_t attempt;
+    char ip[64];
+    uint32_t port, n;
+    uint8_t salt[TUTTI__AUTH_KEY];
+} decide_hdr_t;
+
+typedef struct shrink {
+    tutti_comm_t *comm;
+    tutti__liveness_t *live;
+    int rank, size;
+    uint32_t call;             /* this shrink's number on comm (a retried one must not meet the
+                                  mail of the one before) */
+    unsigned char *excluded;   /* per rank: this rank's list, or a VIEW's, excludes it */
+    uint64_t *seen;            /* per rank: the DECIDE mails from it already acted on */
+    bool *viewed;              /* per rank: VIEW mailed to it already */
+    unsigned char *mail;       /* a mail buffer of tutti__live_mail_cap bytes */
+    double deadline;
+    /* The attempt being created, for cancel(). */
+    const int *members;
+    int nmembers, coord;
+    uint64_t attempt_gen;
+} shrink_t;
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int k = 0; k < 4; k++)
+        p[k] = (unsigned char)(v >> (8 * k));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static bool gone(const shrink_t *s, int r)
+{
+    return tutti__live_dead(s->live, r) || tutti__live_left(s->live, r);
+}
+
+/* coordinator is the lowest rank that is neither gone nor excluded (this rank at worst). */
+static int coordinator(const shrink_t *s)
+{
+    for (int r = 0; r < s->size; r++)
+        if (r == s->rank || (!gone(s, r) && !s->excluded[r]))
+            return r;
+    return s->rank;
+}
+
+/* cancel ends a creation whose members include a rank that has died since, or whose
+ * coordinator has decided again: that creation cannot finish. */
+static bool cancel(void *ctx)
+{
+    shrink_t *s = ctx;
+    int dead = -1;
+    (void)tutti__live_check_now(s->live, &dead);
+    for (int i = 0; i < s->nmembers; i++) {
+        int r = s->members[i];
+        if (r != s->rank && gone(s, r)) {
+            tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                             "rank %d (pid %d) %s while the survivors built the shrunk "
+                             "communicator",
+                             r, tutti__live_pid(s->live, r),
+                             tutti__live_dead(s->live, r) ? "died" : "destroyed the communicator");
+            return true;
+        }
+    }
+    size_t len;
+    if (s->coord != s->rank && s->coord >= 0 &&
+        tutti__live_mail_read(s->live, s->coord, MAIL_DECIDE, NULL, 0, &len) > s->attempt_gen) {
+        tutti__set_error(TUTTI_ERR_PEER_FAILED, "rank %d, which coordinates the shrink, started "
+                         "another attempt", s->coord);
+        return true;
+    }
+    return false;
+}
+
+/* derive_auth is the new store's secret, made as a split's is (split.c). */
+static void derive_auth(const tutti_comm_t *c, const uint8_t salt[TUTTI__AUTH_KEY],
+                        tutti__auth_t *a)
+{
+    uint8_t key[TUTTI__AUTH_KEY];
+    if (c->has_secret)
+        tutti__auth_derive(c->secret, "tutti shrink v1", salt, TUTTI__AUTH_KEY, key);
+    else
+        memcpy(key, salt, sizeof key);
+    tutti__auth_from_key(key, a);
+    memset(key, 0, sizeof key);
+}
+
+/* create makes the new communicator of members (ascending) through the store at ip:port, this
+ * rank being its rank crank; store is open already on the coordinator (rank 0), else NULL. */
+static tutti_status_t create(shrink_t *s, const int *members, int n, int crank,
+                             tutti__store_t *store, const char *ip, int port,
+                             const uint8_t salt[TUTTI__AUTH_KEY], tutti_comm_t **out)
+{
+    tutti_comm_t *c = s->comm;
+    char where[160];
+    tutti__bootstrap_t bs = {.rank = crank, .size = n, .deadline = s->deadline, .where = where,
+                             .cancelled = cancel, .cancel_ctx = s};
+    tutti__solo_t *solo = NULL;
+    tutti_status_t st;
+    if (n == 1) {
+        if ((solo = tutti__solo_new()) == NULL)
+            return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+        bs.oob = tutti__solo_oob(solo);
+        snprintf(where, sizeof where, "a one-rank shrunk communicator's own store");
+    } else {
+        if (store == NULL) {
+            tutti__auth_t auth;
+            derive_auth(c, salt, &auth);
+            /* The coordinator listens before it mails the address: a refusal means it died,
+             * so the connection is not retried for long. */
+            double d = tutti__now() + 5.0;
+            st = tutti__store_open(crank, n, ip, port, &auth, d < s->deadline ? d : s->deadline,
+                                   &store);
+            memset(&auth, 0, sizeof auth);
+            if (st < 0)
+                return st;
+        }
+        bs.oob = tutti__store_oob(store);
+        snprintf(where, sizeof where, "the shrunk communicator's store at %s:%d", ip, port);
+    }
+    s->members = members;
+    s->nmembers = n;
+    st = tutti__comm_create(crank, n, &bs, store, &c->cfg, c, out);
+    s->members = NULL;
+    s->nmembers = 0;
+    if (st < 0)
+        tutti__store_close_now(store); /* a rank that died never closes it */
+    else
+        tutti__store_close(store);
+    tutti__solo_free(solo);
+    return st;
+}
+
+/* ---- the coordinator ------------------------------------------------------------------------ */
+
+/* read_view takes r's VIEW of this call, if one has come: its exclusions join ours. */
+static bool read_view(shrink_t *s, int r)
+{
+    size_t len, need = 8 + ((size_t)s->size + 7) / 8;
+    if (tutti__live_mail_read(s->live, r, MAIL_VIEW, s->mail, tutti__live_mail_cap(s->live),
+                              &len) == 0 ||
+        len != need || get32(s->mail) != VIEW_MAGIC || get32(s->mail + 4) != s->call)
+        return false;
+    for (int q = 0; q < s->size; q++)
+        if (s->mail[8 + q / 8] >> (q % 8) & 1)
+            s->excluded[q] = 1;
+    return true;
+}
+
+/* gather waits until every rank that is neither gone nor excluded has mailed its VIEW (or is
+ * gone); members[] gets this rank and them, ascending. */
+static tutti_status_t gather(shrink_t *s, int *members, int *n)
+{
+    double start = tutti__now();
+    for (;;) {
+        int missing = -1, nmissing = 0;
+        *n = 0;
+        for (int r = 0; r < s->size; r++) {
+            if (r == s->rank) {
+                members[(*n)++] = r;
+                continue;
+            }
+            if (gone(s, r) || s->excluded[r])
+                continue;
+            if (read_view(s, r) && !s->excluded[r]) {
+                members[(*n)++] = r;
+                continue;
+            }
+            if (!s->excluded[r] && nmissing++ == 0)
+                missing = r;
+        }
+        if (nmissing == 0) {
+            /* A VIEW read late in the pass may exclude a rank counted before it. */
+            int k = 0;
+            for (int i = 0; i < *n; i++)
+                if (members[i] == s->rank || !s->excluded[members[i]])
+                    members[k++] = members[i];
+            *n = k;
+            return TUTTI_OK;
+        }
+        if (tutti__now() >= s->deadline)
+            return tutti__set_error(TUTTI_ERR_TIMEOUT,
+                                    "tutti_comm_shrink: rank %d waited %.3g s for %d rank(s) "
+                                    "(rank %d first) that neither died nor called "
+                                    "tutti_comm_shrink: every surviving rank must call it; pass "
+                                    "a rank that is stopped or stuck in its exclude list, or "
+                                    "raise TUTTI_TIMEOUT",
+                                    s->rank, tutti__now() - start, nmissing, missing);
+        tutti__live_wait(s->live, POLL_MS);
+    }
+}
+
+static tutti_status_t coordinate(shrink_t *s, uint64_t attempt, tutti_comm_t **out)
+{
+    tutti_comm_t *c = s->comm;
+    int *members = malloc((size_t)s->size * sizeof *members), n = 0;
+    unsigned char *msg = malloc(sizeof(decide_hdr_t) + 4 * (size_t)s->size);
+    tutti__store_t *store = NULL;
+    tutti_status_t st;
+    if (members == NULL || msg == NULL) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+        goto out;
+    }
+    TUTTI__CHECK_GOTO(gather(s, members, &n), st, out);
+    decide_hdr_t h = {.magic = DECIDE_MAGIC, .call = s->call, .attempt = attempt,
+                      .n = (uint32_t)n};
+    if (n > 1) {
+        if (!tutti__random(h.salt, sizeof h.salt)) {
+            st = tutti__set_error(TUTTI_ERR_SYSTEM, "getrandom: %s", strerror(errno));
+            goto out;
+        }
+        tutti__auth_t auth;
+        derive_auth(c, h.salt, &auth);
+        st = tutti__store_open(0, n, c->ip, 0, &auth, s->deadline, &store);
+        memset(&auth, 0, sizeof auth);
+        if (st < 0)
+            goto out;
+        snprintf(h.ip, sizeof h.ip, "%s", c->ip);
+        h.port = (uint32_t)tutti__store_port(store);
+    }
+    /* The wire form: fixed-width little-endian fields. */
+    size_t len = 0;
+    put32(msg + len, h.magic), len += 4;
+    put32(msg + len, h.call), len += 4;
+    put32(msg + len, (uint32_t)h.attempt), len += 4;
+    put32(msg + len, (uint32_t)(h.attempt >> 32)), len += 4;
+    memcpy(msg + len, h.ip, sizeof h.ip), len += sizeof h.ip;
+    put32(msg + len, h.port), len += 4;
+    put32(msg + len, h.n), len += 4;
+    memcpy(msg + len, h.salt, sizeof h.salt), len += sizeof h.salt;
+    for (int i = 0; i < n; i++)
+        put32(msg + len, (uint32_t)members[i]), len += 4;
+    memset(h.salt, 0, sizeof h.salt);
+    for (int i = 1; i < n; i++) {
+        st = tutti__live_mail_send(s->live, members[i], MAIL_DECIDE, msg, len, s->deadline);
+        if (st < 0) /* it died: decide again without it */
+            goto out;
+    }
+    /* A rank that called but is left out (another's list excludes it) learns so, and ends;
+     * the store's address and salt are not for it. */
+    memset(msg + 16, 0, 64 + 4 + 4 + TUTTI__AUTH_KEY);
+    put32(msg + 84, (uint32_t)n);
+    for (int r = 0, i = 0; r < s->size; r++) {
+        if (i < n && members[i] == r) {
+            i++;
+            continue;
+        }
+        if (!gone(s, r) && read_view(s, r))
+            (void)tutti__live_mail_send(s->live, r, MAIL_DECIDE, msg, len, s->deadline);
+    }
+    memset(msg, 0, len);
+    TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: tutti_comm_shrink: %d of %d ranks go on (attempt %llu)",
+               s->rank, n, s->size, (unsigned long long)attempt);
+    st = create(s, members, n, 0, store, h.ip, (int)h.port, NULL, out);
+    store = NULL; /* create closed it */
+out:
+    tutti__store_close_now(store);
+    free(members);
+    free(msg);
+    return st;
+}
+
+/* ---- a member --------------------------------------------------------------------------------- */
+
+static tutti_status_t send_view(shrink_t *s, int to, const unsigned char *mine)
+{
+    size_t len = 8 + ((size_t)s->size + 7) / 8;
+    unsigned char *v = s->mail;
+    put32(v, VIEW_MAGIC);
+    put32(v + 4, s->call);
+    memcpy(v + 8, mine, len - 8);
+    return tutti__live_mail_send(s->live, to, MAIL_VIEW, v, len, s->deadline);
+}
+
+/* take_decide checks coordinator c's DECIDE in s->mail (len bytes) and, when this rank can act
+ * on it, creates the communicator it names. TUTTI_ERR_INVALID_ARG: garbled or of another call
+ * (ignored); TUTTI_ERR_PEER_FAILED: it names a rank known dead (wait for the next); a
+ * decision that leaves this rank out ends the call with an error. */
+static tutti_status_t take_decide(shrink_t *s, int c, size_t len, tutti_comm_t **out, bool *final)
+{
+    const unsigned char *m = s->mail;
+    size_t fixed = 4 + 4 + 8 + 64 + 4 + 4 + TUTTI__AUTH_KEY;
+    *final = false;
+    if (len < fixed || get32(m) != DECIDE_MAGIC)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
+                                "decision (%zu bytes)", c, len);
+    if (get32(m + 4) != s->call)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed the decision of another "
+                                "shrink call (%u, this is %u)", c, get32(m + 4), s->call);
+    char ip[64];
+    memcpy(ip, m + 16, sizeof ip);
+    uint32_t port = get32(m + 80), n = get32(m + 84);
+    const uint8_t *salt = m + 88;
+    if (memchr(ip, '\0', sizeof ip) == NULL || port > 65535 || n < 2 ||
+        n > (uint32_t)s->size || len != fixed + 4 * (size_t)n)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
+                                "decision (%u members, port %u, %zu bytes)", c, n, port, len);
+    int *members = malloc((size_t)n * sizeof *members), crank = -1;
+    if (members == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+    tutti_status_t st = TUTTI_OK;
+    for (uint32_t i = 0; i < n && st == TUTTI_OK; i++) {
+        uint32_t r = get32(m + fixed + 4 * i);
+        if (r >= (uint32_t)s->size || (i > 0 && (int)r <= members[i - 1]) || (i == 0 && r != (uint32_t)c))
+            st = tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a shrink decision whose "
+                                  "members are not ascending ranks from it", c);
+        members[i] = (int)r;
+        if ((int)r == s->rank)
+            crank = (int)i;
+        else if (st == TUTTI_OK && gone(s, (int)r))
+            st = tutti__set_error(TUTTI_ERR_PEER_FAILED, "rank %d's shrink decision names rank "
+                                  "%d, which is gone", c, (int)r);
+    }
+    if (st == TUTTI_OK && crank < 0) {
+        *final = true;
+        st = tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                              "tutti_comm_shrink: rank %d left this rank (%d) out of the shrunk "
+                              "communicator: it was excluded, or taken for dead",
+                              c, s->rank);
+    }
+    if (st == TUTTI_OK)
+        st = create(s, members, (int)n, crank, NULL, ip, (int)port, salt, out);
+    free(members);
+    return st;
+}
+
+/* ---- the call ---------------------------------------------------------------------------------- */
+
+static tutti_status_t check_exclude(const tutti_comm_t *c, const int *exclude, int nexclude,
+                                    unsigned char *mine)
+{
+    if (nexclude < 0 || (nexclude > 0 && exclude == NULL))
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_shrink: %d excluded ranks at "
+                                "%p: give a list, or NULL and 0", nexclude, (const void *)exclude);
+    for (int i = 0; i < nexclude; i++) {
+        int r = exclude[i];
+        if (r < 0 || r >= c->size)
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_shrink: excluded rank %d "
+                                    "is not a rank of the communicator (size %d)", r, c->size);
+        if (r == c->rank)
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_shrink: rank %d excludes "
+                                    "itself: an excluded rank must not call it", r);
+        if (mine[r / 8] >> (r % 8) & 1)
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_shrink: rank %d is "
+                                    "excluded twice", r);
+        mine[r / 8] |= (unsigned char)(1u << (r % 8));
+    }
+    return TUTTI_OK;
+}
+
+TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclude, int nexclude,
+                                           tutti_comm_t **newcomm)
+{
+    if (newcomm == NULL)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_shrink: newcomm is NULL");
+    *newcomm = NULL;
+    if (!tutti__comm_valid(comm))
+        return tutti__set_error(TUTTI_ERR_INVALID_COMM,
+                                "tutti_comm_shrink: %p is not a live communicator", (void *)comm);
+    int size = comm->size;
+    unsigned char *mine = calloc(((size_t)size + 7) / 8, 1);
+    shrink_t s = {.comm = comm, .live = comm->net.live, .rank = comm->rank, .size = size,
+                  .call = __atomic_add_fetch(&comm->shrinks, 1, __ATOMIC_RELAXED),
+                  .deadline = tutti__now() + tutti__net_timeout(&comm->net)};
+    s.excluded = calloc((size_t)size, 1);
+    s.seen = calloc((size_t)size, sizeof *s.seen);
+    s.viewed = calloc((size_t)size, sizeof *s.viewed);
+    tutti_status_t st = TUTTI_OK;
+    if (mine == NULL || s.excluded == NULL || s.seen == NULL || s.viewed == NULL ||
+        (size > 1 && (s.mail = malloc(tutti__live_mail_cap(s.live))) == NULL)) {
+        st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
+        goto out;
+    }
+    TUTTI__CHECK_GOTO(check_exclude(comm, exclude, nexclude, mine), st, out);
+    for (int r = 0; r < size; r++)
+        s.excluded[r] = mine[r / 8] >> (r % 8) & 1;
+    /* Operations still running on comm stop now, and the peers that wait in them are told. */
+    if (comm->failed == TUTTI_OK) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "rank %d: tutti_comm_shrink was called: this communicator "
+                 "ends here", comm->rank);
+        tutti__comm_fail(comm, TUTTI_ERR_ABORTED, msg);
+        tutti__live_notify_failed(s.live, TUTTI_ERR_ABORTED, comm->seq, false, -1);
+    }
+    for (int r = 0; r < size && size > 1; r++) {
+        size_t len;
+        s.seen[r] = tutti__live_mail_read(s.live, r, MAIL_DECIDE, NULL, 0, &len);
+    }
+    char last[TUTTI__ERRLEN] = "";
+    for (uint64_t attempt = 1;; attempt++) {
+        if (tutti__now() >= s.deadline) {
+            st = tutti__set_error(TUTTI_ERR_TIMEOUT, "tutti_comm_shrink: rank %d gave up after "
+                                  "%.3g s (TUTTI_TIMEOUT)%s%s", comm->rank,
+                                  tutti__net_timeout(&comm->net), last[0] ? "; the last attempt: "
+                                  : "", last);
+            break;
+        }
+        tutti__live_wait(s.live, 0);
+        int c = size > 1 ? coordinator(&s) : s.rank;
+        if (c == s.rank) {
+            s.coord = c;
+            st = coordinate(&s, attempt, newcomm);
+        } else {
+            if (!s.viewed[c]) {
+                s.viewed[c] = send_view(&s, c, mine) == TUTTI_OK;
+                continue; /* failed: c died, and the next pass finds another */
+            }
+            size_t len;
+            uint64_t gen = tutti__live_mail_read(s.live, c, MAIL_DECIDE, s.mail,
+                                                 tutti__live_mail_cap(s.live), &len);
+            if (gen <= s.seen[c]) {
+                tutti__live_wait(s.live, POLL_MS);
+                continue;
+            }
+            s.seen[c] = gen;
+            s.coord = c;
+            s.attempt_gen = gen;
+            bool final;
+            st = take_decide(&s, c, len, newcomm, &final);
+            if (final)
+                break;
+        }
+        if (st == TUTTI_OK || st == TUTTI_ERR_NO_MEMORY || st == TUTTI_ERR_TIMEOUT)
+            break;
+        /* Someone died meanwhile (or the decision was unusable): try again. */
+        snprintf(last, sizeof last, "%s", tutti__tls_error());
+        TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: tutti_comm_shrink: attempt %llu failed (%s); "
+                   "trying again", comm->rank, (unsigned long long)attempt, last);
+    }
+out:
+    if (st < 0 && *newcomm == NULL)
+        tutti__comm_error(comm, st, "%s", tutti__tls_error());
+    free(mine);
+    free(s.excluded);
+    free(s.seen);
+    free(s.viewed);
+    free(s.mail);
+    return st;
+}

@@ -1,0 +1,298 @@
+/* check_shrink.c: tutti_comm_shrink. A rank SIGKILLed in a stream of allreduces (rank 0, whose
+ * store dies with it, or another), over shm and over ofi: the others shrink and get a
+ * communicator of exactly the survivors, renumbered in order, whose allreduce and allgather
+ * results are exact. A second rank killed while the shrink runs (the coordinator among them):
+ * the survivors still end with exactly the ones alive. An excluded rank is left out and told
+ * so; bad exclude lists are refused and lose nothing. */
+#include <check.h>
+#include "check_main.h"
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "tutti.h"
+
+typedef struct scase {
+    const char *tp;
+    int nranks;
+    int victim;          /* killed by the harness once every rank is ready */
+    int second;          /* killed while its shrink runs, after second_after_s; -1: none */
+    double second_after_s;
+} scase_t;
+
+static const scase_t cases[] = {
+    {"shm", 4, 1, -1, 0},   {"shm", 4, 0, -1, 0},    {"ofi", 4, 1, -1, 0},
+    {"ofi", 4, 0, -1, 0},   {"shm", 4, 1, 2, 0.0},   {"shm", 4, 1, 2, 0.05},
+    {"shm", 4, 1, 0, 0.02}, {"ofi", 4, 2, 0, 0.05},  {"ofi", 4, 1, 3, 0.2},
+    {"shm", 3, 2, -1, 0},
+};
+
+#define COUNT_SMALL 1000
+#define COUNT_LARGE (1u << 18)
+
+static int count_bits(uint64_t m)
+{
+    return __builtin_popcountll(m);
+}
+
+static void *killer(void *arg)
+{
+    const scase_t *sc = arg;
+    usleep((useconds_t)(sc->second_after_s * 1e6));
+    th_kill_rank(sc->second);
+    return NULL;
+}
+
+/* check_comm runs an int32 and an fp32 allreduce and an allgather of old ranks on c; returns
+ * TUTTI_OK, the error of a collective (a member died), or -1000 after printing a wrong result. */
+static int check_comm(tutti_comm_t *c, int old_rank, uint64_t dead)
+{
+    int n = tutti_comm_size(c), me = tutti_comm_rank(c);
+    /* The survivors, as this rank knows them now: the ranks not killed yet. */
+    int32_t *all = calloc((size_t)n, sizeof *all);
+    int32_t mine = old_rank;
+    tutti_status_t st = tutti_allgather(&mine, all, 1, TUTTI_INT32, c, NULL);
+    if (st != TUTTI_OK) {
+        free(all);
+        return st;
+    }
+    int64_t weight = 0;
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && all[i] <= all[i - 1]) {
+            th_fail("allgather of old ranks: rank %d holds %d after %d: not in order", i, all[i],
+                    all[i - 1]);
+            free(all);
+            return -1000;
+        }
+        if (dead >> all[i] & 1) {
+            int r = all[i];
+            free(all);
+            th_fail("the shrunk communicator holds old rank %d, which was killed before the "
+                    "shrink began", r);
+            return -1000;
+        }
+        weight += all[i] + 1;
+    }
+    if (all[me] != old_rank) {
+        th_fail("new rank %d holds old rank %d, expected %d", me, all[me], old_rank);
+        free(all);
+        return -1000;
+    }
+    free(all);
+    int32_t *a = malloc(COUNT_SMALL * sizeof *a), *b = malloc(COUNT_SMALL * sizeof *b);
+    float *x = malloc(COUNT_LARGE * sizeof *x), *y = malloc(COUNT_LARGE * sizeof *y);
+    for (int i = 0; i < COUNT_SMALL; i++)
+        a[i] = (old_rank + 1) * (i + 1);
+    for (unsigned i = 0; i < COUNT_LARGE; i++)
+        x[i] = (float)((old_rank + 1) * (int)(i % 1000 + 1));
+    int bad = 0;
+    st = tutti_allreduce(a, b, COUNT_SMALL, TUTTI_INT32, TUTTI_SUM, c, NULL);
+    for (int i = 0; st == TUTTI_OK && i < COUNT_SMALL && !bad; i++)
+        if (b[i] != (int32_t)(weight * (i + 1)))
+            bad = th_fail("int32 allreduce: element %d is %d, expected %lld", i, b[i],
+                          (long long)(weight * (i + 1)));
+    if (st == TUTTI_OK && !bad)
+        st = tutti_allreduce(x, y, COUNT_LARGE, TUTTI_FLOAT32, TUTTI_SUM, c, NULL);
+    for (unsigned i = 0; st == TUTTI_OK && i < COUNT_LARGE && !bad; i++)
+        if (y[i] != (float)(weight * (int)(i % 1000 + 1)))
+            bad = th_fail("fp32 allreduce of %u: element %u is %.9g, expected %lld", COUNT_LARGE,
+                          i, y[i], (long long)(weight * (int)(i % 1000 + 1)));
+    free(a);
+    free(b);
+    free(x);
+    free(y);
+    return bad ? -1000 : st;
+}
+
+static int kill_body(int rank, int size, void *arg)
+{
+    const scase_t *sc = arg;
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("init: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+    float *s = malloc(4096 * sizeof *s), *r = malloc(4096 * sizeof *r);
+    for (int i = 0; i < 4096; i++)
+        s[i] = 1.0f;
+    if ((st = tutti_barrier(comm, NULL)) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_comm_last_error(comm));
+    th_ready();
+    double t0 = th_now();
+    while ((st = tutti_allreduce(s, r, 4096, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL)) == TUTTI_OK)
+        if (th_now() - t0 > 30)
+            return th_fail("allreduces went on for 30 s after the kill");
+    if (rank == sc->victim)
+        return th_fail("the victim's allreduce failed before it was killed: %s",
+                       tutti_comm_last_error(comm));
+    uint64_t dead_before = sh->killed_mask;
+    pthread_t th;
+    if (rank == sc->second)
+        pthread_create(&th, NULL, killer, (void *)sc);
+    /* Shrink until a communicator of the living works: a rank dying in the middle of one shrink
+     * may leave it in the next communicator, whose collectives then fail. */
+    tutti_comm_t *cur = comm, *olds[4] = {comm};
+    int nold = 1, bad = 0, nshrinks = 0;
+    for (;;) {
+        tutti_comm_t *nc = NULL;
+        double ts = th_now();
+        st = tutti_comm_shrink(cur, NULL, 0, &nc);
+        if (st != TUTTI_OK) {
+            bad = th_fail("shrink #%d: %d (%s): %s", nshrinks + 1, st, tutti_strerror(st),
+                          tutti_last_error());
+            break;
+        }
+        nshrinks++;
+        fprintf(stderr, "[%s %d ranks, kill %d then %d] rank %d: shrink #%d took %.3f s: now "
+                "rank %d of %d\n", sc->tp, size, sc->victim, sc->second, rank, nshrinks,
+                th_now() - ts, tutti_comm_rank(nc), tutti_comm_size(nc));
+        if (rank == sc->second) /* it dies here, and uses nothing more */
+            for (;;)
+                pause();
+        cur = nc;
+        olds[nold++] = nc;
+        int rc = check_comm(nc, rank, dead_before);
+        if (rc == -1000) {
+            bad = 1;
+            break;
+        }
+        if (rc == TUTTI_OK)
+            break;
+        if (nshrinks == 3 || sc->second < 0) {
+            bad = th_fail("the communicator after shrink #%d failed: %d (%s): %s", nshrinks, rc,
+                          tutti_strerror(rc), tutti_comm_last_error(nc));
+            break;
+        }
+    }
+    if (!bad) {
+        uint64_t dead = sh->killed_mask;
+        int want = size - count_bits(dead);
+        if (tutti_comm_size(cur) != want)
+            bad = th_fail("the last communicator has %d ranks; %d are alive", tutti_comm_size(cur),
+                          want);
+        int below = 0;
+        for (int q = 0; q < rank; q++)
+            below += !(dead >> q & 1);
+        if (tutti_comm_rank(cur) != below)
+            bad = th_fail("rank %d became rank %d; %d living ranks are below it", rank,
+                          tutti_comm_rank(cur), below);
+    }
+    /* The newest first; the failed ones return at once. */
+    for (int i = nold - 1; i >= 0; i--) {
+        st = tutti_comm_destroy(olds[i]);
+        if (i == nold - 1 && !bad && st != TUTTI_OK)
+            bad = th_fail("destroying the working communicator: %s", tutti_last_error());
+    }
+    free(s);
+    free(r);
+    return bad;
+}
+
+START_TEST(test_kill_and_shrink)
+{
+    const scase_t *sc = &cases[_i];
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = sc->tp;
+    o.timeout_s = 60;
+    o.rank_timeout_s = 20;
+    o.kill_rank = sc->victim;
+    o.kill_after_s = 0.2;
+    o.kill_after_ready = 1;
+    int rc = th_run_opts(sc->nranks, &o, kill_body, (void *)sc);
+    ck_assert_msg(rc == 0, "%s, %d ranks, rank %d killed, then rank %d during the shrink: see "
+                  "stderr", sc->tp, sc->nranks, sc->victim, sc->second);
+}
+END_TEST
+
+/* Nobody dies: ranks 0-2 exclude rank 3, which calls without excluding anything and is told
+ * that it was left out. Bad lists first: refused, and the communicator still works. */
+static int exclude_body(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = NULL, *nc = (tutti_comm_t *)&rank;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int bad = 0;
+    const int self[1] = {rank}, out[1] = {size}, twice[2] = {3, 3}, neg[1] = {-1};
+    struct {
+        const int *list;
+        int n;
+        const char *what;
+    } refused[] = {{self, 1, "itself"}, {out, 1, "out of range"}, {neg, 1, "negative"},
+                   {NULL, 1, "NULL with 1"}, {twice, 2, "twice"}, {self, -1, "count -1"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        st = tutti_comm_shrink(comm, refused[i].list, refused[i].n, &nc);
+        if (st != TUTTI_ERR_INVALID_ARG || nc != NULL)
+            bad = th_fail("shrink excluding %s: %d (%s), newcomm %p; expected "
+                          "TUTTI_ERR_INVALID_ARG and NULL", refused[i].what, st,
+                          tutti_strerror(st), (void *)nc);
+        else if (strstr(tutti_last_error(), "tutti_comm_shrink") == NULL)
+            bad = th_fail("shrink excluding %s: the error does not name the call: %s",
+                          refused[i].what, tutti_last_error());
+        nc = (tutti_comm_t *)&rank;
+    }
+    if (tutti_comm_shrink(comm, NULL, 0, NULL) != TUTTI_ERR_INVALID_ARG)
+        bad = th_fail("shrink with newcomm NULL was not refused");
+    if ((st = tutti_barrier(comm, NULL)) != TUTTI_OK)
+        return th_fail("a barrier after the refused shrinks: %d: %s", st,
+                       tutti_comm_last_error(comm));
+    const int three[1] = {3};
+    st = tutti_comm_shrink(comm, rank == 3 ? NULL : three, rank == 3 ? 0 : 1, &nc);
+    if (rank == 3) {
+        if (st != TUTTI_ERR_PEER_FAILED || nc != NULL ||
+            strstr(tutti_last_error(), "left this rank") == NULL)
+            bad = th_fail("the excluded rank: %d (%s): %s; expected TUTTI_ERR_PEER_FAILED "
+                          "saying it was left out", st, tutti_strerror(st), tutti_last_error());
+    } else if (st != TUTTI_OK) {
+        bad = th_fail("shrink excluding rank 3: %d (%s): %s", st, tutti_strerror(st),
+                      tutti_last_error());
+    } else {
+        if (tutti_comm_size(nc) != 3 || tutti_comm_rank(nc) != rank)
+            bad = th_fail("rank %d of %d after excluding rank 3", tutti_comm_rank(nc),
+                          tutti_comm_size(nc));
+        int rc = check_comm(nc, rank, 1u << 3);
+        if (rc != TUTTI_OK && rc != -1000)
+            bad = th_fail("collectives after excluding rank 3: %d: %s", rc,
+                          tutti_comm_last_error(nc));
+        bad |= rc != TUTTI_OK;
+        if (tutti_comm_destroy(nc) != TUTTI_OK)
+            bad = th_fail("destroy the shrunk communicator: %s", tutti_last_error());
+    }
+    if (tutti_allreduce(&rank, &rank, 1, TUTTI_INT32, TUTTI_SUM, comm, NULL) == TUTTI_OK)
+        bad = th_fail("the shrunk communicator still ran an allreduce");
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_exclude)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 60;
+    o.rank_timeout_s = 20;
+    ck_assert_msg(th_run_opts(4, &o, exclude_body, NULL) == 0, "exclude over %s: see stderr",
+                  tps[_i]);
+}
+END_TEST
+
+static Suite *shrink_suite(void)
+{
+    Suite *s = suite_create("shrink");
+    TCase *tc = tcase_create("kill");
+    tcase_set_timeout(tc, 70);
+    tcase_add_loop_test(tc, test_kill_and_shrink, 0, (int)(sizeof cases / sizeof cases[0]));
+    suite_add_tcase(s, tc);
+    tc = tcase_create("exclude");
+    tcase_set_timeout(tc, 70);
+    tcase_add_loop_test(tc, test_exclude, 0, 2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TH_CHECK_MAIN(shrink_suite)

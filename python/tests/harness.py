@@ -126,7 +126,9 @@ def init(backend="tutti", timeout_s=60, **kwargs):
     torch.set_num_threads(1)
     global _backend
     _backend = backend
-    dist.init_process_group(backend, init_method="env://",
+    if "store" not in kwargs:
+        kwargs["init_method"] = "env://"
+    dist.init_process_group(backend,
                             timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
     return dist.get_rank(), dist.get_world_size()
 

@@ -101,6 +101,58 @@ def w_ddp():
     survivors_leave(dist, rank, n)
 
 
+def w_shrink():
+    """torch.distributed.shrink_group after a rank died (VICTIM in the environment; rank 0 serves
+    torch's TCPStore, which dies with it, and tutti's shrink needs neither): the survivors get a
+    default group of the ranks left, renumbered in order, whose collectives are exact."""
+    import torch
+    import torch.distributed as dist
+
+    kwargs = {}
+    if "STORE_PORT" in os.environ:  # a store that outlives rank 0 (as torchrun's agent hosts it)
+        import datetime
+
+        kwargs = dict(store=dist.TCPStore("127.0.0.1", int(os.environ["STORE_PORT"]),
+                                          is_master=False,
+                                          timeout=datetime.timedelta(seconds=60)),
+                      rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+    rank, n = harness.init(timeout_s=GROUP_TIMEOUT_S, **kwargs)
+    victim = int(os.environ["VICTIM"])
+    assert dist.get_backend() == "tutti"
+    t = torch.ones(1 << 16)
+    for _ in range(3):
+        dist.all_reduce(t)
+    if rank == victim:
+        die()
+    try:
+        for _ in range(100000):
+            dist.all_reduce(t)
+        raise AssertionError("collectives went on after rank %d died" % victim)
+    except RuntimeError as e:
+        assert "rank %d (pid" % victim in str(e), str(e)
+    t0 = time.monotonic()
+    pg = dist.shrink_group([victim])
+    took = time.monotonic() - t0
+    survivors = [r for r in range(n) if r != victim]
+    assert dist.get_world_size() == n - 1 and pg.size() == n - 1, (dist.get_world_size(), pg.size())
+    assert dist.get_rank() == survivors.index(rank), (dist.get_rank(), rank)
+    olds = [torch.zeros(1, dtype=torch.int64) for _ in range(n - 1)]
+    dist.all_gather(olds, torch.tensor([rank], dtype=torch.int64))
+    assert [int(x) for x in olds] == survivors, olds
+    x = torch.arange(1, 100001, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(x)
+    want = torch.arange(1, 100001, dtype=torch.float32) * sum(r + 1 for r in survivors)
+    assert torch.equal(x, want), (x[:4], want[:4])
+    y = torch.full((5,), rank + 1.0, dtype=torch.bfloat16)
+    dist.all_reduce(y, op=dist.ReduceOp.MAX)
+    assert y.tolist() == [max(survivors) + 1.0] * 5, y
+    print("rank %d: error after 0 s; shrink_group took %.2f s: now rank %d of %d" %
+          (rank, took, dist.get_rank(), dist.get_world_size()))
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def w_teardown():
     """destroy_process_group with operations still queued whose Works and tensors Python has
     dropped already: tutti's worker must not need the GIL (which the destroying thread holds)
@@ -141,6 +193,29 @@ class TestFailure(harness.RankTest):
     def test_killed_rank_fails_ddp(self):
         self.check("ddp", 3)
 
+    def test_shrink_group_after_a_death(self):
+        if not hasattr(__import__("torch").distributed, "shrink_group"):
+            self.skipTest("this torch has no shrink_group")
+        import datetime
+
+        import torch.distributed as dist
+
+        # torch's shrink_group clones the group's store: when rank 0 dies, only a store that
+        # lives elsewhere (torchrun's agent, a store server of its own) lets it go on.
+        port = harness.free_port()
+        store = dist.TCPStore("127.0.0.1", port, is_master=True,
+                              timeout=datetime.timedelta(seconds=60))
+        for victim, env in ((2, {}), (0, {"STORE_PORT": str(port)})):
+            env["VICTIM"] = str(victim)
+            results, timed_out = harness.run_ranks(self.script, "shrink", 3, timeout=90, env=env)
+            self.assertFalse(timed_out, "hung: " + harness.report(results, timed_out))
+            self.assertEqual(results[victim].rc, -signal.SIGKILL, harness.report(results))
+            for r in range(3):
+                if r != victim:
+                    self.assertEqual(results[r].rc, 0, harness.report(results))
+                    self.assertIn("shrink_group took", results[r].out, harness.report(results))
+        del store
+
     def test_destroy_with_operations_in_flight(self):
         res = self.ranks("teardown", 2, timeout=90)
         self.assertIn("teardown ok", res[0].out)
@@ -149,7 +224,7 @@ class TestFailure(harness.RankTest):
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         sys.exit(harness.worker_main({"collectives": w_collectives, "ddp": w_ddp,
-                                         "teardown": w_teardown}))
+                                         "shrink": w_shrink, "teardown": w_teardown}))
     import unittest
 
     unittest.main()

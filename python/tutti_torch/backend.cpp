@@ -167,6 +167,59 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
                                              std::move(options), made);
 }
 
+#ifdef TUTTI_TORCH_SHRINK
+// shrink is torch.distributed.shrink_group: the group without ranks_to_exclude (the ranks that
+// died, or that the caller leaves out), made with tutti_comm_shrink, which needs neither this
+// group's collectives nor its rank 0. This group's operations still running fail now, whatever
+// shrink_flags says (SHRINK_ABORT asks for that; tutti always does it). torch numbers the new
+// group from the ranks it did not exclude, so a rank that tutti finds dead but the list does
+// not name is an error, which names it.
+c10::intrusive_ptr<c10d::Backend>
+BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_flags,
+                     const c10::intrusive_ptr<c10d::Backend::Options> &opts_override)
+{
+    const std::string op = "shrink";
+    check_usable(op);
+    if (shrink_flags != 0 && shrink_flags != 1)
+        refuse(op, "unknown shrink_flags " + std::to_string(shrink_flags) +
+                       " (SHRINK_DEFAULT 0 and SHRINK_ABORT 1 are known)");
+    std::vector<int> exclude;
+    for (int64_t r : ranks_to_exclude) {
+        if (r < 0 || r >= size_)
+            refuse(op, "rank " + std::to_string(r) + " is not in this group of " +
+                           std::to_string(size_));
+        exclude.push_back(static_cast<int>(r));
+    }
+    tutti_comm_t *made = nullptr;
+    tutti_status_t st = tutti_comm_shrink(comm_, exclude.data(), static_cast<int>(exclude.size()),
+                                          &made);
+    if (st != TUTTI_OK)
+        refuse(op, status_text(st, comm_));
+    int want = size_ - static_cast<int>(exclude.size());
+    if (tutti_comm_size(made) != want) {
+        int got = tutti_comm_size(made);
+        tutti_comm_destroy(made);
+        refuse(op, "the ranks still alive are " + std::to_string(got) + ", not the " +
+                       std::to_string(want) + " that ranks_to_exclude leaves: another rank "
+                       "died too; list every dead rank (their errors name them)");
+    }
+    auto options = c10::make_intrusive<Options>(*options_);
+    if (opts_override) {
+        options->timeout = opts_override->timeout;
+        auto *mine = dynamic_cast<Options *>(opts_override.get());
+        if (mine != nullptr) {
+            options->inline_max = mine->inline_max;
+            options->worker_count = mine->worker_count;
+            options->transport = mine->transport;
+        }
+    }
+    if (options->timeout != options_->timeout && options->timeout.count() > 0)
+        tutti_comm_set_timeout(made, static_cast<double>(options->timeout.count()) / 1e3);
+    return c10::make_intrusive<BackendTutti>(store_, tutti_comm_rank(made), want,
+                                             std::move(options), made);
+}
+#endif
+
 WorkPtr BackendTutti::launch(Call &&call, bool async)
 {
     check_usable(call.name);

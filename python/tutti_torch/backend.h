@@ -96,6 +96,12 @@ class BackendTutti : public c10d::Backend {
         override;
     void abort() override;
     void shutdown() override;
+#ifdef TUTTI_TORCH_SHRINK
+    bool supportsShrinking() const override { return true; }
+    c10::intrusive_ptr<c10d::Backend> shrink(
+        const std::vector<int64_t> &ranks_to_exclude, int shrink_flags = 0,
+        const c10::intrusive_ptr<c10d::Backend::Options> &opts_override = nullptr) override;
+#endif
 
     // ---- reductions (reductions.cpp) ----
     WorkPtr allreduce(std::vector<at::Tensor> &tensors,

@@ -7,7 +7,14 @@
  * first) posts an asynchronous bf16 allreduce (TUTTI_AVG) of that bucket, so the reduction runs
  * on tutti's worker thread while the layers below are still being differentiated. Before the
  * optimizer step it waits for all buckets; since tutti's allreduce leaves the same bits on every
- * rank and the optimizer is deterministic, every rank holds bit-identical parameters. */
+ * rank and the optimizer is deterministic, every rank holds bit-identical parameters.
+ *
+ * With --elastic a failed collective (a rank died) does not end the job: the survivors shrink
+ * the communicator (tutti_comm_shrink), take the new rank 0's parameters, momentum and step
+ * (a survivor may have finished one step more than another), split each global batch over
+ * the ranks left, and train on. */
+#include <signal.h>
+#include <unistd.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -29,13 +36,15 @@ typedef struct options {
     uint64_t seed;
     const char *gemm, *save_params, *ref_params;
     int param_hash;
+    int elastic;
+    int ndie, die_rank[8], die_step[8]; /* --die-at: who SIGKILLs itself at which step */
 } options_t;
 
 static const options_t defaults = {
     .steps = 256, .batch = 256, .hidden = 512, .layers = 2, .dim = 32, .classes = 10,
     .clusters = 4, .train_size = 16384, .test_size = 4096, .eval_rows = 256, .sigma = 1.0,
     .lr = 0.05, .momentum = 0.9, .bucket_kb = 256, .seed = 1, .gemm = "auto",
-    .save_params = NULL, .ref_params = NULL, .param_hash = 0,
+    .save_params = NULL, .ref_params = NULL, .param_hash = 0, .elastic = 0, .ndie = 0,
 };
 
 static void usage(FILE *f)
@@ -70,6 +79,10 @@ static void usage(FILE *f)
         "  --save-params P  each rank writes its final fp32 master weights to P.<rank>\n"
         "  --ref-params F   print the relative L2 distance of the final weights to file F\n"
         "                   (written by --save-params)\n"
+        "  --elastic        when a rank dies, the others shrink the communicator and train on\n"
+        "                   (the global batch split over the ranks left, unevenly if need be)\n"
+        "  --die-at R:S[,R:S...]  fault injection: launch rank R kills itself (SIGKILL) at\n"
+        "                   step S (up to 8 pairs)\n"
         "  -h, --help       this text\n"
         "\n"
         "Output (rank 0 only; errors from any rank on stderr): a line per epoch, then last\n"
@@ -145,7 +158,8 @@ static int parse_double(const char *name, const char *s, double lo, double hi, d
 static int parse_args(int argc, char **argv, options_t *o)
 {
     enum { O_STEPS = 256, O_BATCH, O_HIDDEN, O_LAYERS, O_SEED, O_LR, O_MOM, O_BUCKET, O_DIM,
-           O_CLASSES, O_CLUSTERS, O_SIGMA, O_TRAIN, O_TEST, O_GEMM, O_HASH, O_SAVE, O_REF };
+           O_CLASSES, O_CLUSTERS, O_SIGMA, O_TRAIN, O_TEST, O_GEMM, O_HASH, O_SAVE, O_REF,
+           O_ELASTIC, O_DIE };
     static const struct option longopts[] = {
         {"steps", required_argument, NULL, O_STEPS},
         {"batch", required_argument, NULL, O_BATCH},
@@ -165,6 +179,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         {"param-hash", no_argument, NULL, O_HASH},
         {"save-params", required_argument, NULL, O_SAVE},
         {"ref-params", required_argument, NULL, O_REF},
+        {"elastic", no_argument, NULL, O_ELASTIC},
+        {"die-at", required_argument, NULL, O_DIE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -195,6 +211,23 @@ static int parse_args(int argc, char **argv, options_t *o)
         case O_HASH: o->param_hash = 1; break;
         case O_SAVE: o->save_params = optarg; break;
         case O_REF: o->ref_params = optarg; break;
+        case O_ELASTIC: o->elastic = 1; break;
+        case O_DIE:
+            o->ndie = 0;
+            for (char *save = NULL, *pair = strtok_r(optarg, ",", &save); pair != NULL && !bad;
+                 pair = strtok_r(NULL, ",", &save)) {
+                char *colon = strchr(pair, ':');
+                bad = colon == NULL || o->ndie == 8;
+                if (!bad) {
+                    *colon = '\0';
+                    bad = parse_int("die-at rank", pair, 0, 1 << 20, &o->die_rank[o->ndie]) ||
+                          parse_int("die-at step", colon + 1, 0, 100000000,
+                                    &o->die_step[o->ndie]);
+                    o->ndie++;
+                }
+            }
+            bad |= o->ndie == 0;
+            break;
         case 'h': usage(stdout); return 1;
         default: bad = 1; break;
         }
@@ -320,7 +353,7 @@ static void report_tutti(tutti_comm_t *comm, tutti_work_t *w, tutti_status_t st,
 
 /* Held-out evaluation, a shard per rank, summed over ranks: out = {loss sum, hits, count}. */
 static int evaluate(mlp_t *m, const dataset_t *test, int rank, int size, tutti_comm_t *comm,
-                    double sums[5])
+                    double sums[5], int report)
 {
     int lo = (int)((long long)test->n * rank / size), hi = (int)((long long)test->n * (rank + 1) / size);
     double loss = 0.0, hits = 0.0;
@@ -334,7 +367,8 @@ static int evaluate(mlp_t *m, const dataset_t *test, int rank, int size, tutti_c
     sums[4] += hi - lo;
     tutti_status_t st = tutti_allreduce(sums, sums, 5, TUTTI_FLOAT64, TUTTI_SUM, comm, NULL);
     if (st != TUTTI_OK) {
-        report_tutti(comm, NULL, st, "allreduce of the evaluation sums");
+        if (report)
+            report_tutti(comm, NULL, st, "allreduce of the evaluation sums");
         return -1;
     }
     return 0;
@@ -383,6 +417,58 @@ static int ref_distance(const char *path, const mlp_t *m, double *dist)
     return 0;
 }
 
+/* shard is rank's rows of a global batch of b over size ranks: [*lo, *lo + rows). */
+static int shard(int b, int rank, int size, int *lo)
+{
+    *lo = (int)((long long)b * rank / size);
+    return (int)((long long)b * (rank + 1) / size) - *lo;
+}
+
+/*
+ * recover, after a collective failed on *comm (--elastic): every bucket's allreduce is let go,
+ * the survivors shrink the communicator, and all take the new rank 0's parameters, momentum
+ * and step (*step: this rank's step to go on from, in and out), so that a survivor that
+ * finished one more step than another does not drift from it. Returns 0, or -1 after saying why.
+ */
+static int recover(tutti_comm_t **comm, ddp_t *ddp, mlp_t *m, int *step)
+{
+    double t0 = now_s();
+    for (int i = 0; i < ddp->nbuckets; i++) {
+        if (ddp->buckets[i].work != NULL)
+            (void)tutti_work_wait(ddp->buckets[i].work, 10.0); /* the failed ones end at once */
+        tutti_work_free(ddp->buckets[i].work);
+        ddp->buckets[i].work = NULL;
+    }
+    ddp->post_error = TUTTI_OK;
+    ddp->post_s = 0.0;
+    int old_size = tutti_comm_size(*comm);
+    tutti_comm_t *nc = NULL;
+    tutti_status_t st = tutti_comm_shrink(*comm, NULL, 0, &nc);
+    if (st != TUTTI_OK) {
+        fail_msg("--elastic: tutti_comm_shrink failed: %s (%s); the job stops here",
+                 tutti_strerror(st), tutti_last_error());
+        return -1;
+    }
+    tutti_comm_destroy(*comm); /* failed: returns at once */
+    *comm = nc;
+    ddp->comm = nc;
+    rank_g = tutti_comm_rank(nc);
+    int64_t at = *step;
+    if ((st = tutti_broadcast(&at, 1, TUTTI_INT64, 0, nc, NULL)) == TUTTI_OK &&
+        (st = tutti_broadcast(m->master, m->nparams, TUTTI_FLOAT32, 0, nc, NULL)) == TUTTI_OK)
+        st = tutti_broadcast(m->momentum, m->nparams, TUTTI_FLOAT32, 0, nc, NULL);
+    if (st != TUTTI_OK) {
+        report_tutti(nc, NULL, st, "--elastic: the broadcast of rank 0's state");
+        return -1;
+    }
+    mlp_refresh(m);
+    *step = (int)at;
+    if (rank_g == 0)
+        printf("elastic: %d of %d ranks left; going on from step %d (recovery took %.3f s)\n",
+               tutti_comm_size(nc), old_size, *step + 1, now_s() - t0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -407,6 +493,7 @@ int main(int argc, char **argv)
         return 1;
     }
     int rank = tutti_comm_rank(comm), size = tutti_comm_size(comm);
+    const int launch_rank = rank;
     rank_g = rank;
     int rc = 1;
     mlp_t *model = NULL;
@@ -417,7 +504,7 @@ int main(int argc, char **argv)
 
     /* DistributedSampler would pad or drop to split a batch; we refuse, so that a W-rank run
      * sees exactly the samples of the 1-rank run with the same global batch. */
-    if (o.batch % size != 0) {
+    if (o.batch % size != 0 && !o.elastic) {
         if (rank == 0)
             fail_msg("--batch %d is not a multiple of the %d ranks: every rank takes batch / ranks "
                      "samples of each global batch; choose a multiple of %d",
@@ -425,7 +512,7 @@ int main(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    int local = o.batch / size;
+    int first, local = shard(o.batch, rank, size, &first);
     int steps_per_epoch = o.train_size / o.batch;
 
     if (dataset_make(&train, o.seed, o.dim, o.classes, o.clusters, (float)o.sigma, 0,
@@ -438,10 +525,12 @@ int main(int argc, char **argv)
     /* Each rank initializes on its own seed, as separate processes would; the broadcast from
      * rank 0 is what makes them equal (rank 0's initial weights are those of a 1-rank run). */
     uint64_t init_seed = o.seed + 0x51ed2701ull * (uint64_t)rank;
-    model = mlp_create(o.dim, o.hidden, o.layers, o.classes, local, o.eval_rows, init_seed, gv);
+    /* An elastic job's shard grows as ranks die: room for the whole batch. */
+    int rows_max = o.elastic ? o.batch : local;
+    model = mlp_create(o.dim, o.hidden, o.layers, o.classes, rows_max, o.eval_rows, init_seed, gv);
     perm = malloc((size_t)o.train_size * sizeof *perm);
-    xbuf = malloc((size_t)local * o.dim * sizeof *xbuf);
-    ybuf = malloc((size_t)local * sizeof *ybuf);
+    xbuf = malloc((size_t)rows_max * o.dim * sizeof *xbuf);
+    ybuf = malloc((size_t)rows_max * sizeof *ybuf);
     if (model == NULL || perm == NULL || xbuf == NULL || ybuf == NULL) {
         fail_msg("out of memory for the model (hidden %d, %d layers, batch %d)", o.hidden,
                  o.layers, local);
@@ -453,6 +542,7 @@ int main(int argc, char **argv)
         goto out;
     }
     mlp_refresh(model);
+    model->batch = local;
 
     ddp.comm = comm;
     ddp.model = model;
@@ -471,16 +561,25 @@ int main(int argc, char **argv)
                gemm_variant_name(gv), ddp.nbuckets, ddp.nbuckets == 1 ? "" : "s");
         for (int i = 0; i < ddp.nbuckets; i++)
             printf("%s%.1f KiB", i ? ", " : "", (double)ddp.buckets[i].count * 2 / 1024.0);
-        printf("), %d steps of %d per epoch, %d training / %d held-out samples, seed %" PRIu64 "\n",
-               o.steps, steps_per_epoch, o.train_size, o.test_size, o.seed);
+        printf("), %d steps of %d per epoch, %d training / %d held-out samples, seed %" PRIu64
+               "%s\n",
+               o.steps, steps_per_epoch, o.train_size, o.test_size, o.seed,
+               o.elastic ? ", elastic" : "");
     }
 
     double train_s = 0.0, comm_s = 0.0, exposed_s = 0.0, epoch_t0 = now_s();
     double sums[5] = {0}, train_loss = 0.0, train_rows = 0.0;
-    int epoch = 0;
+    int epoch = 0, perm_epoch = -1;
     for (int step = 0; step < o.steps; step++) {
+        for (int i = 0; i < o.ndie; i++)
+            if (launch_rank == o.die_rank[i] && step == o.die_step[i]) {
+                fflush(stdout);
+                kill(getpid(), SIGKILL);
+            }
         int in_epoch = step % steps_per_epoch;
-        if (in_epoch == 0) {
+        epoch = step / steps_per_epoch;
+        if (perm_epoch != epoch) {
+            perm_epoch = epoch;
             /* The same sample order on every rank, from (seed, epoch): Fisher-Yates. */
             uint64_t s = o.seed * 0x2545f4914f6cdd1dull + (uint64_t)epoch + 1;
             for (int i = 0; i < o.train_size; i++)
@@ -492,7 +591,7 @@ int main(int argc, char **argv)
                 perm[j] = t;
             }
         }
-        const int *idx = perm + (size_t)in_epoch * o.batch + (size_t)rank * local;
+        const int *idx = perm + (size_t)in_epoch * o.batch + (size_t)first;
         for (int i = 0; i < local; i++) {
             memcpy(xbuf + (size_t)i * o.dim, train.x + (size_t)idx[i] * o.dim,
                    (size_t)o.dim * sizeof *xbuf);
@@ -503,8 +602,25 @@ int main(int argc, char **argv)
         train_loss += mlp_forward(model, xbuf, ybuf, local, NULL);
         train_rows += local;
         ddp.step = step;
-        mlp_backward(model, ybuf, 1.0f, post_bucket, &ddp);
+        /* The mean over this shard, weighted by its share of the batch: TUTTI_AVG over the
+         * ranks then gives the batch's mean, whatever the shards' sizes. */
+        mlp_backward(model, ybuf, (float)((double)local * size / o.batch), post_bucket, &ddp);
         double t_bwd = now_s();
+        int failed = ddp.post_error != TUTTI_OK;
+        for (int i = 0; i < ddp.nbuckets && !failed && o.elastic; i++)
+            failed = tutti_work_wait(ddp.buckets[i].work, -1.0) != TUTTI_OK;
+        if (failed && o.elastic) {
+            int at = step;
+            if (recover(&comm, &ddp, model, &at) != 0)
+                goto out;
+            rank = tutti_comm_rank(comm);
+            size = tutti_comm_size(comm);
+            local = shard(o.batch, rank, size, &first);
+            model->batch = local;
+            train_loss = train_rows = 0.0;
+            step = at - 1; /* the loop's step++ goes to at */
+            continue;
+        }
         if (ddp.post_error != TUTTI_OK) {
             char what[128];
             snprintf(what, sizeof what, "posting the allreduce of gradient bucket %d at step %d",
@@ -549,17 +665,34 @@ int main(int argc, char **argv)
 
         int last = step == o.steps - 1;
         if (in_epoch == steps_per_epoch - 1 || last) {
-            epoch++;
             sums[0] = train_loss;
             sums[1] = train_rows;
             sums[2] = sums[3] = sums[4] = 0.0;
-            if (evaluate(model, &test, rank, size, comm, sums) != 0)
-                goto out;
+            if (evaluate(model, &test, rank, size, comm, sums, !o.elastic) != 0) {
+                if (!o.elastic)
+                    goto out;
+                int at = step + 1; /* this step is done: its evaluation is what is lost */
+                if (recover(&comm, &ddp, model, &at) != 0)
+                    goto out;
+                rank = tutti_comm_rank(comm);
+                size = tutti_comm_size(comm);
+                local = shard(o.batch, rank, size, &first);
+                model->batch = local;
+                train_loss = train_rows = 0.0;
+                if (at >= o.steps) { /* the last evaluation again, on the ranks left */
+                    sums[0] = sums[1] = sums[2] = sums[3] = sums[4] = 0.0;
+                    sums[1] = 1.0;
+                    if (evaluate(model, &test, rank, size, comm, sums, 1) != 0)
+                        goto out;
+                }
+                step = at - 1;
+                continue;
+            }
             if (rank == 0)
                 printf("epoch %d: step %d train_loss=%.4f heldout_loss=%.4f heldout_accuracy=%.4f "
                        "time=%.2fs\n",
-                       epoch, step + 1, sums[0] / sums[1], sums[2] / sums[4], sums[3] / sums[4],
-                       now_s() - epoch_t0);
+                       epoch + 1, step + 1, sums[0] / sums[1], sums[2] / sums[4],
+                       sums[3] / sums[4], now_s() - epoch_t0);
             train_loss = train_rows = 0.0;
             epoch_t0 = now_s();
         }

@@ -7,6 +7,10 @@
 #                                      the stated tolerance of 1 rank; bit-identical parameters
 #   e2e_train.sh TRAIN_BF16 kill       a rank SIGKILLed mid-training ends the job with an error
 #   e2e_train.sh TRAIN_BF16 args       bad command lines are refused with a clear message
+#   e2e_train.sh TRAIN_BF16 elastic    --elastic: ranks SIGKILLed mid-training (rank 0, whose
+#                                      store and broadcast root die with it, another, then two),
+#                                      the survivors shrink and train on to the target accuracy
+#                                      with bit-identical weights, the same in every repeat
 #
 # Tolerances of "converge" (same global batch, same data, same sample order, same initial
 # weights): a W-rank run differs from the 1-rank run only in rounding. Each rank's gradient is the
@@ -21,8 +25,8 @@
 # and 0.02 in held-out loss (the loss is about 0.07). A run with another seed lands at a distance
 # of about 1.4, so the check can fail; the "negative control" below asserts that it does.
 set -uo pipefail
-train=${1:?usage: e2e_train.sh path/to/train_bf16 converge|kill|args}
-what=${2:?usage: e2e_train.sh path/to/train_bf16 converge|kill|args}
+train=${1:?usage: e2e_train.sh path/to/train_bf16 converge|kill|args|elastic}
+what=${2:?usage: e2e_train.sh path/to/train_bf16 converge|kill|args|elastic}
 [ -x "$train" ] || { echo "1..0 # SKIP $train not built"; exit 77; }
 
 tmp=$(mktemp -d)
@@ -284,9 +288,66 @@ run_args() {
     return $failed
 }
 
+# elastic_job NRANKS DIE DESC: NRANKS ranks by hand with --elastic --die-at DIE; every rank that
+# DIE does not name must exit 0, the victims die by SIGKILL, rank 0 of the survivors says how
+# many ranks were left, and the survivors end above the accuracy target with one hash.
+elastic_job() {
+    local nr=$1 die=$2 desc=$3 port r rc victims left out
+    port=$(free_port)
+    victims=" $(echo "$die" | tr ',' '\n' | cut -d: -f1 | tr '\n' ' ')"
+    local jp=()
+    for ((r = 0; r < nr; r++)); do
+        RANK=$r WORLD_SIZE=$nr MASTER_PORT=$port TUTTI_TIMEOUT=30 timeout -k 5 120 "$train" \
+            "${args[@]}" --param-hash --elastic --die-at "$die" >"$tmp/e$r.out" 2>"$tmp/e$r.err" &
+        jp+=($!)
+    done
+    pids=("${jp[@]}")
+    local ok_rc=1
+    for ((r = 0; r < nr; r++)); do
+        wait "${jp[$r]}"
+        rc=$?
+        if [[ "$victims" == *" $r "* ]]; then
+            [ $rc = 137 ] || ok_rc=0
+        else
+            [ $rc = 0 ] || ok_rc=0
+        fi
+    done
+    pids=()
+    left=$((nr - $(echo "$die" | tr ',' '\n' | wc -l)))
+    out=$(cat "$tmp"/e*.out)
+    local hashes
+    hashes=$(echo "$out" | sed -n 's/^param_hash: rank [0-9]* //p' | sort -u)
+    check "$desc: survivors exit 0, the killed ranks by SIGKILL" [ $ok_rc = 1 ]
+    check "$desc: the job says $left of $nr ranks went on" \
+        eval "echo '$out' | grep -q '^elastic: $left of [0-9]* ranks left'"
+    check "$desc: all $left survivors hold bit-identical weights ($hashes)" \
+        eval "[ \$(echo '$out' | grep -c '^param_hash: rank') = $left ] && [ \$(echo '$hashes' | wc -l) = 1 ]"
+    local f
+    f=$(grep -l '^final: ' "$tmp"/e*.out | head -n 1)
+    check "$desc: one final line, accuracy $([ -n "$f" ] && field "$f" accuracy) >= 0.95" \
+        eval "[ \$(cat $tmp/e*.out | grep -c '^final: ') = 1 ] && cmpf '$([ -n "$f" ] && field "$f" accuracy)' '>=' 0.95"
+    [ $ok_rc = 1 ] || for ((r = 0; r < nr; r++)); do show "$tmp/e$r.err"; done
+    echo "$hashes" >"$tmp/hash.$desc_n"
+    desc_n=$((desc_n + 1))
+    rm -f "$tmp"/e*.out "$tmp"/e*.err
+}
+
+run_elastic() {
+    echo "1..17"
+    desc_n=0
+    elastic_job 4 2:40 "4 ranks, rank 2 killed at step 40"
+    elastic_job 4 0:40 "4 ranks, rank 0 (the store's and the broadcast root) killed at step 40"
+    elastic_job 4 0:40 "the same again"
+    elastic_job 4 3:30,1:100 "4 ranks, rank 3 killed at step 30 and rank 1 at step 100"
+    check "the job is deterministic: the same deaths give the same weights" \
+        cmp -s "$tmp/hash.1" "$tmp/hash.2"
+    return $failed
+}
+
 case $what in
 converge) run_converge ;;
 kill) run_kill ;;
 args) run_args ;;
-*) echo "e2e_train.sh: unknown test '$what' (converge, kill or args)" >&2; exit 2 ;;
+elastic) run_elastic ;;
+*) echo "e2e_train.sh: unknown test '$what' (converge, kill, args or elastic)" >&2; exit 2 ;;
 esac

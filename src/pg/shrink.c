@@ -83,7 +83,9 @@ static int coordinator(const shrink_t *s)
 }
 
 /* cancel ends a creation whose members include a rank that has died since, or whose
- * coordinator has decided again: that creation cannot finish. */
+ * coordinator has decided again: that creation cannot finish. A member that destroyed the old
+ * communicator meanwhile is no reason: it does so once its own creation is through, while
+ * this rank may still be finishing its part. */
 static bool cancel(void *ctx)
 {
     shrink_t *s = ctx;
@@ -91,12 +93,11 @@ static bool cancel(void *ctx)
     (void)tutti__live_check_now(s->live, &dead);
     for (int i = 0; i < s->nmembers; i++) {
         int r = s->members[i];
-        if (r != s->rank && gone(s, r)) {
+        if (r != s->rank && tutti__live_dead(s->live, r)) {
             tutti__set_error(TUTTI_ERR_PEER_FAILED,
-                             "rank %d (pid %d) %s while the survivors built the shrunk "
+                             "rank %d (pid %d) died while the survivors built the shrunk "
                              "communicator",
-                             r, tutti__live_pid(s->live, r),
-                             tutti__live_dead(s->live, r) ? "died" : "destroyed the communicator");
+                             r, tutti__live_pid(s->live, r));
             return true;
         }
     }
@@ -345,9 +346,9 @@ static tutti_status_t take_decide(shrink_t *s, int c, size_t len, tutti_comm_t *
         members[i] = (int)r;
         if ((int)r == s->rank)
             crank = (int)i;
-        else if (st == TUTTI_OK && gone(s, (int)r))
+        else if (st == TUTTI_OK && tutti__live_dead(s->live, (int)r))
             st = tutti__set_error(TUTTI_ERR_PEER_FAILED, "rank %d's shrink decision names rank "
-                                  "%d, which is gone", c, (int)r);
+                                  "%d, which died", c, (int)r);
     }
     if (st == TUTTI_OK && crank < 0) {
         *final = true;

@@ -135,8 +135,8 @@ static int kill_body(int rank, int size, void *arg)
         pthread_create(&th, NULL, killer, (void *)sc);
     /* Shrink until a communicator of the living works: a rank dying in the middle of one shrink
      * may leave it in the next communicator, whose collectives then fail. */
-    tutti_comm_t *cur = comm, *olds[4] = {comm};
-    int nold = 1, bad = 0, nshrinks = 0;
+    tutti_comm_t *cur = comm;
+    int bad = 0, nshrinks = 0;
     for (;;) {
         tutti_comm_t *nc = NULL;
         double ts = th_now();
@@ -153,8 +153,10 @@ static int kill_body(int rank, int size, void *arg)
         if (rank == sc->second) /* it dies here, and uses nothing more */
             for (;;)
                 pause();
+        /* The failed one goes at once (it returns at once), while slower survivors may still
+         * be finishing their part of the new one: that must not disturb them. */
+        tutti_comm_destroy(cur);
         cur = nc;
-        olds[nold++] = nc;
         int rc = check_comm(nc, rank, dead_before);
         if (rc == -1000) {
             bad = 1;
@@ -181,12 +183,9 @@ static int kill_body(int rank, int size, void *arg)
             bad = th_fail("rank %d became rank %d; %d living ranks are below it", rank,
                           tutti_comm_rank(cur), below);
     }
-    /* The newest first; the failed ones return at once. */
-    for (int i = nold - 1; i >= 0; i--) {
-        st = tutti_comm_destroy(olds[i]);
-        if (i == nold - 1 && !bad && st != TUTTI_OK)
-            bad = th_fail("destroying the working communicator: %s", tutti_last_error());
-    }
+    st = tutti_comm_destroy(cur);
+    if (!bad && st != TUTTI_OK)
+        bad = th_fail("destroying the working communicator: %s", tutti_last_error());
     free(s);
     free(r);
     return bad;

@@ -32,9 +32,19 @@
 #                                    TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY (e.g.
 #                                    stop,reduce,4096,1,0.39) runs that trial only,
 #                                    TUTTI_FAULT_REPEAT times.
+#   multinode.sh BUILD_DIR shrink    tutti_comm_shrink on 2 hosts x 2 ranks (multinode_shrink.c):
+#                                    a rank SIGKILLed in a stream of allreduces (rank 0, the
+#                                    store's owner; rank 3, on the other host); rank 1, then
+#                                    rank 2 (other host) while the shrink runs; rank 2, then
+#                                    rank 0 (the shrink's coordinator) while it runs; rank 1,
+#                                    then rank 2 1 s later (in the shrunk communicator: the
+#                                    survivors shrink again). Every survivor ends with a
+#                                    communicator of exactly the living, renumbered in order,
+#                                    with exact int32/fp32 allreduces, no hang, nothing left in
+#                                    a host's /dev/shm. TUTTI_SHRINK_REPEAT=K runs each K times.
 set -uo pipefail
-build=${1:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
-part=${2:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults}
+build=${1:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults|shrink}
+part=${2:?usage: multinode.sh BUILD_DIR hier|ifaces|launchers|train|faults|shrink}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 cluster="$root/scripts/cluster.sh"
@@ -42,6 +52,7 @@ build=$(cd "$build" && pwd)
 bench="$build/bench/tutti-bench"
 check="$build/tests/multinode_check"
 faults="$build/tests/multinode_faults"
+shrink="$build/tests/multinode_shrink"
 
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
     echo "1..0 # SKIP needs root and iproute2"
@@ -430,12 +441,73 @@ part_faults() {
     done
 }
 
+# shrink_trial DESC VICTIM [SECOND DELAY]: one run of multinode_shrink on the cluster (2 hosts x
+# 2 ranks): VICTIM SIGKILLed 0.2 s after every rank is ready; SECOND, if given, SIGKILLs itself
+# DELAY s after its own allreduce failed (during the shrink). Passes when every other rank
+# prints "verdict ok", none "verdict bad", and the hosts' /dev/shm are empty.
+shrink_trial() {
+    local desc=$1 victim=$2 second=${3:-} delay=${4:-}
+    local d="$tmp/shrink$n" i pid="" lp rc r want=() missing="" t0 t1
+    rm -rf "$d" && mkdir -p "$d"
+    for r in 0 1 2 3; do
+        [ "$r" = "$victim" ] || [ "$r" = "$second" ] || want+=("$r")
+    done
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    launch env --timeout 90 -- env TUTTI_TIMEOUT=20 "$shrink" "$d" "$victim" $second $delay &
+    lp=$!
+    for ((i = 0; i < 600; i++)); do # up to 30 s for the job to be set up
+        [ "$(ls "$d" | grep -c '^ready\.')" = 4 ] && break
+        sleep 0.05
+    done
+    sleep 0.2
+    date +%s.%N >"$d/fault_at.tmp" && mv "$d/fault_at.tmp" "$d/fault_at"
+    pid=$(cat "$d/pid.$victim" 2>/dev/null) && kill -KILL "$pid"
+    wait "$lp"
+    rc=$?
+    t1=$(date +%s.%N)
+    local left
+    left=$(ls -A "$state_dir"/shm-h* 2>/dev/null | grep -v ':$' | grep -v '^$')
+    if [ -z "$pid" ]; then
+        notok "$desc: no pid to signal" "$tmp/out"
+        return
+    fi
+    for r in "${want[@]}"; do
+        grep -q "^verdict ok rank $r: shrunk to ${#want[@]} ranks" "$tmp/out" || missing+=" $r"
+    done
+    if [ -z "$missing" ] && [ "$(grep -c '^verdict ok' "$tmp/out")" = ${#want[@]} ] &&
+        ! grep -q '^verdict bad' "$tmp/out" && [ -z "$left" ]; then
+        local most job
+        most=$(grep '^verdict ok' "$tmp/out" | sed 's/.* in \([0-9.]*\) s (.*/\1/' | sort -n | tail -1)
+        job=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+        ok "$desc: ranks ${want[*]} left, shrunk in $most s at most ($job s for the job)"
+    else
+        echo "no verdict ok from rank(s):${missing:- none}; left in the hosts' /dev/shm: ${left:-nothing}; exit status $rc" >>"$tmp/out"
+        notok "$desc" "$tmp/out"
+    fi
+}
+
+part_shrink() {
+    up 2 --ranks-per-host 2
+    state_dir="${TUTTI_CLUSTER_STATE:-/run/tutti-cluster}/$name"
+    local i k=${TUTTI_SHRINK_REPEAT:-1}
+    for ((i = 1; i <= k; i++)); do
+        shrink_trial "kill rank 0 (the store's owner) in allreduces, survivors shrink (try $i)" 0
+        shrink_trial "kill rank 3 (the other host) in allreduces, survivors shrink (try $i)" 3
+        shrink_trial "kill rank 1, then rank 2 (the other host) 0.05 s into the shrink (try $i)" 1 2 0.05
+        shrink_trial "kill rank 2, then rank 0 (the shrink's coordinator) 0.05 s into it (try $i)" 2 0 0.05
+        # rank 2 dies after its shrink returned: the new communicator fails, shrunk again
+        shrink_trial "kill rank 1, then rank 2 1 s later, in the shrunk communicator (try $i)" 1 2 1.0
+    done
+}
+
 case $part in
 hier) part_hier ;;
 ifaces) part_ifaces ;;
 launchers) part_launchers ;;
 train) part_train ;;
 faults) part_faults ;;
+shrink) part_shrink ;;
 *) echo "multinode.sh: unknown part $part" >&2; exit 2 ;;
 esac
 echo "1..$n"

@@ -240,6 +240,11 @@ static int exclude_body(int rank, int size, void *arg)
     if ((st = tutti_barrier(comm, NULL)) != TUTTI_OK)
         return th_fail("a barrier after the refused shrinks: %d: %s", st,
                        tutti_comm_last_error(comm));
+    /* Every rank out of the barrier before any shrinks: a shrink ends the old communicator at
+     * once, and a peer still inside its last collective would fail there. */
+    __atomic_add_fetch(&th_shared()->counter, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&th_shared()->counter, __ATOMIC_SEQ_CST) < size)
+        usleep(1000);
     const int three[1] = {3};
     st = tutti_comm_shrink(comm, rank == 3 ? NULL : three, rank == 3 ? 0 : 1, &nc);
     if (rank == 3) {

@@ -30,6 +30,8 @@ enum { MAIL_VIEW = 0, MAIL_DECIDE = 1 };
 #define VIEW_MAGIC 0x56524853u   /* "SHRV" */
 #define DECIDE_MAGIC 0x44524853u /* "SHRD" */
 #define POLL_MS 20
+/* A DECIDE's fixed part: magic, call, attempt (8), ip (64), port, n, salt. */
+#define DECIDE_FIXED (4 + 4 + 8 + 64 + 4 + 4 + TUTTI__AUTH_KEY)
 
 /* A DECIDE on the wire: this header, then n 4-byte ranks, every integer little-endian. */
 typedef struct decide_hdr {
@@ -275,17 +277,20 @@ static tutti_status_t coordinate(shrink_t *s, uint64_t attempt, tutti_comm_t **o
         if (st < 0) /* it died: decide again without it */
             goto out;
     }
-    /* A rank that called but is left out (another's list excludes it) learns so, and ends;
-     * the store's address and salt are not for it. */
+    /* A rank left out that calls (another's list excludes it), now or later, learns so from
+     * its mail and ends; the store's address and salt are not for it. Best effort, briefly: a
+     * stopped rank does not read. */
     memset(msg + 16, 0, 64 + 4 + 4 + TUTTI__AUTH_KEY);
     put32(msg + 84, (uint32_t)n);
+    double brief = tutti__now() + 1.0;
     for (int r = 0, i = 0; r < s->size; r++) {
         if (i < n && members[i] == r) {
             i++;
             continue;
         }
-        if (!gone(s, r) && read_view(s, r))
-            (void)tutti__live_mail_send(s->live, r, MAIL_DECIDE, msg, len, s->deadline);
+        if (!gone(s, r))
+            (void)tutti__live_mail_send(s->live, r, MAIL_DECIDE, msg, len,
+                                        brief < s->deadline ? brief : s->deadline);
     }
     memset(msg, 0, len);
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: tutti_comm_shrink: %d of %d ranks go on (attempt %llu)",
@@ -311,56 +316,105 @@ static tutti_status_t send_view(shrink_t *s, int to, const unsigned char *mine)
     return tutti__live_mail_send(s->live, to, MAIL_VIEW, v, len, s->deadline);
 }
 
-/* take_decide checks coordinator c's DECIDE in s->mail (len bytes) and, when this rank can act
- * on it, creates the communicator it names. TUTTI_ERR_INVALID_ARG: garbled or of another call
- * (ignored); TUTTI_ERR_PEER_FAILED: it names a rank known dead (wait for the next); a
- * decision that leaves this rank out ends the call with an error. */
-static tutti_status_t take_decide(shrink_t *s, int c, size_t len, tutti_comm_t **out, bool *final)
+/* parse_decide checks the DECIDE that rank q mailed (s->mail, len bytes): *members gets its
+ * members (a malloc'd array, *n of them, ascending from q) and *crank this rank's place among
+ * them, or -1. An error when it is garbled or of another call (TUTTI_ERR_INVALID_ARG), or names
+ * a rank known dead (TUTTI_ERR_PEER_FAILED: wait for the next one). */
+static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, int **members, int *n,
+                                   int *crank)
 {
     const unsigned char *m = s->mail;
-    size_t fixed = 4 + 4 + 8 + 64 + 4 + 4 + TUTTI__AUTH_KEY;
-    *final = false;
-    if (len < fixed || get32(m) != DECIDE_MAGIC)
+    *members = NULL;
+    *crank = -1;
+    if (len < DECIDE_FIXED || get32(m) != DECIDE_MAGIC)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
-                                "decision (%zu bytes)", c, len);
+                                "decision (%zu bytes)", q, len);
     if (get32(m + 4) != s->call)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed the decision of another "
-                                "shrink call (%u, this is %u)", c, get32(m + 4), s->call);
-    char ip[64];
-    memcpy(ip, m + 16, sizeof ip);
-    uint32_t port = get32(m + 80), n = get32(m + 84);
-    const uint8_t *salt = m + 88;
-    if (memchr(ip, '\0', sizeof ip) == NULL || port > 65535 || n < 2 ||
-        n > (uint32_t)s->size || len != fixed + 4 * (size_t)n)
+                                "shrink call (%u, this is %u)", q, get32(m + 4), s->call);
+    uint32_t port = get32(m + 80), cnt = get32(m + 84);
+    if (memchr(m + 16, '\0', 64) == NULL || port > 65535 || cnt < 1 ||
+        cnt > (uint32_t)s->size || len != DECIDE_FIXED + 4 * (size_t)cnt)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
-                                "decision (%u members, port %u, %zu bytes)", c, n, port, len);
-    int *members = malloc((size_t)n * sizeof *members), crank = -1;
-    if (members == NULL)
+                                "decision (%u members, port %u, %zu bytes)", q, cnt, port, len);
+    int *got = malloc((size_t)cnt * sizeof *got);
+    if (got == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
     tutti_status_t st = TUTTI_OK;
-    for (uint32_t i = 0; i < n && st == TUTTI_OK; i++) {
-        uint32_t r = get32(m + fixed + 4 * i);
-        if (r >= (uint32_t)s->size || (i > 0 && (int)r <= members[i - 1]) || (i == 0 && r != (uint32_t)c))
+    for (uint32_t i = 0; i < cnt && st == TUTTI_OK; i++) {
+        uint32_t r = get32(m + DECIDE_FIXED + 4 * i);
+        if (r >= (uint32_t)s->size || (i > 0 && (int)r <= got[i - 1]) ||
+            (i == 0 && r != (uint32_t)q))
             st = tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a shrink decision whose "
-                                  "members are not ascending ranks from it", c);
-        members[i] = (int)r;
+                                  "members are not ascending ranks from it", q);
+        got[i] = (int)r;
         if ((int)r == s->rank)
-            crank = (int)i;
-        else if (st == TUTTI_OK && tutti__live_dead(s->live, (int)r))
+            *crank = (int)i;
+    }
+    if (st == TUTTI_OK && *crank >= 0 && cnt < 2) /* a communicator of one is never mailed */
+        st = tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
+                              "decision (one member)", q);
+    for (uint32_t i = 0; i < cnt && st == TUTTI_OK; i++)
+        if (got[i] != s->rank && tutti__live_dead(s->live, got[i]))
             st = tutti__set_error(TUTTI_ERR_PEER_FAILED, "rank %d's shrink decision names rank "
-                                  "%d, which died", c, (int)r);
+                                  "%d, which died", q, got[i]);
+    if (st < 0) {
+        free(got);
+        return st;
     }
-    if (st == TUTTI_OK && crank < 0) {
-        *final = true;
-        st = tutti__set_error(TUTTI_ERR_PEER_FAILED,
-                              "tutti_comm_shrink: rank %d left this rank (%d) out of the shrunk "
-                              "communicator: it was excluded, or taken for dead",
-                              c, s->rank);
+    *members = got;
+    *n = (int)cnt;
+    return TUTTI_OK;
+}
+
+/* await_decide reads the DECIDE mail that came since the last pass. From coordinator c, one
+ * that names this rank is acted on: the communicator it names is created (*acted). From any
+ * rank still alive, one that leaves this rank out ends the call (*final): that rank decided
+ * without it, and its coordinator may have destroyed the old communicator since. */
+static tutti_status_t await_decide(shrink_t *s, int c, tutti_comm_t **out, bool *acted,
+                                   bool *final)
+{
+    *acted = *final = false;
+    for (int q = 0; q < s->size; q++) {
+        size_t len;
+        if (q == s->rank)
+            continue;
+        uint64_t gen = tutti__live_mail_read(s->live, q, MAIL_DECIDE, s->mail,
+                                             tutti__live_mail_cap(s->live), &len);
+        if (gen <= s->seen[q])
+            continue;
+        s->seen[q] = gen;
+        int n = 0, crank, *members;
+        tutti_status_t st = parse_decide(s, q, len, &members, &n, &crank);
+        if (st < 0) {
+            if (q != c)
+                continue;
+            *acted = true; /* unusable: counted as a failed attempt */
+            return st;
+        }
+        if (crank < 0 && !tutti__live_dead(s->live, q)) {
+            free(members);
+            *final = true;
+            return tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                                    "tutti_comm_shrink: rank %d left this rank (%d) out of the "
+                                    "shrunk communicator: it was excluded, or taken for dead",
+                                    q, s->rank);
+        }
+        if (q != c || crank < 0) {
+            free(members);
+            continue;
+        }
+        const unsigned char *m = s->mail;
+        char ip[64];
+        memcpy(ip, m + 16, sizeof ip);
+        s->coord = c;
+        s->attempt_gen = gen;
+        *acted = true;
+        st = create(s, members, n, crank, NULL, ip, (int)get32(m + 80), m + 88, out);
+        free(members);
+        return st;
     }
-    if (st == TUTTI_OK)
-        st = create(s, members, (int)n, crank, NULL, ip, (int)port, salt, out);
-    free(members);
-    return st;
+    return TUTTI_OK;
 }
 
 /* ---- the call ---------------------------------------------------------------------------------- */
@@ -421,12 +475,8 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
         tutti__comm_fail(comm, TUTTI_ERR_ABORTED, msg);
         tutti__live_notify_failed(s.live, TUTTI_ERR_ABORTED, comm->seq, false, -1);
     }
-    for (int r = 0; r < size && size > 1; r++) {
-        size_t len;
-        s.seen[r] = tutti__live_mail_read(s.live, r, MAIL_DECIDE, NULL, 0, &len);
-    }
     char last[TUTTI__ERRLEN] = "";
-    for (uint64_t attempt = 1;; attempt++) {
+    for (uint64_t attempt = 1;;) {
         if (tutti__now() >= s.deadline) {
             st = tutti__set_error(TUTTI_ERR_TIMEOUT, "tutti_comm_shrink: rank %d gave up after "
                                   "%.3g s (TUTTI_TIMEOUT)%s%s", comm->rank,
@@ -439,32 +489,28 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
         if (c == s.rank) {
             s.coord = c;
             st = coordinate(&s, attempt, newcomm);
+            attempt++;
         } else {
             if (!s.viewed[c]) {
                 s.viewed[c] = send_view(&s, c, mine) == TUTTI_OK;
                 continue; /* failed: c died, and the next pass finds another */
             }
-            size_t len;
-            uint64_t gen = tutti__live_mail_read(s.live, c, MAIL_DECIDE, s.mail,
-                                                 tutti__live_mail_cap(s.live), &len);
-            if (gen <= s.seen[c]) {
+            bool acted, final;
+            st = await_decide(&s, c, newcomm, &acted, &final);
+            if (final)
+                break;
+            if (!acted) {
                 tutti__live_wait(s.live, POLL_MS);
                 continue;
             }
-            s.seen[c] = gen;
-            s.coord = c;
-            s.attempt_gen = gen;
-            bool final;
-            st = take_decide(&s, c, len, newcomm, &final);
-            if (final)
-                break;
+            attempt++;
         }
         if (st == TUTTI_OK || st == TUTTI_ERR_NO_MEMORY || st == TUTTI_ERR_TIMEOUT)
             break;
         /* Someone died meanwhile (or the decision was unusable): try again. */
         snprintf(last, sizeof last, "%s", tutti__tls_error());
         TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: tutti_comm_shrink: attempt %llu failed (%s); "
-                   "trying again", comm->rank, (unsigned long long)attempt, last);
+                   "trying again", comm->rank, (unsigned long long)attempt - 1, last);
     }
 out:
     if (st < 0 && *newcomm == NULL)

@@ -253,7 +253,7 @@ TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *comm, const int *
 /**
  * Shrink (MPI_Comm_shrink, ncclCommShrink): a new communicator of comm's ranks that are still
  * alive, less the ones in exclude, renumbered in order of their rank in comm; for going on after
- * a rank died (docs/faults.md, "Shrinking"). Every surviving rank that is not excluded calls
+ * a rank died (docs/shrink.md). Every surviving rank that is not excluded calls
  * it, with the same exclude list; it needs neither comm's collectives nor its rank 0 (the
  * survivors agree over the liveness connections, and the lowest survivor serves the new
  * store), and it goes on if more ranks die while it runs. comm is marked failed (its

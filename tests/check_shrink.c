@@ -207,11 +207,23 @@ START_TEST(test_kill_and_shrink)
 }
 END_TEST
 
-/* Nobody dies: ranks 0-2 exclude rank 3, which calls without excluding anything and is told
- * that it was left out. Bad lists first: refused, and the communicator still works. */
+typedef struct xcase {
+    const char *tp;
+    int out;        /* the rank the others exclude; it calls without excluding anything */
+    int late_ms;    /* it calls this late (after the others have their new communicator) */
+} xcase_t;
+
+static const xcase_t xcases[] = {
+    {"shm", 3, 0}, {"ofi", 3, 0}, {"shm", 0, 0}, {"ofi", 0, 0}, {"shm", 3, 1500},
+};
+
+/* Nobody dies: the others exclude rank `out`, which calls without excluding anything (rank 0,
+ * the lowest, would otherwise take itself for the coordinator), at once or late, and is told
+ * that it was left out. Bad lists first, on the odd ranks only: refused, they change nothing
+ * (the later shrink still meets the ranks that made none), and the communicator still works. */
 static int exclude_body(int rank, int size, void *arg)
 {
-    (void)arg;
+    const xcase_t *xc = arg;
     tutti_comm_t *comm = NULL, *nc = (tutti_comm_t *)&rank;
     tutti_status_t st = tutti_comm_init_env(NULL, &comm);
     if (st != TUTTI_OK)
@@ -224,7 +236,7 @@ static int exclude_body(int rank, int size, void *arg)
         const char *what;
     } refused[] = {{self, 1, "itself"}, {out, 1, "out of range"}, {neg, 1, "negative"},
                    {NULL, 1, "NULL with 1"}, {twice, 2, "twice"}, {self, -1, "count -1"}};
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0] && rank % 2 == 1; i++) {
         st = tutti_comm_shrink(comm, refused[i].list, refused[i].n, &nc);
         if (st != TUTTI_ERR_INVALID_ARG || nc != NULL)
             bad = th_fail("shrink excluding %s: %d (%s), newcomm %p; expected "
@@ -235,7 +247,7 @@ static int exclude_body(int rank, int size, void *arg)
                           refused[i].what, tutti_last_error());
         nc = (tutti_comm_t *)&rank;
     }
-    if (tutti_comm_shrink(comm, NULL, 0, NULL) != TUTTI_ERR_INVALID_ARG)
+    if (rank % 2 == 1 && tutti_comm_shrink(comm, NULL, 0, NULL) != TUTTI_ERR_INVALID_ARG)
         bad = th_fail("shrink with newcomm NULL was not refused");
     if ((st = tutti_barrier(comm, NULL)) != TUTTI_OK)
         return th_fail("a barrier after the refused shrinks: %d: %s", st,
@@ -245,23 +257,26 @@ static int exclude_body(int rank, int size, void *arg)
     __atomic_add_fetch(&th_shared()->counter, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&th_shared()->counter, __ATOMIC_SEQ_CST) < size)
         usleep(1000);
-    const int three[1] = {3};
-    st = tutti_comm_shrink(comm, rank == 3 ? NULL : three, rank == 3 ? 0 : 1, &nc);
-    if (rank == 3) {
+    const int out1[1] = {xc->out};
+    if (rank == xc->out && xc->late_ms > 0)
+        usleep((useconds_t)xc->late_ms * 1000);
+    st = tutti_comm_shrink(comm, rank == xc->out ? NULL : out1, rank == xc->out ? 0 : 1, &nc);
+    if (rank == xc->out) {
         if (st != TUTTI_ERR_PEER_FAILED || nc != NULL ||
-            strstr(tutti_last_error(), "left this rank") == NULL)
+            strstr(tutti_last_error(), "out of the shrunk communicator") == NULL)
             bad = th_fail("the excluded rank: %d (%s): %s; expected TUTTI_ERR_PEER_FAILED "
                           "saying it was left out", st, tutti_strerror(st), tutti_last_error());
     } else if (st != TUTTI_OK) {
-        bad = th_fail("shrink excluding rank 3: %d (%s): %s", st, tutti_strerror(st),
+        bad = th_fail("shrink excluding rank %d: %d (%s): %s", xc->out, st, tutti_strerror(st),
                       tutti_last_error());
     } else {
-        if (tutti_comm_size(nc) != 3 || tutti_comm_rank(nc) != rank)
-            bad = th_fail("rank %d of %d after excluding rank 3", tutti_comm_rank(nc),
-                          tutti_comm_size(nc));
-        int rc = check_comm(nc, rank, 1u << 3);
+        int want = rank - (rank > xc->out);
+        if (tutti_comm_size(nc) != 3 || tutti_comm_rank(nc) != want)
+            bad = th_fail("rank %d of %d after excluding rank %d; expected rank %d of 3",
+                          tutti_comm_rank(nc), tutti_comm_size(nc), xc->out, want);
+        int rc = check_comm(nc, rank, 1u << xc->out);
         if (rc != TUTTI_OK && rc != -1000)
-            bad = th_fail("collectives after excluding rank 3: %d: %s", rc,
+            bad = th_fail("collectives after excluding rank %d: %d: %s", xc->out, rc,
                           tutti_comm_last_error(nc));
         bad |= rc != TUTTI_OK;
         if (tutti_comm_destroy(nc) != TUTTI_OK)
@@ -275,13 +290,14 @@ static int exclude_body(int rank, int size, void *arg)
 
 START_TEST(test_exclude)
 {
-    static const char *const tps[] = {"shm", "ofi"};
+    const xcase_t *xc = &xcases[_i];
     th_opts_t o = TH_OPTS_INIT;
-    o.transport = tps[_i];
+    o.transport = xc->tp;
     o.timeout_s = 60;
     o.rank_timeout_s = 20;
-    ck_assert_msg(th_run_opts(4, &o, exclude_body, NULL) == 0, "exclude over %s: see stderr",
-                  tps[_i]);
+    ck_assert_msg(th_run_opts(4, &o, exclude_body, (void *)xc) == 0,
+                  "rank %d excluded over %s (calling %d ms late): see stderr", xc->out, xc->tp,
+                  xc->late_ms);
 }
 END_TEST
 
@@ -294,7 +310,7 @@ static Suite *shrink_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("exclude");
     tcase_set_timeout(tc, 70);
-    tcase_add_loop_test(tc, test_exclude, 0, 2);
+    tcase_add_loop_test(tc, test_exclude, 0, (int)(sizeof xcases / sizeof xcases[0]));
     suite_add_tcase(s, tc);
     return s;
 }

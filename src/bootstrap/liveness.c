@@ -711,9 +711,18 @@ tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadl
  * Holds l->mu, so that no connection is closed (and its descriptor reused) meanwhile. */
 static void send_all(tutti__liveness_t *l, const void *b, size_t len)
 {
-    for (int r = 0; r < l->size; r++)
-        if (l->peers[r].fd >= 0)
-            (void)!send(l->peers[r].fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    for (int r = 0; r < l->size; r++) {
+        int fd = l->peers[r].fd;
+        if (fd < 0)
+            continue;
+        ssize_t n = send(fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* A record cut in two would garble the stream (the peer would read the next record's
+         * bytes as its tail): the rest goes out, or the link is shut (the peer then counts
+         * this rank dead, which a rank that cannot be written to for a second nearly is). */
+        if (n > 0 && (size_t)n < len &&
+            tutti__sock_send(fd, (const char *)b + n, len - (size_t)n, tutti__now() + 1.0) != 0)
+            shutdown(fd, SHUT_RDWR);
+    }
 }
 
 static int64_t coarse_ms(void)
@@ -884,8 +893,11 @@ tutti_status_t tutti__live_mail_send(tutti__liveness_t *l, int rank, int kind, c
     /* Under the lock, whole: a heartbeat or notice must not land inside the record. */
     pthread_mutex_lock(&l->mu);
     peer_t *p = &l->peers[rank];
-    if (p->fd >= 0 && !l->forked)
+    if (p->fd >= 0 && !l->forked) {
         err = tutti__sock_sendv(p->fd, iov, len > 0 ? 2 : 1, deadline);
+        if (err != 0) /* a part may have gone: what follows would be read as its tail */
+            shutdown(p->fd, SHUT_RDWR);
+    }
     pthread_mutex_unlock(&l->mu);
     if (err == 0)
         return TUTTI_OK;

@@ -95,13 +95,15 @@ bool tutti__bs_cancelled(tutti__bootstrap_t *bs)
 static int wait_key(tutti__bootstrap_t *bs, const char *key, void *val, size_t len)
 {
     for (;;) {
-        if (tutti__bs_cancelled(bs))
-            return TUTTI_ERR_PEER_FAILED;
         double left = bs->deadline - tutti__now();
         double slice = left < SLICE_S ? left : SLICE_S;
         int rc = get_once(bs, key, val, len, slice > 0 ? slice : 0);
         if (rc != 1)
             return rc;
+        /* Asked only for a key that is not there: a creation whose keys are all in finishes on
+         * every rank, whatever happened meanwhile. */
+        if (tutti__bs_cancelled(bs))
+            return TUTTI_ERR_PEER_FAILED;
         if (left <= SLICE_S)
             return 1;
     }

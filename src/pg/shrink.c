@@ -50,6 +50,7 @@ typedef struct shrink {
                                   mail of the one before) */
     unsigned char *excluded;   /* per rank: this rank's list, or a VIEW's, excludes it */
     uint64_t *seen;            /* per rank: the DECIDE mails from it already acted on */
+    uint64_t *out_seen;        /* ... and already looked at for one that leaves this rank out */
     bool *viewed;              /* per rank: VIEW mailed to it already */
     unsigned char *mail;       /* a mail buffer of tutti__live_mail_cap bytes */
     double deadline;
@@ -57,6 +58,7 @@ typedef struct shrink {
     const int *members;
     int nmembers, coord;
     uint64_t attempt_gen;
+    bool final;                /* this call ends with the error set (left out; others went on) */
 } shrink_t;
 
 static void put32(unsigned char *p, uint32_t v)
@@ -149,7 +151,7 @@ static tutti_status_t create(shrink_t *s, const int *members, int n, int crank,
             derive_auth(c, salt, &auth);
             /* The coordinator listens before it mails the address: a refusal means it died,
              * so the connection is not retried for long. */
-            double d = tutti__now() + 5.0;
+            double d = tutti__now() + 2.0;
             st = tutti__store_open(crank, n, ip, port, &auth, d < s->deadline ? d : s->deadline,
                                    &store);
             memset(&auth, 0, sizeof auth);
@@ -188,22 +190,44 @@ static bool read_view(shrink_t *s, int r)
     return true;
 }
 
+static bool left_out(shrink_t *s);
+
 /* gather waits until every rank that is neither gone nor excluded has mailed its VIEW (or is
- * gone); members[] gets this rank and them, ascending. */
+ * gone); members[] gets this rank and them, ascending. It ends the call (s->final) when a VIEW
+ * or a decision leaves this rank out, or when a rank that mailed its VIEW of this call has
+ * destroyed the old communicator since: the others went on without this rank, and a
+ * communicator made of what is left here would train apart from them. */
 static tutti_status_t gather(shrink_t *s, int *members, int *n)
 {
     double start = tutti__now();
     for (;;) {
         int missing = -1, nmissing = 0;
         *n = 0;
+        if (left_out(s))
+            return TUTTI_ERR_PEER_FAILED;
         for (int r = 0; r < s->size; r++) {
             if (r == s->rank) {
                 members[(*n)++] = r;
                 continue;
             }
+            bool viewed = read_view(s, r);
+            if (s->excluded[s->rank]) {
+                s->final = true;
+                return tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                                        "tutti_comm_shrink: rank %d excludes this rank (%d): it "
+                                        "is left out of the shrunk communicator", r, s->rank);
+            }
+            if (viewed && tutti__live_left(s->live, r)) {
+                s->final = true;
+                return tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                                        "tutti_comm_shrink: rank %d took part in this shrink and "
+                                        "has gone on (it destroyed the old communicator) without "
+                                        "this rank (%d), whose part failed: this rank is out",
+                                        r, s->rank);
+            }
             if (gone(s, r) || s->excluded[r])
                 continue;
-            if (read_view(s, r) && !s->excluded[r]) {
+            if (viewed && !s->excluded[r]) {
                 members[(*n)++] = r;
                 continue;
             }
@@ -222,10 +246,11 @@ static tutti_status_t gather(shrink_t *s, int *members, int *n)
         if (tutti__now() >= s->deadline)
             return tutti__set_error(TUTTI_ERR_TIMEOUT,
                                     "tutti_comm_shrink: rank %d waited %.3g s for %d rank(s) "
-                                    "(rank %d first) that neither died nor called "
-                                    "tutti_comm_shrink: every surviving rank must call it; pass "
-                                    "a rank that is stopped or stuck in its exclude list, or "
-                                    "raise TUTTI_TIMEOUT",
+                                    "(rank %d first) that neither died nor sent it their view: "
+                                    "they did not call tutti_comm_shrink, or took another rank "
+                                    "for the coordinator (every rank must pass the same exclude "
+                                    "list); exclude a rank that is stopped or stuck, or raise "
+                                    "TUTTI_TIMEOUT",
                                     s->rank, tutti__now() - start, nmissing, missing);
         tutti__live_wait(s->live, POLL_MS);
     }
@@ -306,14 +331,15 @@ out:
 
 /* ---- a member --------------------------------------------------------------------------------- */
 
-static tutti_status_t send_view(shrink_t *s, int to, const unsigned char *mine)
+static tutti_status_t send_view(shrink_t *s, int to, const unsigned char *mine, double deadline)
 {
     size_t len = 8 + ((size_t)s->size + 7) / 8;
     unsigned char *v = s->mail;
     put32(v, VIEW_MAGIC);
     put32(v + 4, s->call);
     memcpy(v + 8, mine, len - 8);
-    return tutti__live_mail_send(s->live, to, MAIL_VIEW, v, len, s->deadline);
+    return tutti__live_mail_send(s->live, to, MAIL_VIEW, v, len,
+                                 deadline < s->deadline ? deadline : s->deadline);
 }
 
 /* parse_decide checks the DECIDE that rank q mailed (s->mail, len bytes): *members gets its
@@ -367,54 +393,91 @@ static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, int **members
     return TUTTI_OK;
 }
 
-/* await_decide reads the DECIDE mail that came since the last pass. From coordinator c, one
- * that names this rank is acted on: the communicator it names is created (*acted). From any
- * rank still alive, one that leaves this rank out ends the call (*final): that rank decided
- * without it, and its coordinator may have destroyed the old communicator since. */
-static tutti_status_t await_decide(shrink_t *s, int c, tutti_comm_t **out, bool *acted,
-                                   bool *final)
+/* left_out reads the DECIDE mail that came since the last look from every rank still alive
+ * (or gone on: its decision came before its goodbye): one that leaves this rank out ends the
+ * call (s->final, the error set); true then. The others stay in the mailboxes. */
+static bool left_out(shrink_t *s)
 {
-    *acted = *final = false;
     for (int q = 0; q < s->size; q++) {
         size_t len;
-        if (q == s->rank)
+        if (q == s->rank || tutti__live_dead(s->live, q))
             continue;
         uint64_t gen = tutti__live_mail_read(s->live, q, MAIL_DECIDE, s->mail,
                                              tutti__live_mail_cap(s->live), &len);
-        if (gen <= s->seen[q])
+        if (gen <= s->out_seen[q])
             continue;
-        s->seen[q] = gen;
-        int n = 0, crank, *members;
-        tutti_status_t st = parse_decide(s, q, len, &members, &n, &crank);
-        if (st < 0) {
-            if (q != c)
-                continue;
-            *acted = true; /* unusable: counted as a failed attempt */
-            return st;
-        }
-        if (crank < 0 && !tutti__live_dead(s->live, q)) {
-            free(members);
-            *final = true;
-            return tutti__set_error(TUTTI_ERR_PEER_FAILED,
-                                    "tutti_comm_shrink: rank %d left this rank (%d) out of the "
-                                    "shrunk communicator: it was excluded, or taken for dead",
-                                    q, s->rank);
-        }
-        if (q != c || crank < 0) {
-            free(members);
+        s->out_seen[q] = gen;
+        int n, crank, *members;
+        if (parse_decide(s, q, len, &members, &n, &crank) < 0)
             continue;
-        }
-        const unsigned char *m = s->mail;
-        char ip[64];
-        memcpy(ip, m + 16, sizeof ip);
-        s->coord = c;
-        s->attempt_gen = gen;
-        *acted = true;
-        st = create(s, members, n, crank, NULL, ip, (int)get32(m + 80), m + 88, out);
         free(members);
-        return st;
+        if (crank < 0) {
+            s->final = true;
+            tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                             "tutti_comm_shrink: rank %d left this rank (%d) out of the shrunk "
+                             "communicator: it was excluded, or taken for dead",
+                             q, s->rank);
+            return true;
+        }
     }
-    return TUTTI_OK;
+    return false;
+}
+
+/* await_decide acts on a DECIDE from coordinator c that came since the last look and names
+ * this rank: it creates the communicator it names (*acted). One that is garbled or names a
+ * rank known dead is passed over: the coordinator decides again once it sees that death. */
+static tutti_status_t await_decide(shrink_t *s, int c, tutti_comm_t **out, bool *acted)
+{
+    size_t len;
+    *acted = false;
+    uint64_t gen = tutti__live_mail_read(s->live, c, MAIL_DECIDE, s->mail,
+                                         tutti__live_mail_cap(s->live), &len);
+    if (gen <= s->seen[c])
+        return TUTTI_OK;
+    s->seen[c] = gen;
+    int n = 0, crank, *members;
+    tutti_status_t st = parse_decide(s, c, len, &members, &n, &crank);
+    if (st < 0 || crank < 0) { /* left out: left_out() ends the call on its next look */
+        free(members);
+        return TUTTI_OK;
+    }
+    const unsigned char *m = s->mail;
+    char ip[64];
+    memcpy(ip, m + 16, sizeof ip);
+    s->coord = c;
+    s->attempt_gen = gen;
+    *acted = true;
+    st = create(s, members, n, crank, NULL, ip, (int)get32(m + 80), m + 88, out);
+    free(members);
+    return st;
+}
+
+static int count_dead(const shrink_t *s)
+{
+    int n = 0;
+    for (int r = 0; r < s->size; r++)
+        n += r != s->rank && tutti__live_dead(s->live, r);
+    return n;
+}
+
+/* worth_retrying tells whether a failed attempt failed for a death (seen within half a second:
+ * a dead process's sockets close together, but are read in turn) or because the coordinator
+ * moved on; any other failure (a rank's limits, a refused store) would only fail again. */
+static bool worth_retrying(shrink_t *s, int dead_before, int c)
+{
+    double until = tutti__now() + 0.5;
+    for (;;) {
+        size_t len;
+        int dead = -1;
+        (void)tutti__live_check_now(s->live, &dead);
+        if (count_dead(s) > dead_before || coordinator(s) != c ||
+            (c != s->rank &&
+             tutti__live_mail_read(s->live, c, MAIL_DECIDE, NULL, 0, &len) > s->attempt_gen))
+            return true;
+        if (tutti__now() >= until)
+            return false;
+        tutti__live_wait(s->live, POLL_MS);
+    }
 }
 
 /* ---- the call ---------------------------------------------------------------------------------- */
@@ -453,18 +516,21 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
     int size = comm->size;
     unsigned char *mine = calloc(((size_t)size + 7) / 8, 1);
     shrink_t s = {.comm = comm, .live = comm->net.live, .rank = comm->rank, .size = size,
-                  .call = __atomic_add_fetch(&comm->shrinks, 1, __ATOMIC_RELAXED),
                   .deadline = tutti__now() + tutti__net_timeout(&comm->net)};
     s.excluded = calloc((size_t)size, 1);
     s.seen = calloc((size_t)size, sizeof *s.seen);
+    s.out_seen = calloc((size_t)size, sizeof *s.out_seen);
     s.viewed = calloc((size_t)size, sizeof *s.viewed);
     tutti_status_t st = TUTTI_OK;
-    if (mine == NULL || s.excluded == NULL || s.seen == NULL || s.viewed == NULL ||
+    if (mine == NULL || s.excluded == NULL || s.seen == NULL || s.out_seen == NULL ||
+        s.viewed == NULL ||
         (size > 1 && (s.mail = malloc(tutti__live_mail_cap(s.live))) == NULL)) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto out;
     }
     TUTTI__CHECK_GOTO(check_exclude(comm, exclude, nexclude, mine), st, out);
+    /* Numbered once the call is accepted: a refused one must not put this rank ahead. */
+    s.call = __atomic_add_fetch(&comm->shrinks, 1, __ATOMIC_RELAXED);
     for (int r = 0; r < size; r++)
         s.excluded[r] = mine[r / 8] >> (r % 8) & 1;
     /* Operations still running on comm stop now, and the peers that wait in them are told. */
@@ -475,6 +541,10 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
         tutti__comm_fail(comm, TUTTI_ERR_ABORTED, msg);
         tutti__live_notify_failed(s.live, TUTTI_ERR_ABORTED, comm->seq, false, -1);
     }
+    /* Ranks this one excludes learn it too, should they call: best effort, briefly. */
+    for (int r = 0; r < size; r++)
+        if (s.excluded[r] && !gone(&s, r))
+            (void)send_view(&s, r, mine, tutti__now() + 1.0);
     char last[TUTTI__ERRLEN] = "";
     for (uint64_t attempt = 1;;) {
         if (tutti__now() >= s.deadline) {
@@ -485,32 +555,38 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
             break;
         }
         tutti__live_wait(s.live, 0);
-        int c = size > 1 ? coordinator(&s) : s.rank;
+        if (left_out(&s)) {
+            st = TUTTI_ERR_PEER_FAILED;
+            break;
+        }
+        int c = coordinator(&s), dead_before = count_dead(&s);
+        bool acted = false;
         if (c == s.rank) {
             s.coord = c;
             st = coordinate(&s, attempt, newcomm);
-            attempt++;
+            acted = true;
         } else {
             if (!s.viewed[c]) {
-                s.viewed[c] = send_view(&s, c, mine) == TUTTI_OK;
+                s.viewed[c] = send_view(&s, c, mine, s.deadline) == TUTTI_OK;
                 continue; /* failed: c died, and the next pass finds another */
             }
-            bool acted, final;
-            st = await_decide(&s, c, newcomm, &acted, &final);
-            if (final)
-                break;
-            if (!acted) {
-                tutti__live_wait(s.live, POLL_MS);
-                continue;
-            }
-            attempt++;
+            st = await_decide(&s, c, newcomm, &acted);
         }
-        if (st == TUTTI_OK || st == TUTTI_ERR_NO_MEMORY || st == TUTTI_ERR_TIMEOUT)
+        if (!acted) {
+            tutti__live_wait(s.live, POLL_MS);
+            continue;
+        }
+        attempt++;
+        if (st == TUTTI_OK || s.final || st == TUTTI_ERR_TIMEOUT)
             break;
-        /* Someone died meanwhile (or the decision was unusable): try again. */
         snprintf(last, sizeof last, "%s", tutti__tls_error());
+        if (!worth_retrying(&s, dead_before, c)) {
+            tutti__set_error(st, "tutti_comm_shrink: rank %d: %s", comm->rank, last);
+            break;
+        }
         TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: tutti_comm_shrink: attempt %llu failed (%s); "
-                   "trying again", comm->rank, (unsigned long long)attempt - 1, last);
+                   "a rank died meanwhile: trying again", comm->rank,
+                   (unsigned long long)attempt - 1, last);
     }
 out:
     if (st < 0 && *newcomm == NULL)
@@ -518,6 +594,7 @@ out:
     free(mine);
     free(s.excluded);
     free(s.seen);
+    free(s.out_seen);
     free(s.viewed);
     free(s.mail);
     return st;

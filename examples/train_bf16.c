@@ -424,13 +424,19 @@ static int shard(int b, int rank, int size, int *lo)
     return (int)((long long)b * (rank + 1) / size) - *lo;
 }
 
+/* Where this rank stands: its rank, the ranks, and its shard of a global batch of `batch`. */
+typedef struct place {
+    int rank, size, first, local;
+} place_t;
+
 /*
  * recover, after a collective failed on *comm (--elastic): every bucket's allreduce is let go,
  * the survivors shrink the communicator, and all take the new rank 0's parameters, momentum
  * and step (*step: this rank's step to go on from, in and out), so that a survivor that
- * finished one more step than another does not drift from it. Returns 0, or -1 after saying why.
+ * finished one more step than another does not drift from it; *pl gets this rank's new place
+ * and shard. Returns 0, or -1 after saying why.
  */
-static int recover(tutti_comm_t **comm, ddp_t *ddp, mlp_t *m, int *step)
+static int recover(tutti_comm_t **comm, ddp_t *ddp, mlp_t *m, int *step, int batch, place_t *pl)
 {
     double t0 = now_s();
     for (int i = 0; i < ddp->nbuckets; i++) {
@@ -463,6 +469,10 @@ static int recover(tutti_comm_t **comm, ddp_t *ddp, mlp_t *m, int *step)
     }
     mlp_refresh(m);
     *step = (int)at;
+    pl->rank = tutti_comm_rank(nc);
+    pl->size = tutti_comm_size(nc);
+    pl->local = shard(batch, pl->rank, pl->size, &pl->first);
+    m->batch = pl->local;
     if (rank_g == 0)
         printf("elastic: %d of %d ranks left; going on from step %d (recovery took %.3f s)\n",
                tutti_comm_size(nc), old_size, *step + 1, now_s() - t0);
@@ -492,9 +502,9 @@ int main(int argc, char **argv)
         fail_msg("cannot create the communicator: %s (%s)", tutti_strerror(st), tutti_last_error());
         return 1;
     }
-    int rank = tutti_comm_rank(comm), size = tutti_comm_size(comm);
-    const int launch_rank = rank;
-    rank_g = rank;
+    place_t pl = {.rank = tutti_comm_rank(comm), .size = tutti_comm_size(comm)};
+    const int launch_rank = pl.rank;
+    rank_g = pl.rank;
     int rc = 1;
     mlp_t *model = NULL;
     dataset_t train = {0}, test = {0};
@@ -504,15 +514,15 @@ int main(int argc, char **argv)
 
     /* DistributedSampler would pad or drop to split a batch; we refuse, so that a W-rank run
      * sees exactly the samples of the 1-rank run with the same global batch. */
-    if (o.batch % size != 0 && !o.elastic) {
-        if (rank == 0)
+    if (o.batch % pl.size != 0 && !o.elastic) {
+        if (pl.rank == 0)
             fail_msg("--batch %d is not a multiple of the %d ranks: every rank takes batch / ranks "
                      "samples of each global batch; choose a multiple of %d",
-                     o.batch, size, size);
+                     o.batch, pl.size, pl.size);
         rc = 2;
         goto out;
     }
-    int first, local = shard(o.batch, rank, size, &first);
+    pl.local = shard(o.batch, pl.rank, pl.size, &pl.first);
     int steps_per_epoch = o.train_size / o.batch;
 
     if (dataset_make(&train, o.seed, o.dim, o.classes, o.clusters, (float)o.sigma, 0,
@@ -524,16 +534,16 @@ int main(int argc, char **argv)
     }
     /* Each rank initializes on its own seed, as separate processes would; the broadcast from
      * rank 0 is what makes them equal (rank 0's initial weights are those of a 1-rank run). */
-    uint64_t init_seed = o.seed + 0x51ed2701ull * (uint64_t)rank;
+    uint64_t init_seed = o.seed + 0x51ed2701ull * (uint64_t)pl.rank;
     /* An elastic job's shard grows as ranks die: room for the whole batch. */
-    int rows_max = o.elastic ? o.batch : local;
+    int rows_max = o.elastic ? o.batch : pl.local;
     model = mlp_create(o.dim, o.hidden, o.layers, o.classes, rows_max, o.eval_rows, init_seed, gv);
     perm = malloc((size_t)o.train_size * sizeof *perm);
     xbuf = malloc((size_t)rows_max * o.dim * sizeof *xbuf);
     ybuf = malloc((size_t)rows_max * sizeof *ybuf);
     if (model == NULL || perm == NULL || xbuf == NULL || ybuf == NULL) {
         fail_msg("out of memory for the model (hidden %d, %d layers, batch %d)", o.hidden,
-                 o.layers, local);
+                 o.layers, pl.local);
         goto out;
     }
     st = tutti_broadcast(model->master, model->nparams, TUTTI_FLOAT32, 0, comm, NULL);
@@ -542,7 +552,7 @@ int main(int argc, char **argv)
         goto out;
     }
     mlp_refresh(model);
-    model->batch = local;
+    model->batch = pl.local;
 
     ddp.comm = comm;
     ddp.model = model;
@@ -552,9 +562,9 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    if (rank == 0) {
-        printf("train_bf16: %d rank%s, global batch %d (%d per rank), model %d", size,
-               size == 1 ? "" : "s", o.batch, local, o.dim);
+    if (pl.rank == 0) {
+        printf("train_bf16: %d rank%s, global batch %d (%d per rank), model %d", pl.size,
+               pl.size == 1 ? "" : "s", o.batch, pl.local, o.dim);
         for (int l = 0; l < o.layers; l++)
             printf("-%d", o.hidden);
         printf("-%d (%zu parameters), gemm %s, %d gradient bucket%s (", o.classes, model->nparams,
@@ -591,32 +601,29 @@ int main(int argc, char **argv)
                 perm[j] = t;
             }
         }
-        const int *idx = perm + (size_t)in_epoch * o.batch + (size_t)first;
-        for (int i = 0; i < local; i++) {
+        const int *idx = perm + (size_t)in_epoch * o.batch + (size_t)pl.first;
+        for (int i = 0; i < pl.local; i++) {
             memcpy(xbuf + (size_t)i * o.dim, train.x + (size_t)idx[i] * o.dim,
                    (size_t)o.dim * sizeof *xbuf);
             ybuf[i] = train.y[idx[i]];
         }
 
         double t0 = now_s();
-        train_loss += mlp_forward(model, xbuf, ybuf, local, NULL);
-        train_rows += local;
+        train_loss += mlp_forward(model, xbuf, ybuf, pl.local, NULL);
+        train_rows += pl.local;
         ddp.step = step;
         /* The mean over this shard, weighted by its share of the batch: TUTTI_AVG over the
          * ranks then gives the batch's mean, whatever the shards' sizes. */
-        mlp_backward(model, ybuf, (float)((double)local * size / o.batch), post_bucket, &ddp);
+        mlp_backward(model, ybuf, (float)((double)pl.local * pl.size / o.batch), post_bucket,
+                     &ddp);
         double t_bwd = now_s();
         int failed = ddp.post_error != TUTTI_OK;
         for (int i = 0; i < ddp.nbuckets && !failed && o.elastic; i++)
             failed = tutti_work_wait(ddp.buckets[i].work, -1.0) != TUTTI_OK;
         if (failed && o.elastic) {
             int at = step;
-            if (recover(&comm, &ddp, model, &at) != 0)
+            if (recover(&comm, &ddp, model, &at, o.batch, &pl) != 0)
                 goto out;
-            rank = tutti_comm_rank(comm);
-            size = tutti_comm_size(comm);
-            local = shard(o.batch, rank, size, &first);
-            model->batch = local;
             train_loss = train_rows = 0.0;
             step = at - 1; /* the loop's step++ goes to at */
             continue;
@@ -668,27 +675,23 @@ int main(int argc, char **argv)
             sums[0] = train_loss;
             sums[1] = train_rows;
             sums[2] = sums[3] = sums[4] = 0.0;
-            if (evaluate(model, &test, rank, size, comm, sums, !o.elastic) != 0) {
+            if (evaluate(model, &test, pl.rank, pl.size, comm, sums, !o.elastic) != 0) {
                 if (!o.elastic)
                     goto out;
                 int at = step + 1; /* this step is done: its evaluation is what is lost */
-                if (recover(&comm, &ddp, model, &at) != 0)
+                if (recover(&comm, &ddp, model, &at, o.batch, &pl) != 0)
                     goto out;
-                rank = tutti_comm_rank(comm);
-                size = tutti_comm_size(comm);
-                local = shard(o.batch, rank, size, &first);
-                model->batch = local;
                 train_loss = train_rows = 0.0;
                 if (at >= o.steps) { /* the last evaluation again, on the ranks left */
                     sums[0] = sums[1] = sums[2] = sums[3] = sums[4] = 0.0;
                     sums[1] = 1.0;
-                    if (evaluate(model, &test, rank, size, comm, sums, 1) != 0)
+                    if (evaluate(model, &test, pl.rank, pl.size, comm, sums, 1) != 0)
                         goto out;
                 }
                 step = at - 1;
                 continue;
             }
-            if (rank == 0)
+            if (pl.rank == 0)
                 printf("epoch %d: step %d train_loss=%.4f heldout_loss=%.4f heldout_accuracy=%.4f "
                        "time=%.2fs\n",
                        epoch + 1, step + 1, sums[0] / sums[1], sums[2] / sums[4],
@@ -700,7 +703,7 @@ int main(int argc, char **argv)
 
     if (o.param_hash) {
         int64_t h = (int64_t)mlp_hash(model);
-        int64_t *all = calloc((size_t)size, sizeof *all);
+        int64_t *all = calloc((size_t)pl.size, sizeof *all);
         if (all == NULL) {
             fail_msg("out of memory");
             goto out;
@@ -712,10 +715,10 @@ int main(int argc, char **argv)
             goto out;
         }
         int same = 1;
-        for (int r = 0; r < size; r++)
+        for (int r = 0; r < pl.size; r++)
             same &= all[r] == all[0];
-        if (rank == 0) {
-            for (int r = 0; r < size; r++)
+        if (pl.rank == 0) {
+            for (int r = 0; r < pl.size; r++)
                 printf("param_hash: rank %d %016" PRIx64 "\n", r, (uint64_t)all[r]);
             if (!same)
                 fail_msg("the ranks' final parameters differ (hashes above): data parallelism "
@@ -725,15 +728,15 @@ int main(int argc, char **argv)
         if (!same)
             goto out;
     }
-    if (o.save_params != NULL && save_params(&o, model, rank) != 0)
+    if (o.save_params != NULL && save_params(&o, model, pl.rank) != 0)
         goto out;
-    if (o.ref_params != NULL && rank == 0) {
+    if (o.ref_params != NULL && pl.rank == 0) {
         double dist;
         if (ref_distance(o.ref_params, model, &dist) != 0)
             goto out;
         printf("param_distance: %.6g (relative L2 to %s)\n", dist, o.ref_params);
     }
-    if (rank == 0) {
+    if (pl.rank == 0) {
         /* The 1-rank job has nothing to reduce: comm_s is the cost of tutti's self copy. */
         double overlap = comm_s > 0.0 ? 1.0 - exposed_s / comm_s : 0.0;
         overlap = overlap < 0.0 ? 0.0 : overlap;

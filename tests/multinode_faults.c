@@ -29,31 +29,12 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "multinode_files.h"
 #include "tutti.h"
 
 #define NFAM 7
 static const char *const fams[NFAM] = {"allreduce", "allgather", "alltoall", "reduce_scatter",
                                        "bcast", "reduce", "barrier"};
-
-static double now_real(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void touch(const char *dir, const char *what, int rank, const char *text)
-{
-    char p[4096], tmp[4200];
-    snprintf(p, sizeof p, "%s/%s.%d", dir, what, rank);
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    FILE *f = fopen(tmp, "w");
-    if (f == NULL)
-        return;
-    fprintf(f, "%s\n", text);
-    fclose(f);
-    rename(tmp, p); /* the script never reads half a file */
-}
 
 /* val is rank r's input element i of call k: small integers, exact in any summation order. */
 static float val(int r, size_t i, unsigned k) { return (float)((r + 1) * 3 + (int)((i + k) % 5)); }
@@ -149,20 +130,20 @@ int main(int argc, char **argv)
     int rank = tutti_comm_rank(comm), size = tutti_comm_size(comm);
     char buf[8192];
     snprintf(buf, sizeof buf, "%d", (int)getpid());
-    touch(dir, "pid", rank, buf);
+    mn_touch(dir, "pid", rank, buf);
     float *x = malloc(n * (size_t)size * sizeof *x), *y = malloc(n * (size_t)size * sizeof *y);
     if (x == NULL || y == NULL || tutti_barrier(comm, NULL) != TUTTI_OK) {
         printf("verdict bad rank %d: setup: %s\n", rank, tutti_comm_last_error(comm));
         return 2;
     }
-    touch(dir, "ready", rank, "1");
+    mn_touch(dir, "ready", rank, "1");
 
     const int cut = strcmp(cause, "unreachable") == 0;
     const char *bar = strchr(victims, '|');
     /* a cut: ranks of side A must name one of side B and the other way round */
     const int victim = !cut && in_list(victims, rank);
     const char *others = !cut ? victims : in_list(victims, rank) ? bar + 1 : victims;
-    const double t0 = now_real();
+    const double t0 = mn_now_real();
     unsigned k = 0;
     char why[512] = "";
     for (;; k++) {
@@ -170,20 +151,20 @@ int main(int argc, char **argv)
         if (st == TUTTI_ERR_INTERNAL) {
             printf("verdict bad rank %d: wrong result: %s\n", rank, why);
             fflush(stdout);
-            touch(dir, "done", rank, "wrong");
+            mn_touch(dir, "done", rank, "wrong");
             return 1;
         }
         if (st != TUTTI_OK)
             break;
-        if (now_real() - t0 > 40) {
+        if (mn_now_real() - t0 > 40) {
             printf("verdict bad rank %d: %s went on for 40 s: the fault was not seen\n", rank,
                    fams[fam]);
             return 1;
         }
     }
-    double seen = now_real();
+    double seen = mn_now_real();
     snprintf(buf, sizeof buf, "%s", tutti_comm_last_error(comm));
-    touch(dir, "done", rank, "1");
+    mn_touch(dir, "done", rank, "1");
     double at = 0;
     char p[4096];
     snprintf(p, sizeof p, "%s/fault_at", dir);
@@ -219,10 +200,10 @@ int main(int argc, char **argv)
            bad ? "bad" : "ok", rank, tutti_strerror(st), k, lag, *verdict ? ": " : "", verdict,
            buf);
     fflush(stdout);
-    double d0 = now_real();
+    double d0 = mn_now_real();
     tutti_comm_destroy(comm);
-    if (now_real() - d0 > 10) {
-        printf("verdict bad rank %d: tutti_comm_destroy took %.1f s\n", rank, now_real() - d0);
+    if (mn_now_real() - d0 > 10) {
+        printf("verdict bad rank %d: tutti_comm_destroy took %.1f s\n", rank, mn_now_real() - d0);
         bad = 1;
     }
     free(x);

@@ -33,32 +33,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "multinode_files.h"
 #include "tutti.h"
 
 #define COUNT_PRE 4096
 #define COUNT_SMALL 1000
 #define COUNT_LARGE (1u << 18)
 #define MAX_SHRINKS 3
-
-static double now_real(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void touch(const char *dir, const char *what, int rank, const char *text)
-{
-    char p[4096], tmp[4200];
-    snprintf(p, sizeof p, "%s/%s.%d", dir, what, rank);
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    FILE *f = fopen(tmp, "w");
-    if (f == NULL)
-        return;
-    fprintf(f, "%s\n", text);
-    fclose(f);
-    rename(tmp, p); /* the script never reads half a file */
-}
 
 static double fault_at(const char *dir)
 {
@@ -189,7 +170,7 @@ int main(int argc, char **argv)
     }
     char buf[4096];
     snprintf(buf, sizeof buf, "%d", (int)getpid());
-    touch(dir, "pid", rank, buf);
+    mn_touch(dir, "pid", rank, buf);
     float *s = malloc(COUNT_PRE * sizeof *s), *r = malloc(COUNT_PRE * sizeof *r);
     for (int i = 0; s != NULL && i < COUNT_PRE; i++)
         s[i] = 1.0f;
@@ -197,10 +178,10 @@ int main(int argc, char **argv)
         printf("verdict bad rank %d: setup: %s\n", rank, tutti_comm_last_error(comm));
         return 2;
     }
-    touch(dir, "ready", rank, "1");
+    mn_touch(dir, "ready", rank, "1");
 
     /* The stream of allreduces, each checked, until the kill breaks one. */
-    const double t0 = now_real();
+    const double t0 = mn_now_real();
     unsigned calls = 0;
     for (;; calls++) {
         st = tutti_allreduce(s, r, COUNT_PRE, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
@@ -212,13 +193,13 @@ int main(int argc, char **argv)
                        "element %d = %g, expected %d\n", rank, calls, i, (double)r[i], size);
                 return 1;
             }
-        if (now_real() - t0 > 40) {
+        if (mn_now_real() - t0 > 40) {
             printf("verdict bad rank %d: allreduces went on for 40 s: rank %d was not killed, "
                    "or its death not seen\n", rank, victim);
             return 1;
         }
     }
-    const double seen = now_real();
+    const double seen = mn_now_real();
     char first_err[1024];
     snprintf(first_err, sizeof first_err, "%s", tutti_comm_last_error(comm));
     if (rank == victim) {
@@ -244,13 +225,13 @@ int main(int argc, char **argv)
     tutti_comm_t *cur = comm, *olds[1 + MAX_SHRINKS] = {comm};
     int nold = 1, bad = 0, nshrinks = 0;
     char why[1536] = "";
-    const double ts0 = now_real();
+    const double ts0 = mn_now_real();
     double shrink_end = ts0;
     for (;;) {
         tutti_comm_t *nc = NULL;
-        double ts = now_real();
+        double ts = mn_now_real();
         st = tutti_comm_shrink(cur, NULL, 0, &nc);
-        shrink_end = now_real();
+        shrink_end = mn_now_real();
         if (rank == second) /* it dies now, from its thread, and takes part in nothing more */
             for (;;)
                 pause();
@@ -291,11 +272,11 @@ int main(int argc, char **argv)
 
     /* The newest first; the failed ones return at once. */
     for (int i = nold - 1; i >= 0; i--) {
-        double d0 = now_real();
+        double d0 = mn_now_real();
         st = tutti_comm_destroy(olds[i]);
-        if (now_real() - d0 > 10) {
+        if (mn_now_real() - d0 > 10) {
             printf("verdict bad rank %d: tutti_comm_destroy of communicator %d took %.1f s\n",
-                   rank, i, now_real() - d0);
+                   rank, i, mn_now_real() - d0);
             bad = 1;
         }
         if (i == nold - 1 && i > 0 && !bad && st != TUTTI_OK) {

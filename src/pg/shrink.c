@@ -480,7 +480,7 @@ static bool worth_retrying(shrink_t *s, int dead_before, int c)
     }
 }
 
-/* ---- the call ---------------------------------------------------------------------------------- */
+/* ---- the call -------------------------------------------------------------------------------- */
 
 static tutti_status_t check_exclude(const tutti_comm_t *c, const int *exclude, int nexclude,
                                     unsigned char *mine)

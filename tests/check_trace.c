@@ -118,6 +118,12 @@ START_TEST(test_trace)
         ck_assert_msg(count(s, "\"name\":\"alltoall\",\"cat\":\"collective\"") == 1,
                       "%s: no alltoall event", path);
         ck_assert_msg(count(s, "\"cat\":\"phase\"") > 0, "%s: no phase events", path);
+        /* Viewers drop negative times and take thread ids as unique across processes. */
+        ck_assert_msg(strstr(s, "\"ts\":-") == NULL, "%s: an event before time zero", path);
+        char tid[32];
+        snprintf(tid, sizeof tid, "\"tid\":%d", (r + 1) * 1000); /* (r + 1) * 100000 + 0..64 */
+        ck_assert_msg(count(s, "\"tid\":") == count(s, tid),
+                      "%s: thread ids outside rank %d's range %d00..", path, r, (r + 1) * 1000);
         ck_assert_msg(strstr(s, "\"clock_error_us\":") != NULL, "%s: no clock error", path);
         ck_assert_msg(strstr(s, "\"algorithm\":") != NULL && strstr(s, "\"transport\":") != NULL,
                       "%s: collectives without algorithm or transport", path);

@@ -80,15 +80,21 @@ static void put_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* A thread's id in the file: viewers take ids as the system's, unique across processes (Perfetto
+ * moved rank 1's caller and worker 0 onto rank 0's threads of the same small ids, and marked an
+ * id equal to its process's as the main thread), so each rank gets a range of its own, apart
+ * from every pid (the rank). */
+static long long file_tid(int rank, int id) { return (long long)(rank + 1) * 100000 + id; }
+
 static void put_event(FILE *f, const tutti__tev_t *e, int rank, double base, bool *first)
 {
     fputs(*first ? "\n" : ",\n", f);
     *first = false;
     fputs("{\"name\":", f);
     put_str(f, e->name);
-    fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
+    fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%lld,\"ts\":%.3f,\"dur\":%.3f,"
                "\"args\":{\"seq\":%llu",
-            e->type == TUTTI__TEV_COLL ? "collective" : "phase", rank, (unsigned)e->tid,
+            e->type == TUTTI__TEV_COLL ? "collective" : "phase", rank, file_tid(rank, e->tid),
             (e->t0 - base) * 1e6, (e->t1 - e->t0) * 1e6, (unsigned long long)e->seq);
     if (e->bytes > 0 || e->type == TUTTI__TEV_COLL)
         fprintf(f, ",\"bytes\":%llu", (unsigned long long)e->bytes);
@@ -131,9 +137,9 @@ bool tutti__trace_write(const tutti__trace_t *t, FILE *f, int rank, double offse
         }
     for (int id = 0; id < 65; id++)
         if (tids[id]) {
-            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":"
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%lld,\"args\":"
                        "{\"name\":\"",
-                    rank, id);
+                    rank, file_tid(rank, id));
             if (id == 0)
                 fputs("caller", f);
             else

@@ -27,6 +27,10 @@ static int traced_comms; /* traced communicators this process has taken part in 
 static tutti_status_t align(tutti_comm_t *comm, tutti__obs_t *o)
 {
     double res[2] = {0, 0};
+    /* Time zero: rank 0's clock before its first ping, which no other rank's traced event can
+     * precede (each comes after that rank's pings). Perfetto drops negative times: taken after
+     * the pings, as it was, the origin's own broadcast on rank 1 showed at -98 us and was lost. */
+    const double origin = tutti__now();
     if (comm->rank == 0) {
         for (int r = 1; r < comm->size; r++) {
             double best = INFINITY, off = 0;
@@ -62,15 +66,15 @@ static tutti_status_t align(tutti_comm_t *comm, tutti__obs_t *o)
         o->offset = res[0];
         o->align_err = res[1];
     }
-    /* Rank 0's creation is time zero in every rank's file; how many traced communicators rank
-     * 0's process had before, and a random number, name this one's files (trace_file). */
+    /* Rank 0's origin is time zero in every rank's file; how many traced communicators rank 0's
+     * process had before, and a random number, name this one's files (trace_file). */
     struct {
         double origin;
         uint32_t k, id;
     } m = {0, 0, 0};
     uint32_t k = (uint32_t)__atomic_fetch_add(&traced_comms, 1, __ATOMIC_RELAXED);
     if (comm->rank == 0) {
-        m.origin = tutti__now();
+        m.origin = origin;
         m.k = k;
         if (!tutti__random(&m.id, sizeof m.id))
             m.id = (uint32_t)getpid() ^ (uint32_t)(m.origin * 1e9);

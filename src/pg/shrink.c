@@ -329,7 +329,7 @@ out:
     return st;
 }
 
-/* ---- a member --------------------------------------------------------------------------------- */
+/* ---- a member -------------------------------------------------------------------------------- */
 
 static tutti_status_t send_view(shrink_t *s, int to, const unsigned char *mine, double deadline)
 {

@@ -71,7 +71,7 @@ if [ "$fuzz_seconds" != 0 ] && [ $# -eq 0 ]; then
     fi
     meson compile -C build-fuzz >/dev/null
     mkdir -p build-fuzz/artifacts
-    for h in store_server store_client env layout; do
+    for h in store_server store_client env layout liveness; do
         mkdir -p "build-fuzz/corpus/$h"
         log=build-fuzz/fuzz_$h.log
         if build-fuzz/tests/fuzz/fuzz_$h -max_total_time="$fuzz_seconds" -timeout=10 \

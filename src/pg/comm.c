@@ -57,18 +57,28 @@ bool tutti__comm_valid(const tutti_comm_t *c)
 
 /* ---- errors ---- */
 
-tutti_status_t tutti__comm_fail(tutti_comm_t *c, tutti_status_t status, const char *msg)
+static tutti_status_t fail_at(tutti_comm_t *c, tutti_status_t status, const char *msg, int level)
 {
     pthread_mutex_lock(&c->err_lock);
     if (c->failed == TUTTI_OK) {
         snprintf(c->failed_msg, sizeof c->failed_msg, "%s", msg);
         __atomic_store_n(&c->failed, status, __ATOMIC_RELEASE);
-        TUTTI__LOG(TUTTI__LOG_ERROR, "%s", msg); /* msg names the rank already */
+        TUTTI__LOG(level, "%s", msg); /* msg names the rank already */
     }
     snprintf(c->last_error, sizeof c->last_error, "%s", msg);
     pthread_mutex_unlock(&c->err_lock);
     snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", msg);
     return status;
+}
+
+tutti_status_t tutti__comm_fail(tutti_comm_t *c, tutti_status_t status, const char *msg)
+{
+    return fail_at(c, status, msg, TUTTI__LOG_ERROR);
+}
+
+tutti_status_t tutti__comm_end(tutti_comm_t *c, tutti_status_t status, const char *msg)
+{
+    return fail_at(c, status, msg, TUTTI__LOG_INFO);
 }
 
 tutti_status_t tutti__comm_error(tutti_comm_t *c, tutti_status_t status, const char *fmt, ...)

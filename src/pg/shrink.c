@@ -538,7 +538,7 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
         char msg[160];
         snprintf(msg, sizeof msg, "rank %d: tutti_comm_shrink was called: this communicator "
                  "ends here", comm->rank);
-        tutti__comm_fail(comm, TUTTI_ERR_ABORTED, msg);
+        tutti__comm_end(comm, TUTTI_ERR_ABORTED, msg);
         tutti__live_notify_failed(s.live, TUTTI_ERR_ABORTED, comm->seq, false, -1);
     }
     /* Ranks this one excludes learn it too, should they call: best effort, briefly. */

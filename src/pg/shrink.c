@@ -194,9 +194,10 @@ static bool left_out(shrink_t *s);
 
 /* gather waits until every rank that is neither gone nor excluded has mailed its VIEW (or is
  * gone); members[] gets this rank and them, ascending. It ends the call (s->final) when a VIEW
- * or a decision leaves this rank out, or when a rank that mailed its VIEW of this call has
- * destroyed the old communicator since: the others went on without this rank, and a
- * communicator made of what is left here would train apart from them. */
+ * or a decision leaves this rank out, or when a rank that mailed its VIEW of this call, and is
+ * not excluded (an excluded one leaves once it is told so), has destroyed the old
+ * communicator since: the others went on without this rank, and a communicator made of what
+ * is left here would train apart from them. */
 static tutti_status_t gather(shrink_t *s, int *members, int *n)
 {
     double start = tutti__now();
@@ -217,7 +218,7 @@ static tutti_status_t gather(shrink_t *s, int *members, int *n)
                                         "tutti_comm_shrink: rank %d excludes this rank (%d): it "
                                         "is left out of the shrunk communicator", r, s->rank);
             }
-            if (viewed && tutti__live_left(s->live, r)) {
+            if (viewed && !s->excluded[r] && tutti__live_left(s->live, r)) {
                 s->final = true;
                 return tutti__set_error(TUTTI_ERR_PEER_FAILED,
                                         "tutti_comm_shrink: rank %d took part in this shrink and "

@@ -52,6 +52,7 @@ typedef struct shrink {
     uint64_t *seen;            /* per rank: the DECIDE mails from it already acted on */
     uint64_t *out_seen;        /* ... and already looked at for one that leaves this rank out */
     bool *viewed;              /* per rank: VIEW mailed to it already */
+    bool *took_part;           /* per rank: a member of a creation this rank took part in */
     unsigned char *mail;       /* a mail buffer of tutti__live_mail_cap bytes */
     double deadline;
     /* The attempt being created, for cancel(). */
@@ -163,6 +164,8 @@ static tutti_status_t create(shrink_t *s, const int *members, int n, int crank,
     }
     s->members = members;
     s->nmembers = n;
+    for (int i = 0; i < n; i++)
+        s->took_part[members[i]] = true;
     st = tutti__comm_create(crank, n, &bs, store, &c->cfg, c, out);
     s->members = NULL;
     s->nmembers = 0;
@@ -194,10 +197,12 @@ static bool left_out(shrink_t *s);
 
 /* gather waits until every rank that is neither gone nor excluded has mailed its VIEW (or is
  * gone); members[] gets this rank and them, ascending. It ends the call (s->final) when a VIEW
- * or a decision leaves this rank out, or when a rank that mailed its VIEW of this call, and is
- * not excluded (an excluded one leaves once it is told so), has destroyed the old
- * communicator since: the others went on without this rank, and a communicator made of what
- * is left here would train apart from them. */
+ * or a decision leaves this rank out, or when a rank that mailed it its VIEW of this call or
+ * was a member of a creation this rank took part in, and is not excluded (an excluded one
+ * leaves once it is told so), has destroyed the old communicator since: the others went on
+ * without this rank (a creation can end on some members and fail on others when a member
+ * dies at its very end), and a communicator made of what is left here would run apart from
+ * theirs. */
 static tutti_status_t gather(shrink_t *s, int *members, int *n)
 {
     double start = tutti__now();
@@ -218,7 +223,7 @@ static tutti_status_t gather(shrink_t *s, int *members, int *n)
                                         "tutti_comm_shrink: rank %d excludes this rank (%d): it "
                                         "is left out of the shrunk communicator", r, s->rank);
             }
-            if (viewed && !s->excluded[r] && tutti__live_left(s->live, r)) {
+            if ((viewed || s->took_part[r]) && !s->excluded[r] && tutti__live_left(s->live, r)) {
                 s->final = true;
                 return tutti__set_error(TUTTI_ERR_PEER_FAILED,
                                         "tutti_comm_shrink: rank %d took part in this shrink and "
@@ -522,9 +527,10 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
     s.seen = calloc((size_t)size, sizeof *s.seen);
     s.out_seen = calloc((size_t)size, sizeof *s.out_seen);
     s.viewed = calloc((size_t)size, sizeof *s.viewed);
+    s.took_part = calloc((size_t)size, sizeof *s.took_part);
     tutti_status_t st = TUTTI_OK;
     if (mine == NULL || s.excluded == NULL || s.seen == NULL || s.out_seen == NULL ||
-        s.viewed == NULL ||
+        s.viewed == NULL || s.took_part == NULL ||
         (size > 1 && (s.mail = malloc(tutti__live_mail_cap(s.live))) == NULL)) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto out;
@@ -597,6 +603,7 @@ out:
     free(s.seen);
     free(s.out_seen);
     free(s.viewed);
+    free(s.took_part);
     free(s.mail);
     return st;
 }

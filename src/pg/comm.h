@@ -192,6 +192,13 @@ void tutti__comm_unregister(const tutti_comm_t *comm);
 /* tutti__comm_valid tells whether comm is a live communicator (in the registry). */
 bool tutti__comm_valid(const tutti_comm_t *comm);
 
+/* tutti__comm_child_auth is the secret of a store that a communicator made from parent
+ * (split.c, shrink.c) serves: derived from the parent's, with label and salt, when every rank
+ * holds one (the salt alone tells nothing to whoever sees it pass), else the salt itself, which
+ * then travels as safely as the parent's own traffic. */
+void tutti__comm_child_auth(const tutti_comm_t *parent, const char *label,
+                            const uint8_t salt[TUTTI__AUTH_KEY], tutti__auth_t *a);
+
 /* tutti__comm_fail marks comm failed with status and message (first failure wins) and copies
  * the message into the thread's and the communicator's last-error text. Returns status. */
 tutti_status_t tutti__comm_fail(tutti_comm_t *comm, tutti_status_t status, const char *msg);

@@ -30,17 +30,14 @@ enum { MAIL_VIEW = 0, MAIL_DECIDE = 1 };
 #define VIEW_MAGIC 0x56524853u   /* "SHRV" */
 #define DECIDE_MAGIC 0x44524853u /* "SHRD" */
 #define POLL_MS 20
-/* A DECIDE's fixed part: magic, call, attempt (8), ip (64), port, n, salt. */
-#define DECIDE_FIXED (4 + 4 + 8 + 64 + 4 + 4 + TUTTI__AUTH_KEY)
-
-/* A DECIDE on the wire: this header, then n 4-byte ranks, every integer little-endian. */
-typedef struct decide_hdr {
-    uint32_t magic, call;
-    uint64_t attempt;
-    char ip[64];
-    uint32_t port, n;
-    uint8_t salt[TUTTI__AUTH_KEY];
-} decide_hdr_t;
+#define AUTH_LABEL "tutti shrink v1" /* the new store's secret (tutti__comm_child_auth) */
+/* A DECIDE on the wire, every integer little-endian: magic, call number, attempt (8 bytes, for
+ * a reader of a capture), the store's address (64, NUL-terminated), port, n, the salt, then n
+ * 4-byte ranks. */
+enum {
+    D_MAGIC = 0, D_CALL = 4, D_ATTEMPT = 8, D_IP = 16, D_IP_LEN = 64, D_PORT = D_IP + D_IP_LEN,
+    D_N = D_PORT + 4, D_SALT = D_N + 4, DECIDE_FIXED = D_SALT + TUTTI__AUTH_KEY
+};
 
 typedef struct shrink {
     tutti_comm_t *comm;
@@ -116,19 +113,6 @@ static bool cancel(void *ctx)
     return false;
 }
 
-/* derive_auth is the new store's secret, made as a split's is (split.c). */
-static void derive_auth(const tutti_comm_t *c, const uint8_t salt[TUTTI__AUTH_KEY],
-                        tutti__auth_t *a)
-{
-    uint8_t key[TUTTI__AUTH_KEY];
-    if (c->has_secret)
-        tutti__auth_derive(c->secret, "tutti shrink v1", salt, TUTTI__AUTH_KEY, key);
-    else
-        memcpy(key, salt, sizeof key);
-    tutti__auth_from_key(key, a);
-    memset(key, 0, sizeof key);
-}
-
 /* create makes the new communicator of members (ascending) through the store at ip:port, this
  * rank being its rank crank; store is open already on the coordinator (rank 0), else NULL. */
 static tutti_status_t create(shrink_t *s, const int *members, int n, int crank,
@@ -149,7 +133,7 @@ static tutti_status_t create(shrink_t *s, const int *members, int n, int crank,
     } else {
         if (store == NULL) {
             tutti__auth_t auth;
-            derive_auth(c, salt, &auth);
+            tutti__comm_child_auth(c, AUTH_LABEL, salt, &auth);
             /* The coordinator listens before it mails the address: a refusal means it died,
              * so the connection is not retried for long. */
             double d = tutti__now() + 2.0;
@@ -266,7 +250,7 @@ static tutti_status_t coordinate(shrink_t *s, uint64_t attempt, tutti_comm_t **o
 {
     tutti_comm_t *c = s->comm;
     int *members = malloc((size_t)s->size * sizeof *members), n = 0;
-    unsigned char *msg = malloc(sizeof(decide_hdr_t) + 4 * (size_t)s->size);
+    unsigned char *msg = malloc(DECIDE_FIXED + 4 * (size_t)s->size);
     tutti__store_t *store = NULL;
     tutti_status_t st;
     if (members == NULL || msg == NULL) {
@@ -274,35 +258,35 @@ static tutti_status_t coordinate(shrink_t *s, uint64_t attempt, tutti_comm_t **o
         goto out;
     }
     TUTTI__CHECK_GOTO(gather(s, members, &n), st, out);
-    decide_hdr_t h = {.magic = DECIDE_MAGIC, .call = s->call, .attempt = attempt,
-                      .n = (uint32_t)n};
+    uint8_t salt[TUTTI__AUTH_KEY] = {0};
+    char ip[D_IP_LEN] = "";
+    int port = 0;
     if (n > 1) {
-        if (!tutti__random(h.salt, sizeof h.salt)) {
+        if (!tutti__random(salt, sizeof salt)) {
             st = tutti__set_error(TUTTI_ERR_SYSTEM, "getrandom: %s", strerror(errno));
             goto out;
         }
         tutti__auth_t auth;
-        derive_auth(c, h.salt, &auth);
+        tutti__comm_child_auth(c, AUTH_LABEL, salt, &auth);
         st = tutti__store_open(0, n, c->ip, 0, &auth, s->deadline, &store);
         memset(&auth, 0, sizeof auth);
         if (st < 0)
             goto out;
-        snprintf(h.ip, sizeof h.ip, "%s", c->ip);
-        h.port = (uint32_t)tutti__store_port(store);
+        snprintf(ip, sizeof ip, "%s", c->ip);
+        port = tutti__store_port(store);
     }
-    /* The wire form: fixed-width little-endian fields. */
-    size_t len = 0;
-    put32(msg + len, h.magic), len += 4;
-    put32(msg + len, h.call), len += 4;
-    put32(msg + len, (uint32_t)h.attempt), len += 4;
-    put32(msg + len, (uint32_t)(h.attempt >> 32)), len += 4;
-    memcpy(msg + len, h.ip, sizeof h.ip), len += sizeof h.ip;
-    put32(msg + len, h.port), len += 4;
-    put32(msg + len, h.n), len += 4;
-    memcpy(msg + len, h.salt, sizeof h.salt), len += sizeof h.salt;
+    put32(msg + D_MAGIC, DECIDE_MAGIC);
+    put32(msg + D_CALL, s->call);
+    put32(msg + D_ATTEMPT, (uint32_t)attempt);
+    put32(msg + D_ATTEMPT + 4, (uint32_t)(attempt >> 32));
+    memcpy(msg + D_IP, ip, D_IP_LEN);
+    put32(msg + D_PORT, (uint32_t)port);
+    put32(msg + D_N, (uint32_t)n);
+    memcpy(msg + D_SALT, salt, TUTTI__AUTH_KEY);
+    size_t len = DECIDE_FIXED;
     for (int i = 0; i < n; i++)
         put32(msg + len, (uint32_t)members[i]), len += 4;
-    memset(h.salt, 0, sizeof h.salt);
+    memset(salt, 0, sizeof salt);
     for (int i = 1; i < n; i++) {
         st = tutti__live_mail_send(s->live, members[i], MAIL_DECIDE, msg, len, s->deadline);
         if (st < 0) /* it died: decide again without it */
@@ -311,8 +295,8 @@ static tutti_status_t coordinate(shrink_t *s, uint64_t attempt, tutti_comm_t **o
     /* A rank left out that calls (another's list excludes it), now or later, learns so from
      * its mail and ends; the store's address and salt are not for it. Best effort, briefly: a
      * stopped rank does not read. */
-    memset(msg + 16, 0, 64 + 4 + 4 + TUTTI__AUTH_KEY);
-    put32(msg + 84, (uint32_t)n);
+    memset(msg + D_IP, 0, DECIDE_FIXED - D_IP);
+    put32(msg + D_N, (uint32_t)n);
     double brief = tutti__now() + 1.0;
     for (int r = 0, i = 0; r < s->size; r++) {
         if (i < n && members[i] == r) {
@@ -326,7 +310,7 @@ static tutti_status_t coordinate(shrink_t *s, uint64_t attempt, tutti_comm_t **o
     memset(msg, 0, len);
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: tutti_comm_shrink: %d of %d ranks go on (attempt %llu)",
                s->rank, n, s->size, (unsigned long long)attempt);
-    st = create(s, members, n, 0, store, h.ip, (int)h.port, NULL, out);
+    st = create(s, members, n, 0, store, ip, port, NULL, out);
     store = NULL; /* create closed it */
 out:
     tutti__store_close_now(store);
@@ -358,14 +342,14 @@ static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, int **members
     const unsigned char *m = s->mail;
     *members = NULL;
     *crank = -1;
-    if (len < DECIDE_FIXED || get32(m) != DECIDE_MAGIC)
+    if (len < DECIDE_FIXED || get32(m + D_MAGIC) != DECIDE_MAGIC)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
                                 "decision (%zu bytes)", q, len);
-    if (get32(m + 4) != s->call)
+    if (get32(m + D_CALL) != s->call)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed the decision of another "
-                                "shrink call (%u, this is %u)", q, get32(m + 4), s->call);
-    uint32_t port = get32(m + 80), cnt = get32(m + 84);
-    if (memchr(m + 16, '\0', 64) == NULL || port > 65535 || cnt < 1 ||
+                                "shrink call (%u, this is %u)", q, get32(m + D_CALL), s->call);
+    uint32_t port = get32(m + D_PORT), cnt = get32(m + D_N);
+    if (memchr(m + D_IP, '\0', D_IP_LEN) == NULL || port > 65535 || cnt < 1 ||
         cnt > (uint32_t)s->size || len != DECIDE_FIXED + 4 * (size_t)cnt)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
                                 "decision (%u members, port %u, %zu bytes)", q, cnt, port, len);
@@ -448,12 +432,12 @@ static tutti_status_t await_decide(shrink_t *s, int c, tutti_comm_t **out, bool 
         return TUTTI_OK;
     }
     const unsigned char *m = s->mail;
-    char ip[64];
-    memcpy(ip, m + 16, sizeof ip);
+    char ip[D_IP_LEN];
+    memcpy(ip, m + D_IP, sizeof ip);
     s->coord = c;
     s->attempt_gen = gen;
     *acted = true;
-    st = create(s, members, n, crank, NULL, ip, (int)get32(m + 80), m + 88, out);
+    st = create(s, members, n, crank, NULL, ip, (int)get32(m + D_PORT), m + D_SALT, out);
     free(members);
     return st;
 }

@@ -20,16 +20,14 @@ typedef struct rendezvous {
     uint8_t salt[TUTTI__AUTH_KEY];
 } rendezvous_t;
 
-/* child_auth is the child store's secret: derived from the parent's when every rank holds one
- * (the salt alone tells nothing to whoever sees it pass), else the salt itself, which then
- * travels as safely as the parent's own traffic. */
-static void child_auth(const tutti_comm_t *parent, const rendezvous_t *rv, tutti__auth_t *a)
+void tutti__comm_child_auth(const tutti_comm_t *parent, const char *label,
+                            const uint8_t salt[TUTTI__AUTH_KEY], tutti__auth_t *a)
 {
     uint8_t key[TUTTI__AUTH_KEY];
     if (parent->has_secret)
-        tutti__auth_derive(parent->secret, "tutti split v1", rv->salt, sizeof rv->salt, key);
+        tutti__auth_derive(parent->secret, label, salt, TUTTI__AUTH_KEY, key);
     else
-        memcpy(key, rv->salt, sizeof key);
+        memcpy(key, salt, sizeof key);
     tutti__auth_from_key(key, a);
     memset(key, 0, sizeof key);
 }
@@ -90,7 +88,7 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
             st = tutti__set_error(TUTTI_ERR_SYSTEM, "getrandom: %s", strerror(errno));
             goto fail;
         }
-        child_auth(parent, &rv, &auth);
+        tutti__comm_child_auth(parent, "tutti split v1", rv.salt, &auth);
         st = tutti__store_open(0, csize, parent->ip, 0, &auth, deadline, &store);
         memset(&auth, 0, sizeof auth);
         if (st < 0)
@@ -113,7 +111,7 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
         snprintf(where, sizeof where, "a one-rank sub-communicator's own store (color %d)", color);
     } else {
         if (crank != 0) {
-            child_auth(parent, &rvs[leader], &auth);
+            tutti__comm_child_auth(parent, "tutti split v1", rvs[leader].salt, &auth);
             st = tutti__store_open(crank, csize, rvs[leader].ip, rvs[leader].port, &auth,
                                    deadline, &store);
             memset(&auth, 0, sizeof auth);

@@ -229,6 +229,20 @@ TUTTI_API tutti_status_t tutti_comm_report(tutti_comm_t *comm, char *text, size_
  */
 TUTTI_API tutti_status_t tutti_comm_set_timeout(tutti_comm_t *comm, double timeout_s);
 
+/**
+ * Give the operations the calling thread posts from now on (collectives, sends and receives, on
+ * any communicator) a timeout of their own instead of their communicator's: a collective gives
+ * up timeout_s seconds after its first wait began, a send or receive timeout_s seconds after
+ * its post. 0 goes back to the communicator's timeout. Operations already posted keep theirs.
+ * A call that times out fails as it would at the communicator's timeout (TUTTI_ERR_TIMEOUT; a
+ * collective fails its communicator). This is c10d's per-call `opts.timeout`: set it around
+ * one post and restore the previous value.
+ * @param previous if not NULL, receives the setting this replaces (0: none).
+ * @return TUTTI_OK, or TUTTI_ERR_INVALID_ARG if timeout_s is neither 0 nor from 0.001 to 1e9 s
+ *         (nothing changes).
+ */
+TUTTI_API tutti_status_t tutti_set_call_timeout(double timeout_s, double *previous);
+
 /** The color of a rank that joins no new communicator in tutti_comm_split. */
 #define TUTTI_UNDEFINED (-1)
 

@@ -1,9 +1,11 @@
 /* check_failure.c: nothing hangs. A rank SIGKILLed in the middle of a stream of allreduces
  * becomes TUTTI_ERR_PEER_FAILED on the others within seconds (not at the 60 s timeout), with a
  * message that names the collective, its sequence number and the dead rank; a rank that never
- * calls the collective becomes TUTTI_ERR_TIMEOUT; nothing is left in /dev/shm. */
+ * calls the collective becomes TUTTI_ERR_TIMEOUT, at a call's own timeout where it has one;
+ * nothing is left in /dev/shm. */
 #include <check.h>
 #include "check_main.h"
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +192,117 @@ START_TEST(test_timeout)
 }
 END_TEST
 
+/* expect_timeout checks that st is a timeout of "the call's own timeout" that came after about
+ * want seconds (well before the communicator's 60 s). */
+static int expect_timeout(const char *what, tutti_status_t st, const char *msg, double dt,
+                          double want)
+{
+    int bad = 0;
+    if (st != TUTTI_ERR_TIMEOUT)
+        bad = th_fail("%s with a call timeout of %g s: expected TUTTI_ERR_TIMEOUT, got %d (%s) "
+                      "after %.2f s: %s", what, want, st, tutti_strerror(st), dt, msg);
+    if (dt < want * 0.9 || dt > want + 20)
+        bad = th_fail("%s: call timeout %g s (communicator's 60 s), but it failed after %.2f s",
+                      what, want, dt);
+    if (strstr(msg, "the call's own timeout") == NULL)
+        bad = th_fail("%s: the error does not say that the call's own timeout expired: \"%s\"",
+                      what, msg);
+    fprintf(stderr, "[call timeout] %s: %.2f s: %s\n", what, dt, msg);
+    return bad;
+}
+
+/* TUTTI_TIMEOUT is 60 s; rank 0 gives single calls a timeout of their own
+ * (tutti_set_call_timeout) while rank 1 sleeps: a receive (blocking and asynchronous) fails at
+ * it and leaves the communicator usable; the setting restored, a barrier waits longer than
+ * that; an asynchronous allreduce keeps the timeout it was posted with after the thread's
+ * setting is cleared, and fails at it. */
+static int call_timeout_body(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+    st = tutti_barrier(comm, NULL);
+    if (st != TUTTI_OK)
+        return th_fail("barrier: %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(comm));
+    int bad = 0;
+    if (rank == 1) {
+        sleep(4); /* rank 0's receives time out meanwhile */
+        st = tutti_barrier(comm, NULL);
+        if (st != TUTTI_OK)
+            bad = th_fail("rank 1: the barrier after rank 0's failed receives: %d (%s): %s", st,
+                          tutti_strerror(st), tutti_comm_last_error(comm));
+        sleep(5); /* never joins the allreduce */
+        tutti_comm_destroy(comm);
+        return bad;
+    }
+    double prev = -1;
+    static const double refused[] = {-1.0, 1e-4, 2e9, -0.0 - 1e-9};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (tutti_set_call_timeout(refused[i], &prev) != TUTTI_ERR_INVALID_ARG || prev != -1)
+            bad = th_fail("tutti_set_call_timeout(%g) was not refused, or changed *previous",
+                          refused[i]);
+    if (tutti_set_call_timeout(NAN, NULL) != TUTTI_ERR_INVALID_ARG)
+        bad = th_fail("tutti_set_call_timeout(NaN) was not refused");
+    if (tutti_set_call_timeout(1.0, &prev) != TUTTI_OK || prev != 0.0)
+        bad = th_fail("tutti_set_call_timeout(1.0): %s; previous %g, expected 0", tutti_last_error(), prev);
+
+    int v = 0;
+    double t0 = th_now();
+    st = tutti_recv(&v, 1, TUTTI_INT32, 1, 7, comm, NULL);
+    bad |= expect_timeout("blocking receive", st, tutti_comm_last_error(comm), th_now() - t0, 1.0);
+    tutti_work_t *w = NULL;
+    t0 = th_now();
+    st = tutti_recv(&v, 1, TUTTI_INT32, 1, 8, comm, &w);
+    if (st == TUTTI_OK) {
+        st = tutti_work_wait(w, -1);
+        bad |= expect_timeout("asynchronous receive", st, tutti_work_error(w), th_now() - t0, 1.0);
+        tutti_work_free(w);
+    } else
+        bad = th_fail("posting the asynchronous receive: %s", tutti_last_error());
+
+    /* restored: the barrier waits for rank 1's sleep (about 2 s more) and succeeds */
+    if (tutti_set_call_timeout(0, &prev) != TUTTI_OK || prev != 1.0)
+        bad = th_fail("restoring the call timeout: previous %g, expected 1", prev);
+    st = tutti_barrier(comm, NULL);
+    if (st != TUTTI_OK)
+        bad = th_fail("barrier after the failed receives, call timeout cleared: %d (%s): %s", st,
+                      tutti_strerror(st), tutti_comm_last_error(comm));
+
+    if (tutti_set_call_timeout(1.5, NULL) != TUTTI_OK)
+        bad = th_fail("tutti_set_call_timeout(1.5): %s", tutti_last_error());
+    double x = 1, y = 0;
+    w = NULL;
+    t0 = th_now();
+    st = tutti_allreduce(&x, &y, 1, TUTTI_FLOAT64, TUTTI_SUM, comm, &w);
+    tutti_set_call_timeout(0, NULL); /* the posted call keeps its 1.5 s */
+    if (st == TUTTI_OK) {
+        st = tutti_work_wait(w, -1);
+        bad |= expect_timeout("asynchronous allreduce", st, tutti_work_error(w), th_now() - t0, 1.5);
+        if (!th_mentions_rank(tutti_work_error(w), 1))
+            bad = th_fail("the allreduce's timeout does not name rank 1: %s", tutti_work_error(w));
+        tutti_work_free(w);
+    } else
+        bad = th_fail("posting the allreduce: %s", tutti_last_error());
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+/* On shm and ofi. */
+START_TEST(test_call_timeout)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 60;
+    ck_assert_msg(th_run_opts(2, &o, call_timeout_body, NULL) == 0,
+                  "per-call timeout on %s: see stderr", tps[_i]);
+}
+END_TEST
+
 /* A rank that destroys its communicator while a peer still waits for it in a collective (the
  * job posted different collectives on different ranks) makes the peer's call fail soon, naming
  * it, instead of at the deadline (60 s here, past the harness's 30 s: waiting for it fails). */
@@ -300,6 +413,7 @@ static Suite *failure_suite(void)
     tcase_set_timeout(tc, 40);
     tcase_add_loop_test(tc, test_timeout, 0, 3);
     tcase_add_loop_test(tc, test_left, 0, 2);
+    tcase_add_loop_test(tc, test_call_timeout, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("mismatch");
     tcase_set_timeout(tc, 60);

@@ -2,6 +2,7 @@
 tutti's text, well before the group's timeout: in plain collectives (2 ranks) and inside DDP's
 backward pass, where the error arrives through Work.getFuture() (3 ranks). The group's timeout
 is 300 s and the test's deadline 90 s, so only tutti's detection of the dead peer can pass.
+A call with a timeout of its own (c10d's opts.timeout) fails at it, not at the group's.
 """
 import os
 import signal
@@ -176,6 +177,56 @@ def w_teardown():
     print("rank %d: teardown ok" % rank)
 
 
+def w_call_timeout():
+    """c10d's per-call timeout (opts.timeout; dist.barrier(timeout=...)): a call that has one
+    fails at it, not at the group's 300 s; one that ends in time leaves the thread's later calls
+    on the group's timeout; a timeout tutti cannot take is refused before anything is posted."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init(timeout_s=GROUP_TIMEOUT_S)
+    g2 = dist.new_group()
+    pg = dist.group.WORLD
+    t = torch.ones(8)
+    opts = dist.AllreduceOptions()
+    opts.timeout = datetime.timedelta(0)
+    try:
+        pg.allreduce([t], opts).wait()
+        raise AssertionError("a zero per-call timeout was taken")
+    except RuntimeError as e:
+        assert "opts.timeout" in str(e), e
+    opts.timeout = datetime.timedelta(seconds=1)
+    pg.allreduce([t], opts).wait()
+    assert t.tolist() == [float(n)] * 8, t
+    # The 1 s above is not left on the thread: this barrier waits for rank 1's 2.5 s sleep.
+    if rank == 1:
+        time.sleep(2.5)
+    dist.barrier()
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 1:
+        time.sleep(6)  # joins neither of rank 0's barriers below
+        store.set("done/1", "1")
+        sys.stdout.flush()
+        os._exit(0)
+    for what, call in (("blocking", lambda: dist.barrier(timeout=datetime.timedelta(seconds=1.5))),
+                       ("async", lambda: dist.barrier(group=g2, async_op=True,
+                                                      timeout=datetime.timedelta(seconds=1.5)).wait())):
+        t0 = time.monotonic()
+        try:
+            call()
+            raise AssertionError("%s barrier: rank 1 never came, yet it succeeded" % what)
+        except RuntimeError as e:
+            took = time.monotonic() - t0
+            assert "timed out after 1.5 s" in str(e), e
+            assert took < 30, "%s barrier failed after %.1f s, not at its 1.5 s" % (what, took)
+            print("rank 0: %s barrier with timeout 1.5 s: error after %.2f s: %s" % (what, took, e))
+    store.wait(["done/1"])
+    sys.stdout.flush()
+    os._exit(0)
+
+
 class TestFailure(harness.RankTest):
     script = os.path.abspath(__file__)
 
@@ -216,6 +267,10 @@ class TestFailure(harness.RankTest):
                     self.assertIn("shrink_group took", results[r].out, harness.report(results))
         del store
 
+    def test_per_call_timeout(self):
+        res = self.ranks("call_timeout", 2, timeout=90)
+        self.assertEqual(res[0].out.count("error after"), 2, harness.report(res))
+
     def test_destroy_with_operations_in_flight(self):
         res = self.ranks("teardown", 2, timeout=90)
         self.assertIn("teardown ok", res[0].out)
@@ -224,7 +279,8 @@ class TestFailure(harness.RankTest):
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         sys.exit(harness.worker_main({"collectives": w_collectives, "ddp": w_ddp,
-                                         "shrink": w_shrink, "teardown": w_teardown}))
+                                         "shrink": w_shrink, "teardown": w_teardown,
+                                         "call_timeout": w_call_timeout}))
     import unittest
 
     unittest.main()

@@ -220,9 +220,42 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
 }
 #endif
 
-WorkPtr BackendTutti::launch(Call &&call, bool async)
+namespace {
+
+// CallTimeout gives the posts made while it lives a timeout of their own (tutti_set_call_timeout
+// is the calling thread's), and puts the previous setting back.
+class CallTimeout {
+  public:
+    explicit CallTimeout(std::chrono::milliseconds t)
+    {
+        if (t != c10d::kUnsetTimeout)
+            set_ = tutti_set_call_timeout(static_cast<double>(t.count()) / 1e3, &prev_) == TUTTI_OK;
+    }
+    ~CallTimeout()
+    {
+        if (set_)
+            tutti_set_call_timeout(prev_, nullptr);
+    }
+    CallTimeout(const CallTimeout &) = delete;
+    CallTimeout &operator=(const CallTimeout &) = delete;
+
+  private:
+    double prev_ = 0;
+    bool set_ = false;
+};
+
+} // namespace
+
+WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds timeout)
 {
     check_usable(call.name);
+    // tutti takes 1 ms to 1e9 s; anything else would be refused at the post, after a
+    // coalescing block had collected it: say so now.
+    if (timeout != c10d::kUnsetTimeout && (timeout.count() < 1 || timeout.count() > 1000000000000LL))
+        refuse(call.name, "the call's timeout (opts.timeout) is " +
+                              std::to_string(timeout.count()) +
+                              " ms: give 1 ms or more, or leave it unset for the group's");
+    call.timeout = timeout;
     tracker_->drain(); // a caller's thread: free what completions parked
     // Inside a coalescing block only asynchronous calls are collected: a synchronous one is
     // waited for at once by its caller (torch does, before the block ends), so it runs now,
@@ -240,6 +273,7 @@ WorkPtr BackendTutti::launch(Call &&call, bool async)
         w->finalize_.push_back(std::move(call.finalize));
     if (!async) {
         // The caller waits on the Work at once: run here, no worker, no handle.
+        CallTimeout ct(call.timeout);
         for (const auto &post : call.posts) {
             tutti_status_t st = post(call.comm, nullptr);
             if (st < 0)
@@ -250,6 +284,7 @@ WorkPtr BackendTutti::launch(Call &&call, bool async)
     }
     w->keep_ = std::move(call.keep);
     try {
+        CallTimeout ct(call.timeout);
         for (const auto &post : call.posts)
             w->post(call.comm, post);
     } catch (...) {
@@ -303,6 +338,13 @@ WorkPtr BackendTutti::endCoalescing()
                 while (j < calls.size() && calls[j].merge && calls[j].comm == calls[i].comm &&
                        calls[j].merge->dtype == m->dtype && calls[j].merge->op == m->op)
                     j++;
+            // A merged run has the shortest timeout any of its calls asked for.
+            std::chrono::milliseconds t = c10d::kUnsetTimeout;
+            for (size_t k = i; k < j; k++)
+                if (calls[k].timeout != c10d::kUnsetTimeout &&
+                    (t == c10d::kUnsetTimeout || calls[k].timeout < t))
+                    t = calls[k].timeout;
+            CallTimeout ct(t);
             if (j - i == 1) {
                 for (const auto &post : calls[i].posts)
                     w->post(calls[i].comm, post);
@@ -340,7 +382,7 @@ WorkPtr BackendTutti::barrier(const c10d::BarrierOptions &opts)
     c.name = "barrier";
     c.comm = comm_;
     c.posts.push_back([](tutti_comm_t *comm, tutti_work_t **h) { return tutti_barrier(comm, h); });
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // Store keys: rank r (> 0) sets <base>r when it arrives; rank 0 sets <base>verdict, empty when

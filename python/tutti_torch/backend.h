@@ -41,6 +41,8 @@ struct Call {
     std::function<void()> finalize;  // copies into the caller's tensors, if any
     tutti_comm_t *comm = nullptr;
     std::vector<PostFn> posts;       // run in order on comm
+    // the call's own timeout (c10d's opts.timeout); kUnsetTimeout: the group's
+    std::chrono::milliseconds timeout = c10d::kUnsetTimeout;
     // A single in-place allreduce that endCoalescing may merge with its neighbours.
     struct Merge {
         void *buf;
@@ -165,8 +167,10 @@ class BackendTutti : public c10d::Backend {
 
   private:
     // launch runs call: blocking here when !async; else collected while coalescing, or
-    // posted. Refusals (tutti's argument checks included) throw here, in the caller.
-    WorkPtr launch(Call &&call, bool async);
+    // posted. Refusals (tutti's argument checks included) throw here, in the caller. timeout
+    // is the call's own (c10d's opts.timeout), kUnsetTimeout for the group's.
+    WorkPtr launch(Call &&call, bool async,
+                   std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
     // check_usable refuses calls on a group that was shut down or aborted.
     void check_usable(const std::string &op) const;
     // receive posts recv and recvAnysource (peer TUTTI_ANY_SOURCE), named op.

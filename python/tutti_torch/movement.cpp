@@ -56,7 +56,7 @@ WorkPtr BackendTutti::broadcast(std::vector<at::Tensor> &tensors,
     c.posts.push_back([p, n, rr](tutti_comm_t *comm, tutti_work_t **h) {
         return tutti_broadcast(p, n, TUTTI_UINT8, rr, comm, h);
     });
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 WorkPtr BackendTutti::allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -93,7 +93,7 @@ WorkPtr BackendTutti::allgather(std::vector<std::vector<at::Tensor>> &outputs,
         };
     }
     c.posts.push_back(allgather_post(src.data_ptr(), recv, nb));
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // check_gather_pair: output holds world size times input's elements, of one dtype.
@@ -125,7 +125,7 @@ WorkPtr BackendTutti::_allgather_base(at::Tensor &output, at::Tensor &input,
     if (bo.copied())
         c.finalize = [bo] { bo.copy_back(); };
     c.posts.push_back(allgather_post(bi.ptr(), bo.ptr(), nbytes(input)));
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // output_lists[r][i] = rank r's inputs[i]: every rank's inputs are packed into one block and
@@ -178,7 +178,7 @@ WorkPtr BackendTutti::allgather_coalesced(std::vector<std::vector<at::Tensor>> &
             bytes_in(o, q), q += nbytes(o);
     };
     c.posts.push_back(allgather_post(send.data_ptr(), recv.data_ptr(), total));
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // Small in all: the inputs are packed into one block, gathered at once, and each rank's block
@@ -226,7 +226,7 @@ WorkPtr BackendTutti::allgather_into_tensor_coalesced(std::vector<at::Tensor> &o
             }
         };
         c.posts.push_back(allgather_post(send.data_ptr(), recv.data_ptr(), total));
-        return launch(std::move(c), opts.asyncOp);
+        return launch(std::move(c), opts.asyncOp, opts.timeout);
     }
     auto outs = std::make_shared<std::vector<Buf>>();
     for (size_t i = 0; i < inputs.size(); i++) {
@@ -240,7 +240,7 @@ WorkPtr BackendTutti::allgather_into_tensor_coalesced(std::vector<at::Tensor> &o
         for (const auto &b : *outs)
             b.copy_back();
     };
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // Rows (dim 0) of input go to the ranks by inputSplitSizes (equal parts when empty); rows from
@@ -283,7 +283,7 @@ WorkPtr BackendTutti::alltoall_base(at::Tensor &output, at::Tensor &input,
     } else {
         c.posts.push_back(alltoallv_post(bi.ptr(), std::move(sc), bo.ptr(), std::move(rc)));
     }
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // inputs[j] goes to rank j, outputs[j] comes from rank j; sizes may differ per peer.
@@ -326,7 +326,7 @@ WorkPtr BackendTutti::alltoall(std::vector<at::Tensor> &outputs, std::vector<at:
     };
     c.posts.push_back(alltoallv_post(send.data_ptr(), std::move(sc), recv.data_ptr(),
                                      std::move(rc)));
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 WorkPtr BackendTutti::gather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -376,7 +376,7 @@ WorkPtr BackendTutti::gather(std::vector<std::vector<at::Tensor>> &outputs,
         c.keep = {src};
     }
     c.posts.push_back(alltoallv_post(src.data_ptr(), std::move(sc), recv, std::move(rc)));
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 WorkPtr BackendTutti::scatter(std::vector<at::Tensor> &outputs,
@@ -424,7 +424,7 @@ WorkPtr BackendTutti::scatter(std::vector<at::Tensor> &outputs,
         c.finalize = [b] { b.copy_back(); };
     const void *sp = send.defined() ? send.data_ptr() : nullptr;
     c.posts.push_back(alltoallv_post(sp, std::move(sc), b.ptr(), std::move(rc)));
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 } // namespace tutti_torch

@@ -35,7 +35,7 @@ WorkPtr BackendTutti::allreduce(std::vector<at::Tensor> &tensors,
         return tutti_allreduce(p, p, n, dt, rop, comm, h);
     });
     c.merge = Call::Merge{p, n, dt, rop};
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // Several tensors of one dtype, one tutti_allreduce_coalesced.
@@ -82,7 +82,7 @@ WorkPtr BackendTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
         return tutti_allreduce_coalesced(nullptr, ptrs->data(), counts->data(),
                                          static_cast<int>(ptrs->size()), dt, rop, comm, h);
     });
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 WorkPtr BackendTutti::reduce(std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts)
@@ -115,7 +115,7 @@ WorkPtr BackendTutti::reduce(std::vector<at::Tensor> &tensors, const c10d::Reduc
     c.posts.push_back([sp, rp, n, dt, rop, rr](tutti_comm_t *comm, tutti_work_t **h) {
         return tutti_reduce(sp, rp, n, dt, rop, rr, comm, h);
     });
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // The reduce-scatter of `send` (size blocks of n elements, block j for rank j) into out.
@@ -163,7 +163,7 @@ WorkPtr BackendTutti::reduce_scatter(std::vector<at::Tensor> &outputs,
         c.finalize = [b] { b.copy_back(); };
     c.posts.push_back(
         reduce_scatter_post(send.data_ptr(), b.ptr(), static_cast<size_t>(out.numel()), r));
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // check_scatter_pair: input holds world size times output's elements, of one dtype.
@@ -198,7 +198,7 @@ WorkPtr BackendTutti::_reduce_scatter_base(at::Tensor &output, at::Tensor &input
         c.finalize = [bo] { bo.copy_back(); };
     c.posts.push_back(
         reduce_scatter_post(send.data_ptr(), bo.ptr(), static_cast<size_t>(output.numel()), r));
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 // Small in all: the inputs are packed rank block by rank block ([input 0's block j | input 1's
@@ -251,7 +251,7 @@ WorkPtr BackendTutti::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &o
             }
         };
         c.posts.push_back(reduce_scatter_post(send.data_ptr(), recv.data_ptr(), total, r));
-        return launch(std::move(c), opts.asyncOp);
+        return launch(std::move(c), opts.asyncOp, opts.timeout);
     }
     auto outs = std::make_shared<std::vector<Buf>>();
     for (size_t i = 0; i < inputs.size(); i++) {
@@ -267,7 +267,7 @@ WorkPtr BackendTutti::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &o
         for (const auto &b : *outs)
             b.copy_back();
     };
-    return launch(std::move(c), opts.asyncOp);
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
 } // namespace tutti_torch

@@ -34,6 +34,8 @@ typedef struct tutti__coll {
     int slice;            /* which slice of execution runs it: its channel, window and scratch */
     double deadline;      /* absolute, tutti__now() clock; 0: not yet set (the first slow
                              check of a wait sets it: most calls end before one) */
+    double timeout_s;     /* this call's own timeout (tutti_set_call_timeout when it was
+                             posted); 0: the network's (tutti__coll_timeout) */
     double left_seen;     /* when a wait first saw peer left_rank, which it needs, gone */
     int left_rank;        /* (destroyed its communicator); left_seen 0: none seen */
     char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */
@@ -91,6 +93,12 @@ struct tutti__algo {
 static inline bool tutti__algo_offered(const tutti__algo_t *a, unsigned caps)
 {
     return (a->needs & ~caps) == 0;
+}
+
+/* tutti__coll_timeout is how long c may wait: its own timeout, else its network's. */
+static inline double tutti__coll_timeout(const tutti__coll_t *c)
+{
+    return c->timeout_s > 0 ? c->timeout_s : tutti__net_timeout(c->net);
 }
 
 /* tutti__avg_div is what AVG divides by when the last step of c's reduction rounds. */

@@ -7,7 +7,7 @@
 static void begin(tutti__coll_t *c)
 {
     if (c->deadline == 0.0)
-        c->deadline = tutti__now() + tutti__net_timeout(c->net);
+        c->deadline = tutti__now() + tutti__coll_timeout(c);
 }
 
 void tutti__hier_node(tutti__coll_t *c, tutti__coll_t *loc)

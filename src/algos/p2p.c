@@ -321,7 +321,7 @@ void tutti__p2p_post(tutti__p2p_t *e, tutti__p2p_op_t *op)
     op->ux = NULL;
     op->posted[0] = op->posted[1] = op->posted[2] = false;
     op->err[0] = '\0';
-    op->deadline = tutti__now() + tutti__net_timeout(e->net);
+    op->deadline = tutti__now() + (op->timeout_s > 0 ? op->timeout_s : tutti__net_timeout(e->net));
     op->prev = NULL;
     op->next = e->live;
     if (e->live)

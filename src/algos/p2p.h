@@ -87,6 +87,7 @@ typedef struct tutti__p2p_op {
     uint64_t mseq;   /* the protocol sequence number of its message */
     uint64_t gen;    /* engine generation at post (which peer failures it saw) */
     double deadline;
+    double timeout_s; /* set by the poster: its own timeout; 0: the network's */
     struct tutti__p2p_op *prev, *next;   /* every op not done */
     struct tutti__p2p_op *pprev, *pnext; /* receives not matched yet, in posting order */
     struct tutti__p2p_op *wnext;         /* the peer's list of ops waiting for its CTS/DATA */
@@ -100,7 +101,7 @@ typedef struct tutti__p2p_op {
 tutti_status_t tutti__p2p_create(tutti__net_t *net, tutti__p2p_t **out);
 
 /* tutti__p2p_post starts op (checked by the caller: a valid peer, a tag >= 0, a buffer for len
- * bytes); its deadline is the network's timeout from now. It never blocks. An op that ends at
+ * bytes); its deadline is op->timeout_s from now, or the network's timeout if that is 0. It never blocks. An op that ends at
  * once (a peer that failed earlier, a message that had arrived already) is done or queued for
  * the next tutti__p2p_progress. */
 void tutti__p2p_post(tutti__p2p_t *e, tutti__p2p_op_t *op);

@@ -273,11 +273,13 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
         next = op->next;
         if (now < op->deadline)
             continue;
-        double t = tutti__net_timeout(net);
+        double t = op->timeout_s > 0 ? op->timeout_s : tutti__net_timeout(net);
         tutti__p2p_fail(e, op, TUTTI_ERR_TIMEOUT,
-                        "timed out after %.0f s: %s; the peer may be stuck or slower than the "
-                        "timeout (raise TUTTI_TIMEOUT if the job is only slow)",
-                        t, waiting_for(op));
+                        "timed out after %.3g s: %s; the peer may be stuck or slower than the "
+                        "timeout (raise %s if the job is only slow)",
+                        t, waiting_for(op),
+                        op->timeout_s > 0 ? "the call's own timeout (tutti_set_call_timeout; c10d's opts.timeout)"
+                                          : "TUTTI_TIMEOUT");
     }
 }
 

@@ -258,7 +258,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         break;
     }
     if (c->deadline == 0.0)
-        c->deadline = now + tutti__net_timeout(net);
+        c->deadline = now + tutti__coll_timeout(c);
     if (now < c->deadline)
         return TUTTI_OK;
     char list[512];
@@ -267,11 +267,12 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
     for (int i = 0; i < nmissing; i++)
         left |= tutti__live_left(net->live, missing[i]);
     return fail(c, TUTTI_ERR_TIMEOUT,
-                "timed out after %.0f s waiting for rank(s) %s%s; a peer may be stuck, slower "
-                "than the timeout, or in a different collective: raise TUTTI_TIMEOUT if the job "
-                "is only slow",
-                tutti__net_timeout(net), list,
-                left ? " (some had already destroyed the communicator)" : "");
+                "timed out after %.3g s waiting for rank(s) %s%s; a peer may be stuck, slower "
+                "than the timeout, or in a different collective: raise %s if the job is only "
+                "slow",
+                tutti__coll_timeout(c), list,
+                left ? " (some had already destroyed the communicator)" : "",
+                c->timeout_s > 0 ? "the call's own timeout (tutti_set_call_timeout; c10d's opts.timeout)" : "TUTTI_TIMEOUT");
 }
 
 /* A wait that steps aside where yielding may not reach the peer still yields this many times
@@ -422,7 +423,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
             /* After a while, a peer that never sends may be waiting in a window call of this
              * number: another algorithm, a mismatch that neither side would see otherwise
              * before the timeout. */
-            if (tutti__now() - (c->deadline - tutti__net_timeout(c->net)) > MSG_VS_WINDOW_S)
+            if (tutti__now() - (c->deadline - tutti__coll_timeout(c)) > MSG_VS_WINDOW_S)
                 for (int i = 0; i < nm; i++)
                     TUTTI__CHECK(tutti__win_check_msg(c, missing[i]));
         }

@@ -147,6 +147,28 @@ TUTTI_API tutti_status_t tutti_comm_set_timeout(tutti_comm_t *comm, double timeo
     return TUTTI_OK;
 }
 
+/* The calling thread's timeout for the operations it posts (tutti_set_call_timeout); 0: each
+ * communicator's own. */
+static __thread double call_timeout;
+
+TUTTI_API tutti_status_t tutti_set_call_timeout(double timeout_s, double *previous)
+{
+    if (timeout_s != 0.0 && !(timeout_s >= TUTTI__TIMEOUT_MIN && timeout_s <= TUTTI__TIMEOUT_MAX))
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_set_call_timeout: the timeout is %g s: give seconds from "
+                                "%g to %g, or 0 for each communicator's own",
+                                timeout_s, TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX);
+    if (previous != NULL)
+        *previous = call_timeout;
+    call_timeout = timeout_s;
+    return TUTTI_OK;
+}
+
+double tutti__call_timeout(void)
+{
+    return call_timeout;
+}
+
 /* ---- accessors ---- */
 
 #define GETTER(name, expr)                                                                     \

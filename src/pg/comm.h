@@ -189,6 +189,10 @@ bool tutti__comm_register(const tutti_comm_t *comm);
 /* tutti__comm_unregister takes comm out of the registry (if it is there). */
 void tutti__comm_unregister(const tutti_comm_t *comm);
 
+/* tutti__call_timeout is the calling thread's tutti_set_call_timeout (0: none), which the
+ * operations it posts take as theirs. */
+double tutti__call_timeout(void);
+
 /* tutti__comm_valid tells whether comm is a live communicator (in the registry). */
 bool tutti__comm_valid(const tutti_comm_t *comm);
 

@@ -231,6 +231,7 @@ static void *worker_main(void *p)
 static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nsplit)
 {
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);
+    c->timeout_s = tutti__call_timeout(); /* the poster's thread: number runs there */
     c->trace = comm->obs != NULL ? comm->obs->trace : NULL;
     c->posted = comm->obs != NULL ? tutti__now() : 0;
     c->call_bytes = bytes;

@@ -140,7 +140,8 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
          * thread, if there is one, may do some of it), never waiting behind anything queued. */
         char err[TUTTI__ERRLEN];
         tutti__p2p_op_t op = {.kind = kind, .peer = peer, .tag = tag, .buf = buf, .len = len,
-                              .seq = seq, .err = err, .async = false};
+                              .seq = seq, .err = err, .async = false,
+                              .timeout_s = tutti__call_timeout()};
         tutti__p2p_post(pg->eng, &op);
         tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);
         pthread_mutex_unlock(&pg->lock);
@@ -189,7 +190,8 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
     w->coll.name = kind == TUTTI__P2P_SEND ? "send" : "recv";
     w->coll.seq = seq;
     pw->op = (tutti__p2p_op_t){.kind = kind, .peer = peer, .tag = tag, .buf = buf, .len = len,
-                               .seq = seq, .err = w->error, .async = true};
+                               .seq = seq, .err = w->error, .async = true,
+                               .timeout_s = tutti__call_timeout()};
     tutti__p2p_post(pg->eng, &pw->op);
     /* A small send, or a receive whose message is here already, often ends right away. */
     tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);

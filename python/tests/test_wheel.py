@@ -3,7 +3,9 @@ build isolation, to keep it quick; scripts/test.sh's plain `pip install .` path 
 where torch comes from) makes a wheel that holds tutti_torch (the extension and __init__.py),
 libtutti.so for it, and the torch.distributed.backends entry point; unpacked into an empty
 directory that alone is on the Python path, `import tutti_torch` runs 2 ranks over tutti, with
-libtutti loaded from the wheel's copy through the extension's RPATH (no LD_LIBRARY_PATH).
+libtutti loaded from the wheel's copy through the extension's RPATH (no LD_LIBRARY_PATH). Then 2
+ranks that never import tutti_torch find "tutti" as torch >= 2.14 does, through the installed
+package's torch.distributed.backends entry point, and run over it.
 """
 import os
 import subprocess
@@ -33,6 +35,34 @@ def w_installed(target):
     assert libs == {want}, "libtutti loaded from %s, not %s" % (libs, want)
     dist.destroy_process_group()
     print("rank %d: wheel ok (%s)" % (rank, want))
+
+
+def w_entry_point(target):
+    """What torch >= 2.14's lazy lookup does for an unknown backend name (2.13 has no such
+    lookup, so this does it by hand): find the name in the torch.distributed.backends entry
+    points, load the target and call it; the program itself never imports tutti_torch."""
+    import datetime
+    from importlib.metadata import entry_points
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    assert "tutti" not in dist.Backend.backend_list, "registered before the lookup"
+    found = [ep for ep in entry_points(group="torch.distributed.backends") if ep.name == "tutti"]
+    assert len(found) == 1, "entry points named tutti: %s" % found
+    where = str(found[0].dist.locate_file(""))
+    assert where.startswith(target), "the entry point comes from %s, not the wheel" % where
+    found[0].load()()
+    assert "tutti" in dist.Backend.backend_list, dist.Backend.backend_list
+    dist.init_process_group("tutti", init_method="env://", timeout=datetime.timedelta(seconds=60))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    t = torch.full((100,), float(rank + 1))
+    dist.all_reduce(t)
+    assert bool((t == n * (n + 1) / 2).all()), t
+    assert dist.get_backend() == "tutti", dist.get_backend()
+    dist.destroy_process_group()
+    print("rank %d: entry point ok" % rank)
 
 
 class TestWheel(unittest.TestCase):
@@ -71,9 +101,16 @@ class TestWheel(unittest.TestCase):
             for r in results:
                 self.assertEqual(r.rc, 0, harness.report(results))
             self.assertIn("wheel ok", results[0].out)
+            results, timed_out = harness.run_ranks(
+                os.path.abspath(__file__), "entry_point", 2, timeout=120,
+                env={"PYTHONPATH": target, "LD_LIBRARY_PATH": ""}, args=(target,))
+            self.assertFalse(timed_out, harness.report(results, timed_out))
+            for r in results:
+                self.assertEqual(r.rc, 0, harness.report(results))
+                self.assertIn("entry point ok", r.out, harness.report(results))
 
 
 if __name__ == "__main__":
     if "--worker" in sys.argv:
-        sys.exit(harness.worker_main({"installed": w_installed}))
+        sys.exit(harness.worker_main({"installed": w_installed, "entry_point": w_entry_point}))
     unittest.main()

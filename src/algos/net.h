@@ -52,6 +52,9 @@ enum {
     TUTTI__NEEDS_UNIFORM = 1u << 2, /* every node has as many ranks */
     TUTTI__NEEDS_CMA = 1u << 3,     /* the window's ranks can read each other's memory
                                        (process_vm_readv: the single-copy algorithms) */
+    TUTTI__NEEDS_CORES = 1u << 4,   /* no rank of this node has more busy threads than cores
+                                       (the same on every local rank): a step handed from rank
+                                       to rank costs no context switch */
 };
 
 typedef struct tutti__net {

@@ -83,6 +83,25 @@ static bool cma_from(bool cma, size_t bytes, size_t min)
     return cma && min != SIZE_MAX && bytes >= min;
 }
 
+/*
+ * Allreduce at 2 ranks with cores of their own takes the ring (over shm's slots) instead of the
+ * window from RING2_MIN to RING2_MAX bytes. The window's 3 barriers per segment leave nothing to
+ * overlap, so its speed follows how close the guest's two cores are: on the development machine
+ * (2-core Zen 4 KVM guest) 1 MiB took 47-66 us in some hours and 115-120 us in others, with
+ * the same launcher and binding. The ring hands 64 KiB slots along, each reader behind the
+ * writer, and stays at 48-69 us in both. Measured 2026-11-25, tutti-bench, env launch and
+ * Open MPI's, launches alternated (us, direct vs ring):
+ *   slow hours:  64 KiB 6.7 vs 5.6; 1 MiB 115-120 vs 67-70; 4 MiB 461 vs 276-286;
+ *                16 MiB 2055-2152 vs 1473-1505; 64 MiB 9574-9728 vs 8309-8319
+ *   fast hours:  16 KiB 1.14-1.86 vs 0.99-1.03; 256 KiB 13-17 vs 12-14; 1 MiB 47-66 vs 48-69;
+ *                4 MiB 190-206 vs 210-224; 16 MiB 1268-1384 vs 1419-1587; 64 MiB 6161-6772
+ *                vs 7741-7817
+ * So the ring to 16 MiB (at worst 12% behind, up to 1.7x ahead), the window above. At 4 ranks
+ * on 2 cores the window wins at every size (fewer hand-offs, each a context switch there).
+ */
+#define RING2_MIN ((size_t)16 << 10)
+#define RING2_MAX ((size_t)16 << 20)
+
 /* The latency of one network step, in bytes of transfer time (alpha / beta): 64 KiB is about
  * 25 us at 20 Gbit/s or 5 us at 100 Gbit/s. Only the order of magnitude matters here. */
 #define LAT_BYTES ((double)(64 << 10))
@@ -122,6 +141,9 @@ const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned ca
     const bool even = nodes && (caps & TUTTI__NEEDS_UNIFORM), cma = caps & TUTTI__NEEDS_CMA;
     switch (coll) {
     case TUTTI_COLL_ALLREDUCE:
+        if (win && n == 2 && (caps & TUTTI__NEEDS_CORES) && bytes >= RING2_MIN &&
+            bytes <= RING2_MAX)
+            return &tutti__allreduce_ring;
         return win ? &tutti__allreduce_direct
                    : nodes ? &tutti__allreduce_hier : tutti__allreduce_flat(n, bytes);
     case TUTTI_COLL_ALLGATHER:

@@ -155,7 +155,8 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     TUTTI__CHECK_GOTO(tutti__topo_init(&c->net.topo, rank, size, &c->nodes), st, fail);
     if (c->nodes.nnodes > 1)
         TUTTI__CHECK_GOTO(agree_node_seg(c, bs), st, fail);
-    c->net.caps = tutti__topo_caps(&c->net.topo, &c->net.links);
+    c->net.caps = tutti__topo_caps(&c->net.topo, &c->net.links) |
+                  (c->threads.node_oversubscribed ? 0u : (unsigned)TUTTI__NEEDS_CORES);
     /* Overrides are checked once the transports are known: "direct" needs the window. */
     TUTTI__CHECK_GOTO(tutti__override_init(c), st, fail);
     c->has_secret = store != NULL && tutti__store_secret(store, c->secret);

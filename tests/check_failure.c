@@ -290,16 +290,21 @@ static int call_timeout_body(int rank, int size, void *arg)
     return bad;
 }
 
-/* On shm and ofi. */
-START_TEST(test_call_timeout)
+/* run_pair runs body at 2 ranks over shm (i == 0) or ofi (1), TUTTI_TIMEOUT 60 s, the harness
+ * giving up after harness_s. */
+static void run_pair(int i, th_fn body, double harness_s, const char *what)
 {
     static const char *const tps[] = {"shm", "ofi"};
     th_opts_t o = TH_OPTS_INIT;
-    o.transport = tps[_i];
-    o.timeout_s = 40;
+    o.transport = tps[i];
+    o.timeout_s = harness_s;
     o.rank_timeout_s = 60;
-    ck_assert_msg(th_run_opts(2, &o, call_timeout_body, NULL) == 0,
-                  "per-call timeout on %s: see stderr", tps[_i]);
+    ck_assert_msg(th_run_opts(2, &o, body, NULL) == 0, "%s on %s: see stderr", what, tps[i]);
+}
+
+START_TEST(test_call_timeout)
+{
+    run_pair(_i, call_timeout_body, 40, "per-call timeout");
 }
 END_TEST
 
@@ -337,13 +342,7 @@ static int leaver_body(int rank, int size, void *arg)
 
 START_TEST(test_left)
 {
-    static const char *const tps[] = {"shm", "ofi"};
-    th_opts_t o = TH_OPTS_INIT;
-    o.transport = tps[_i];
-    o.timeout_s = 30;
-    o.rank_timeout_s = 60;
-    ck_assert_msg(th_run_opts(2, &o, leaver_body, NULL) == 0, "left peer on %s: see stderr",
-                  tps[_i]);
+    run_pair(_i, leaver_body, 30, "left peer");
 }
 END_TEST
 

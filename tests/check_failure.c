@@ -124,18 +124,34 @@ START_TEST(test_peer_killed)
 }
 END_TEST
 
+/* joined makes a communicator from the environment and passes one barrier with it; NULL (the
+ * failure reported) if either fails. */
+static tutti_comm_t *joined(void)
+{
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK) {
+        th_fail("tutti_comm_init_env: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
+        return NULL;
+    }
+    st = tutti_barrier(comm, NULL);
+    if (st != TUTTI_OK) {
+        th_fail("barrier: %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(comm));
+        tutti_comm_destroy(comm);
+        return NULL;
+    }
+    return comm;
+}
+
 /* arg non-NULL: TUTTI_TIMEOUT is 60 s, and rank 0 lowers its timeout to 2 s with
  * tutti_comm_set_timeout after the barrier. */
 static int sleeper_body(int rank, int size, void *arg)
 {
     (void)size;
-    tutti_comm_t *comm = NULL;
-    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
-    if (st != TUTTI_OK)
-        return th_fail("tutti_comm_init_env: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
-    st = tutti_barrier(comm, NULL);
-    if (st != TUTTI_OK)
-        return th_fail("barrier: %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(comm));
+    tutti_comm_t *comm = joined();
+    if (comm == NULL)
+        return 1;
+    tutti_status_t st;
     if (arg != NULL && rank == 0) {
         if (tutti_comm_set_timeout(comm, 0) != TUTTI_ERR_INVALID_ARG ||
             tutti_comm_set_timeout(NULL, 2) != TUTTI_ERR_INVALID_COMM)
@@ -220,13 +236,10 @@ static int call_timeout_body(int rank, int size, void *arg)
 {
     (void)size;
     (void)arg;
-    tutti_comm_t *comm = NULL;
-    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
-    if (st != TUTTI_OK)
-        return th_fail("tutti_comm_init_env: %d (%s): %s", st, tutti_strerror(st), tutti_last_error());
-    st = tutti_barrier(comm, NULL);
-    if (st != TUTTI_OK)
-        return th_fail("barrier: %d (%s): %s", st, tutti_strerror(st), tutti_comm_last_error(comm));
+    tutti_comm_t *comm = joined();
+    if (comm == NULL)
+        return 1;
+    tutti_status_t st;
     int bad = 0;
     if (rank == 1) {
         sleep(4); /* rank 0's receives time out meanwhile */
@@ -315,19 +328,15 @@ static int leaver_body(int rank, int size, void *arg)
 {
     (void)size;
     (void)arg;
-    tutti_comm_t *comm = NULL;
-    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
-    if (st != TUTTI_OK)
-        return th_fail("tutti_comm_init_env: %s", tutti_last_error());
-    st = tutti_barrier(comm, NULL);
-    if (st != TUTTI_OK)
-        return th_fail("barrier: %s", tutti_comm_last_error(comm));
+    tutti_comm_t *comm = joined();
+    if (comm == NULL)
+        return 1;
     if (rank == 1) { /* leaves without joining the allreduce */
         tutti_comm_destroy(comm);
         return 0;
     }
     double x[1] = {1.0}, y[1] = {0};
-    st = tutti_allreduce(x, y, 1, TUTTI_FLOAT64, TUTTI_SUM, comm, NULL);
+    tutti_status_t st = tutti_allreduce(x, y, 1, TUTTI_FLOAT64, TUTTI_SUM, comm, NULL);
     const char *msg = tutti_comm_last_error(comm);
     int bad = 0;
     if (st != TUTTI_ERR_PEER_FAILED)

@@ -260,7 +260,8 @@ static int call_timeout_body(int rank, int size, void *arg)
     if (tutti_set_call_timeout(NAN, NULL) != TUTTI_ERR_INVALID_ARG)
         bad = th_fail("tutti_set_call_timeout(NaN) was not refused");
     if (tutti_set_call_timeout(1.0, &prev) != TUTTI_OK || prev != 0.0)
-        bad = th_fail("tutti_set_call_timeout(1.0): %s; previous %g, expected 0", tutti_last_error(), prev);
+        bad = th_fail("tutti_set_call_timeout(1.0): %s; previous %g, expected 0", tutti_last_error(),
+                      prev);
 
     int v = 0;
     double t0 = th_now();
@@ -293,7 +294,8 @@ static int call_timeout_body(int rank, int size, void *arg)
     tutti_set_call_timeout(0, NULL); /* the posted call keeps its 1.5 s */
     if (st == TUTTI_OK) {
         st = tutti_work_wait(w, -1);
-        bad |= expect_timeout("asynchronous allreduce", st, tutti_work_error(w), th_now() - t0, 1.5);
+        bad |= expect_timeout("asynchronous allreduce", st, tutti_work_error(w), th_now() - t0,
+                              1.5);
         if (!th_mentions_rank(tutti_work_error(w), 1))
             bad = th_fail("the allreduce's timeout does not name rank 1: %s", tutti_work_error(w));
         tutti_work_free(w);

@@ -251,10 +251,10 @@ WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds 
     check_usable(call.name);
     // tutti takes 1 ms to 1e9 s; anything else would be refused at the post, after a
     // coalescing block had collected it: say so now.
-    if (timeout != c10d::kUnsetTimeout && (timeout.count() < 1 || timeout.count() > 1000000000000LL))
-        refuse(call.name, "the call's timeout (opts.timeout) is " +
-                              std::to_string(timeout.count()) +
-                              " ms: give 1 ms or more, or leave it unset for the group's");
+    const long long ms = timeout.count();
+    if (timeout != c10d::kUnsetTimeout && (ms < 1 || ms > 1000000000000LL))
+        refuse(call.name, "the call's timeout (opts.timeout) is " + std::to_string(ms) +
+                              " ms: give 1 ms to 1e9 s, or leave it unset for the group's");
     call.timeout = timeout;
     tracker_->drain(); // a caller's thread: free what completions parked
     // Inside a coalescing block only asynchronous calls are collected: a synchronous one is

@@ -90,6 +90,11 @@ typedef struct tutti__net {
                                               (to stop waiting once it is aborted) */
 } tutti__net_t;
 
+/* What a timeout's text tells the user to raise when the call had a timeout of its own (else:
+ * TUTTI_TIMEOUT). */
+#define TUTTI__CALL_TIMEOUT_HINT \
+    "the call's own timeout (tutti_set_call_timeout; c10d's opts.timeout)"
+
 /* tutti__net_timeout is net's current timeout: tutti_comm_set_timeout may store a new one
  * from another thread at any time. */
 static inline double tutti__net_timeout(const tutti__net_t *net)

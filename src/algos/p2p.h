@@ -101,9 +101,9 @@ typedef struct tutti__p2p_op {
 tutti_status_t tutti__p2p_create(tutti__net_t *net, tutti__p2p_t **out);
 
 /* tutti__p2p_post starts op (checked by the caller: a valid peer, a tag >= 0, a buffer for len
- * bytes); its deadline is op->timeout_s from now, or the network's timeout if that is 0. It never blocks. An op that ends at
- * once (a peer that failed earlier, a message that had arrived already) is done or queued for
- * the next tutti__p2p_progress. */
+ * bytes); its deadline is op->timeout_s from now, or the network's timeout if that is 0. It
+ * never blocks. An op that ends at once (a peer that failed earlier, a message that had
+ * arrived already) is done or queued for the next tutti__p2p_progress. */
 void tutti__p2p_post(tutti__p2p_t *e, tutti__p2p_op_t *op);
 
 /* tutti__p2p_progress moves everything forward without blocking (transports, arrivals,

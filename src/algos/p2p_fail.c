@@ -278,8 +278,7 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
                         "timed out after %.3g s: %s; the peer may be stuck or slower than the "
                         "timeout (raise %s if the job is only slow)",
                         t, waiting_for(op),
-                        op->timeout_s > 0 ? "the call's own timeout (tutti_set_call_timeout; c10d's opts.timeout)"
-                                          : "TUTTI_TIMEOUT");
+                        op->timeout_s > 0 ? TUTTI__CALL_TIMEOUT_HINT : "TUTTI_TIMEOUT");
     }
 }
 

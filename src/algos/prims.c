@@ -272,7 +272,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 "slow",
                 tutti__coll_timeout(c), list,
                 left ? " (some had already destroyed the communicator)" : "",
-                c->timeout_s > 0 ? "the call's own timeout (tutti_set_call_timeout; c10d's opts.timeout)" : "TUTTI_TIMEOUT");
+                c->timeout_s > 0 ? TUTTI__CALL_TIMEOUT_HINT : "TUTTI_TIMEOUT");
 }
 
 /* A wait that steps aside where yielding may not reach the peer still yields this many times

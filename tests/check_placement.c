@@ -610,6 +610,46 @@ START_TEST(test_bound_ranks)
 }
 END_TEST
 
+/* CCL_WORKER_WAIT differs between the two ranks: a rank whose workers spin counts its node
+ * oversubscribed on two cores, the other not; both must still choose every algorithm alike
+ * (the node's oversubscription is agreed at creation), or every 16 KiB - 16 MiB allreduce fails
+ * with TUTTI_ERR_MISMATCH (one rank on the ring, the other on the window). */
+static int worker_wait_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    setenv("CCL_WORKER_WAIT", rank == 0 ? "0" : "1", 1);
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    for (size_t n = 1; n <= ((size_t)1 << 22) && rc == 0; n *= 4) {
+        int32_t *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        for (size_t i = 0; i < n; i++)
+            x[i] = (int32_t)(i % 977) * (rank + 1);
+        tutti_status_t st = tutti_allreduce(x, y, n, TUTTI_INT32, TUTTI_SUM, comm, NULL);
+        if (st != TUTTI_OK)
+            rc = th_fail("allreduce of %zu (%s here): %s: %s", n,
+                         tutti_comm_algorithm(comm, TUTTI_COLL_ALLREDUCE, n * 4),
+                         tutti_strerror(st), tutti_comm_last_error(comm));
+        for (size_t i = 0; i < n && rc == 0; i++)
+            if (y[i] != (int32_t)(i % 977) * size * (size + 1) / 2)
+                rc = th_fail("allreduce of %zu: [%zu] = %d", n, i, y[i]);
+        free(x);
+        free(y);
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_worker_wait_per_rank)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 90;
+    ck_assert(th_run_opts(2, &o, worker_wait_rank, NULL) == 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("placement");
@@ -633,6 +673,7 @@ int main(void)
     tcase_add_test(tc, test_caller_bad);
     tcase_add_test(tc, test_bound_ranks);
     tcase_add_test(tc, test_own_sessions);
+    tcase_add_test(tc, test_worker_wait_per_rank);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);

@@ -275,7 +275,7 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
             continue;
         double t = op->timeout_s > 0 ? op->timeout_s : tutti__net_timeout(net);
         tutti__p2p_fail(e, op, TUTTI_ERR_TIMEOUT,
-                        "timed out after %.3g s: %s; the peer may be stuck or slower than the "
+                        "timed out after %g s: %s; the peer may be stuck or slower than the "
                         "timeout (raise %s if the job is only slow)",
                         t, waiting_for(op),
                         op->timeout_s > 0 ? TUTTI__CALL_TIMEOUT_HINT : "TUTTI_TIMEOUT");

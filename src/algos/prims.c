@@ -267,7 +267,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
     for (int i = 0; i < nmissing; i++)
         left |= tutti__live_left(net->live, missing[i]);
     return fail(c, TUTTI_ERR_TIMEOUT,
-                "timed out after %.3g s waiting for rank(s) %s%s; a peer may be stuck, slower "
+                "timed out after %g s waiting for rank(s) %s%s; a peer may be stuck, slower "
                 "than the timeout, or in a different collective: raise %s if the job is only "
                 "slow",
                 tutti__coll_timeout(c), list,

@@ -45,6 +45,24 @@ static void reserve_small(tutti__window_t *w)
     }
 }
 
+/* The plan is worked out alike on every local rank from the node's exchanged cpusets, but
+ * also from settings each rank reads for itself (CCL_WORKER_WAIT, CCL_WORKER_AFFINITY); where
+ * those differ between ranks, node_oversubscribed could too, and with it the algorithm that
+ * every rank must choose alike (the window's round size, TUTTI__NEEDS_CORES). Any rank's
+ * oversubscription counts for its whole node. */
+static tutti_status_t agree_oversubscribed(tutti_comm_t *c, tutti__bootstrap_t *bs)
+{
+    uint8_t mine = c->threads.node_oversubscribed, *all = calloc((size_t)c->size, 1);
+    if (all == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory for %d ranks", c->size);
+    tutti_status_t st = tutti__bs_allgather(bs, &mine, 1, all);
+    for (int r = 0; st == TUTTI_OK && r < c->size; r++)
+        if (c->nodes.node_of[r] == c->nodes.node_of[c->rank] && all[r] != 0)
+            c->threads.node_oversubscribed = true;
+    free(all);
+    return st;
+}
+
 /*
  * place_caller moves the calling thread onto the core the placement gave it, when the launcher
  * left it free to run on several (torchrun, a plain env launch, MPICH's mpirun without
@@ -59,6 +77,7 @@ static void reserve_small(tutti__window_t *w)
  * first communicator a thread makes places it: a later one has its own local rank numbers,
  * which need not match the node's.
  */
+
 static void place_caller(tutti_comm_t *c)
 {
     static __thread bool placed;
@@ -140,6 +159,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
                                               &c->threads),
                           st, fail);
         place_caller(c);
+        TUTTI__CHECK_GOTO(agree_oversubscribed(c, bs), st, fail);
     }
     c->net.oversubscribed = c->threads.oversubscribed;
     c->net.round_bytes = c->threads.node_oversubscribed ? 0 : tutti__round_bytes();

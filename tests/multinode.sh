@@ -28,7 +28,8 @@
 #                                    RLIMIT_NOFILE 4 .. 64: every rank fails at once naming the
 #                                    limit (node discovery, liveness mesh, ofi endpoint), or the
 #                                    job works; a full /dev/shm, where the job works; 1% packet
-#                                    loss on every link: exact results.
+#                                    loss on every link: exact results, and a SIGKILL and a
+#                                    SIGSTOP under that loss found and named as above.
 #                                    TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY (e.g.
 #                                    stop,reduce,4096,1,0.39) runs that trial only,
 #                                    TUTTI_FAULT_REPEAT times.
@@ -407,6 +408,16 @@ part_faults() {
         else
             notok "1% packet loss" "$tmp/out"
         fi
+        # Loss and a fault at once: retransmissions must not hide the death or the stop, nor
+        # be taken for one (the survivors name the victim, the results before it are exact).
+        for kind in kill stop; do
+            fam=${fams[$((RANDOM % 7))]}
+            count=${counts[$((RANDOM % 3))]}
+            victim=$((RANDOM % 4))
+            delay=0.$((RANDOM % 4))$((RANDOM % 10))
+            fault_trial "seed $seed: 1% loss and $kind of rank $victim during $fam ($count fp32) after ${delay}s" \
+                "$fam" "$count" "$kind" "$victim" "$delay"
+        done
         up 2 --ranks-per-host 2
     else
         echo "ok $((n + 1)) - 1% packet loss # SKIP neither netem nor nftables here: $(tail -1 "$tmp/up")"

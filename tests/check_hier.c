@@ -145,6 +145,12 @@ START_TEST(test_flat_choice)
     /* a few ranks, not a power of two: folding's two whole-buffer steps cost more */
     ck_assert_str_eq(tutti__allreduce_flat(3, 1 << 20)->name, "ring");
     ck_assert_str_eq(tutti__allreduce_flat(6, 64 << 20)->name, "ring");
+    /* a chunk of 1 MiB or more per ring step: the ring (pipelined) beats rhd's store-and-
+     * forward halving steps, measured across namespace hosts (select.c) */
+    ck_assert_str_eq(tutti__allreduce_flat(4, 4 << 20)->name, "ring");
+    ck_assert_str_eq(tutti__allreduce_flat(8, 64 << 20)->name, "ring");
+    ck_assert_str_eq(tutti__allreduce_flat(4, (4 << 20) - 4)->name, "rhd");
+    ck_assert_str_eq(tutti__allreduce_flat(1024, (size_t)1 << 30)->name, "ring");
     /* many ranks: the ring's 2(n-1) latencies cost more */
     ck_assert_str_eq(tutti__allreduce_flat(1000, 25 << 20)->name, "rhd");
     /* the default across nodes of one rank each follows it */

@@ -106,10 +106,22 @@ static bool cma_from(bool cma, size_t bytes, size_t min)
  * 25 us at 20 Gbit/s or 5 us at 100 Gbit/s. Only the order of magnitude matters here. */
 #define LAT_BYTES ((double)(64 << 10))
 
+/* From this many bytes per rank, the ring's steps each move a whole chunk (allreduce_ring.c's
+ * 1 MiB) and its transfers overlap its reductions, while rhd's halving steps are store and
+ * forward: 4 namespace hosts x 1 rank, tbf at 4 Gbit/s (the link, not the 2 cores, the limit:
+ * plain TCP reaches 90% there), 2026-11-27, two alternated launches each, ms, ring vs rhd:
+ * 1 MiB 3.8-4.1 vs 3.3-3.5, 4 MiB 14.4-17.0 vs 19.5-20.3, 16 MiB 58-65 vs 98-100, 64 MiB
+ * 228-241 vs 396-399 (ring's busbw 84% of the line rate, rhd's 51%); at 10 Gbit/s, where the
+ * cores are the limit, the two were within 25% of each other either way from 4 MiB. The cost
+ * model below misses this (it counts rhd's steps once, not per segment, and no overlap). */
+#define RING_STEP_MIN ((size_t)1 << 20)
+
 const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes)
 {
     if (bytes <= TUTTI__TREE_MAX || n <= 2)
         return bytes <= TUTTI__TREE_MAX ? &tutti__allreduce_tree : &tutti__allreduce_ring;
+    if (bytes / (size_t)n >= RING_STEP_MIN)
+        return &tutti__allreduce_ring;
     int k = 0, p2 = 1;
     while (p2 * 2 <= n)
         p2 *= 2, k++;

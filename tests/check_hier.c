@@ -90,6 +90,11 @@ START_TEST(test_caps_and_choice)
     ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 1 << 26)->name, "hier");
     ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8)->name, "hier");
     ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 8)->name, "hier");
+    /* large blocks: the network is busy anyway; aggregation's copies cost more (select.c) */
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, (256 << 10) - 4)->name,
+                     "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 256 << 10)->name,
+                     "pairwise");
     ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_REDUCE_SCATTER, 8)->name, "hier");
     ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_BCAST, 8)->name, "hier");
     ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_REDUCE, 8)->name, "tree");

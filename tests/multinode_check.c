@@ -351,7 +351,11 @@ static void check_offered(void)
         if (st == TUTTI_ERR_INVALID_ARG && strstr(tutti_comm_last_error(comm), "needs") == NULL)
             ok = 0; /* the refusal says what it needs */
         use(cases[i].coll, "auto");
-        const char *dflt = tutti_comm_algorithm(comm, cases[i].coll, 1 << 20);
+        /* alltoall aggregates only blocks under 256 KiB by default (select.c): above, pairwise */
+        const bool a2a = cases[i].coll == TUTTI_COLL_ALLTOALL;
+        const char *dflt = tutti_comm_algorithm(comm, cases[i].coll, a2a ? 64 << 10 : 1 << 20);
+        if (a2a && strcmp(tutti_comm_algorithm(comm, cases[i].coll, 1 << 20), "pairwise") != 0)
+            ok = 0;
         if ((strcmp(dflt, "hier") == 0) != cases[i].want) {
             fprintf(stderr, "rank %d: collective %d: the default is %s\n", rank,
                     (int)cases[i].coll, dflt);

@@ -136,6 +136,15 @@ const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes)
     return rhd < ring ? &tutti__allreduce_rhd : &tutti__allreduce_ring;
 }
 
+/* hier's alltoall aggregates a node's blocks into one message per node pair, which pays while
+ * message counts dominate; from blocks of this size the network is busy anyway, and its two
+ * extra copies through the window and its one message at a time per rail cost more than they
+ * save: 2 namespace hosts x 2 ranks, 2026-11-27, two alternated launches each, ms, hier vs
+ * pairwise: 4 Gbit/s 256 KiB 2.4-2.7 vs 2.1, 2 MiB 25-28 vs 19-21, 16 MiB 225-231 vs 158-164
+ * (Open MPI 188 there); 10 Gbit/s 1 MiB 7.0-7.1 vs 3.9-6.0, 16 MiB 92-98 vs 72-99; hier still
+ * ahead at 64 KiB (0.4-0.8 vs 0.9-1.1). */
+#define HIER_ALLTOALL_MAX ((size_t)256 << 10)
+
 /* Defaults. One node over shm: the direct algorithms touch each byte the fewest times and need
  * no hand-offs between neighbours (single copy from the sizes above, where it is on). Across
  * nodes, where some node has several ranks: the
@@ -165,9 +174,9 @@ const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned ca
                       : &tutti__allgather_ring;
     case TUTTI_COLL_ALLTOALL:
         return win && cma_from(cma, bytes, CMA_ALLTOALL_MIN) ? &tutti__alltoall_cma
-               : win  ? &tutti__alltoall_direct
-               : even ? &tutti__alltoall_hier
-                      : &tutti__alltoall_pairwise;
+               : win                                   ? &tutti__alltoall_direct
+               : even && bytes < HIER_ALLTOALL_MAX ? &tutti__alltoall_hier
+                                                       : &tutti__alltoall_pairwise;
     case TUTTI_COLL_REDUCE_SCATTER:
         return win    ? &tutti__reduce_scatter_direct
                : even ? &tutti__reduce_scatter_hier : &tutti__reduce_scatter_ring;

@@ -5,10 +5,11 @@ receives as many from the previous at once, and prints its rate each way. A ring
 busbw cannot exceed it on the same hosts; docs/multinode.md compares the two.
 
     scripts/cluster.sh up 4 --rate 10gbit
-    scripts/cluster.sh run -- python3 bench/tcp_ring.py 4 512
+    scripts/cluster.sh run -- python3 bench/tcp_ring.py 4 2048
     scripts/cluster.sh down
 
-Usage: tcp_ring.py HOSTS MiB. A host's index comes from its address on eth0 (10.77.0.i+1, as
+Usage: tcp_ring.py HOSTS MiB. Each host times from its own start, and the hosts start up to
+~0.3 s apart: move a few seconds' worth (2048 MiB at 4 Gbit/s) or the rate reads low. A host's index comes from its address on eth0 (10.77.0.i+1, as
 cluster.sh gives them). Standard library only.
 """
 import socket

@@ -96,6 +96,21 @@ static const cm_family_t family = {
  * the rounds follow the peers' blocks only, and every block must still arrive whole. Counts in
  * MiB so that they cross many rounds whatever the cache size. (A version that copied the own
  * block a piece per round, tried and not kept, failed here with its tail copy removed.) */
+/* own_count: the elements rank from sends to rank to in shape 0 (own block 3 Mi + rank,
+ * peer blocks 1000 + 7 (from + to)) or shape 1 (own block empty, peer blocks 1.5 Mi + from + to) */
+static size_t own_count(int shape, int from, int to)
+{
+    if (from == to)
+        return shape ? 0 : ((size_t)3 << 20) + (size_t)from;
+    return shape ? ((size_t)3 << 19) + (size_t)(from + to) : 1000 + 7 * (size_t)(from + to);
+}
+
+/* own_value: element e of the block from rank from to rank to */
+static uint32_t own_value(int from, int to, size_t e)
+{
+    return (uint32_t)((uint32_t)from * 1000003u + (uint32_t)to * 7919u + e);
+}
+
 static int own_longest_rank(int rank, int size, void *arg)
 {
     (void)arg;
@@ -108,38 +123,32 @@ static int own_longest_rank(int rank, int size, void *arg)
         goto out;
     }
     for (int shape = 0; shape < 2 && rc == 0; shape++) {
-        size_t sc[TH_MAX_RANKS], rc_[TH_MAX_RANKS], st = 0, rt = 0;
-        /* shape 0: own block 3 Mi elements + rank, peers 1000 + 7 * (i + j); shape 1: own
-         * block empty, peers 1.5 Mi + i + j */
+        size_t sc[TH_MAX_RANKS], rcv[TH_MAX_RANKS], st = 0, rt = 0;
         for (int j = 0; j < size; j++) {
-            sc[j] = j == rank ? (shape ? 0 : ((size_t)3 << 20) + (size_t)rank)
-                              : (shape ? ((size_t)3 << 19) + (size_t)(rank + j) : 1000 + 7 * (size_t)(rank + j));
-            rc_[j] = j == rank ? sc[j]
-                               : (shape ? ((size_t)3 << 19) + (size_t)(rank + j) : 1000 + 7 * (size_t)(rank + j));
-            st += sc[j];
-            rt += rc_[j];
+            st += sc[j] = own_count(shape, rank, j);
+            rt += rcv[j] = own_count(shape, j, rank);
         }
-        uint32_t *in = malloc(st * 4 + 4), *out = malloc(rt * 4 + 4);
+        uint32_t *in = malloc((st + 1) * sizeof *in), *out = malloc((rt + 1) * sizeof *out);
         if (in == NULL || out == NULL) {
             free(in);
             free(out);
             rc = th_fail("no memory");
             break;
         }
-        for (int j = 0, k = 0; j < size; j++)
-            for (size_t e = 0; e < sc[j]; e++, k++)
-                in[k] = (uint32_t)(rank * 1000003u + j * 7919u + e);
-        memset(out, 0xa5, rt * 4);
-        tutti_status_t s = tutti_alltoallv(in, sc, NULL, out, rc_, NULL, TUTTI_INT32, comm, NULL);
+        size_t k = 0;
+        for (int j = 0; j < size; j++)
+            for (size_t e = 0; e < sc[j]; e++)
+                in[k++] = own_value(rank, j, e);
+        memset(out, 0xa5, rt * sizeof *out);
+        tutti_status_t s = tutti_alltoallv(in, sc, NULL, out, rcv, NULL, TUTTI_INT32, comm, NULL);
         if (s != TUTTI_OK)
             rc = th_fail("shape %d: %s: %s", shape, tutti_strerror(s), tutti_comm_last_error(comm));
-        for (int i = 0, k = 0; rc == 0 && i < size; i++)
-            for (size_t e = 0; e < rc_[i]; e++, k++)
-                if (out[k] != (uint32_t)(i * 1000003u + rank * 7919u + e)) {
+        k = 0;
+        for (int i = 0; rc == 0 && i < size; i++)
+            for (size_t e = 0; rc == 0 && e < rcv[i]; e++, k++)
+                if (out[k] != own_value(i, rank, e))
                     rc = th_fail("shape %d: element %zu of the block from rank %d is %u, want %u",
-                                 shape, e, i, out[k], (uint32_t)(i * 1000003u + rank * 7919u + e));
-                    break;
-                }
+                                 shape, e, i, out[k], own_value(i, rank, e));
         free(in);
         free(out);
     }

@@ -354,8 +354,12 @@ static void check_offered(void)
         /* alltoall aggregates only blocks under 256 KiB by default (select.c): above, pairwise */
         const bool a2a = cases[i].coll == TUTTI_COLL_ALLTOALL;
         const char *dflt = tutti_comm_algorithm(comm, cases[i].coll, a2a ? 64 << 10 : 1 << 20);
-        if (a2a && strcmp(tutti_comm_algorithm(comm, cases[i].coll, 1 << 20), "pairwise") != 0)
+        const char *big = tutti_comm_algorithm(comm, cases[i].coll, 1 << 20);
+        if (a2a && strcmp(big, "pairwise") != 0) {
+            fprintf(stderr, "rank %d: alltoall of 1 MiB blocks: the default is %s, not pairwise\n",
+                    rank, big);
             ok = 0;
+        }
         if ((strcmp(dflt, "hier") == 0) != cases[i].want) {
             fprintf(stderr, "rank %d: collective %d: the default is %s\n", rank,
                     (int)cases[i].coll, dflt);

@@ -112,8 +112,10 @@ static bool cma_from(bool cma, size_t bytes, size_t min)
  * plain TCP reaches 90% there), 2026-11-27, two alternated launches each, ms, ring vs rhd:
  * 1 MiB 3.8-4.1 vs 3.3-3.5, 4 MiB 14.4-17.0 vs 19.5-20.3, 16 MiB 58-65 vs 98-100, 64 MiB
  * 228-241 vs 396-399 (ring's busbw 84% of the line rate, rhd's 51%); at 10 Gbit/s, where the
- * cores are the limit, the two were within 25% of each other either way from 4 MiB. The cost
- * model below misses this (it counts rhd's steps once, not per segment, and no overlap). */
+ * cores are the limit, the two were within 25% of each other either way from 4 MiB. The same
+ * at 4 Gbit/s under MPICH's and Open MPI's mpirun: 16 MiB 56-65 vs 94-103, 64 MiB 218-254 vs
+ * 386-406. The cost model below misses this (it counts rhd's steps once, not per segment, and
+ * no overlap). */
 #define RING_STEP_MIN ((size_t)1 << 20)
 
 const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes)
@@ -142,7 +144,10 @@ const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes)
  * save: 2 namespace hosts x 2 ranks, 2026-11-27, two alternated launches each, ms, hier vs
  * pairwise: 4 Gbit/s 256 KiB 2.4-2.7 vs 2.1, 2 MiB 25-28 vs 19-21, 16 MiB 225-231 vs 158-164
  * (Open MPI 188 there); 10 Gbit/s 1 MiB 7.0-7.1 vs 3.9-6.0, 16 MiB 92-98 vs 72-99; hier still
- * ahead at 64 KiB (0.4-0.8 vs 0.9-1.1). */
+ * ahead at 64 KiB (0.4-0.8 vs 0.9-1.1). Those ran under the env launch; at 4 Gbit/s under
+ * MPICH's mpirun 2 MiB 24.5-25.1 vs 18.5-19.8, 16 MiB 228-231 vs 154-157, under Open MPI's
+ * 27-30 vs 19-20 and 197-225 vs 157-163; at 256 KiB the two are even (MPICH 2.10-2.13 vs
+ * 2.06-2.07; Open MPI 2.18-2.27 vs 2.31-2.59, hier ahead there). */
 #define HIER_ALLTOALL_MAX ((size_t)256 << 10)
 
 /* Defaults. One node over shm: the direct algorithms touch each byte the fewest times and need
@@ -174,9 +179,9 @@ const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned ca
                       : &tutti__allgather_ring;
     case TUTTI_COLL_ALLTOALL:
         return win && cma_from(cma, bytes, CMA_ALLTOALL_MIN) ? &tutti__alltoall_cma
-               : win                                   ? &tutti__alltoall_direct
+               : win                               ? &tutti__alltoall_direct
                : even && bytes < HIER_ALLTOALL_MAX ? &tutti__alltoall_hier
-                                                       : &tutti__alltoall_pairwise;
+                                                   : &tutti__alltoall_pairwise;
     case TUTTI_COLL_REDUCE_SCATTER:
         return win    ? &tutti__reduce_scatter_direct
                : even ? &tutti__reduce_scatter_hier : &tutti__reduce_scatter_ring;

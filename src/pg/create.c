@@ -77,7 +77,6 @@ static tutti_status_t agree_oversubscribed(tutti_comm_t *c, tutti__bootstrap_t *
  * first communicator a thread makes places it: a later one has its own local rank numbers,
  * which need not match the node's.
  */
-
 static void place_caller(tutti_comm_t *c)
 {
     static __thread bool placed;

@@ -3,7 +3,8 @@
  * empty and odd-sized blocks; the fallback when single copy is off (TUTTI_CMA=off) or when
  * ptrace rules forbid it (found by the probe at creation: every rank drops CAP_SYS_PTRACE and
  * makes itself non-dumpable); and a read the kernel refuses in the middle of a call, which must
- * fail on every rank, alike, without a hang. */
+ * fail on every rank, alike, without a hang; and where the defaults pick single copy (select.c's
+ * ranges, at 2 and 3 ranks), exact with no override. */
 #include <check.h>
 #include <linux/capability.h>
 #include <stdbool.h>
@@ -245,6 +246,75 @@ START_TEST(test_exact)
 }
 END_TEST
 
+/* ---- the defaults: single copy where select.c's ranges put it, exact -------------------------- */
+
+typedef struct pick {
+    tutti_coll_t coll;
+    size_t bytes;
+    const char *two, *more; /* the default at 2 ranks, at more, where single copy is allowed */
+} pick_t;
+
+static const pick_t picks[] = {
+    {TUTTI_COLL_ALLTOALL, 16u << 10, "direct", "direct"},
+    {TUTTI_COLL_ALLTOALL, 64u << 10, "cma", "direct"},
+    {TUTTI_COLL_ALLTOALL, 256u << 10, "cma", "cma"},
+    {TUTTI_COLL_ALLTOALL, (size_t)1 << 34, "cma", "cma"},
+    {TUTTI_COLL_ALLGATHER, 16u << 10, "direct", "direct"},
+    {TUTTI_COLL_ALLGATHER, 64u << 10, "cma", "cma"},
+    {TUTTI_COLL_ALLGATHER, (4u << 20) - 1, "cma", "cma"},
+    {TUTTI_COLL_ALLGATHER, 4u << 20, "cma", "direct"},
+    {TUTTI_COLL_BCAST, 16u << 10, "direct", "direct"},
+    {TUTTI_COLL_BCAST, 64u << 10, "cma", "direct"},
+    {TUTTI_COLL_BCAST, (4u << 20) - 1, "cma", "direct"},
+    {TUTTI_COLL_BCAST, 4u << 20, "direct", "direct"},
+};
+
+/* Each rank checks every default pick, then runs, with no override, one call of each
+ * collective at a size single copy gets by default (where it is allowed), exact; only then
+ * does it learn whether single copy is allowed here (an override naming it fails if not). */
+static int defaults_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = init();
+    if (comm == NULL)
+        return 1;
+    const char *got[sizeof picks / sizeof picks[0]];
+    for (size_t k = 0; k < sizeof picks / sizeof picks[0]; k++)
+        got[k] = tutti_comm_algorithm(comm, picks[k].coll, picks[k].bytes);
+    int rc = alltoall_case(comm, rank, size, (256u << 10) / 4, false) |
+             alltoall_case(comm, rank, size, (1u << 20) / 4 + 5, true) |
+             allgather_case(comm, rank, size, (64u << 10) / 4, false) |
+             allgather_case(comm, rank, size, (1u << 20) / 4 + 3, true) |
+             bcast_case(comm, rank, size, (1u << 20) / 4, size - 1);
+    const bool allowed = tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLTOALL, "cma") == TUTTI_OK;
+    for (size_t k = 0; k < sizeof picks / sizeof picks[0]; k++) {
+        const char *want = !allowed ? "direct" : size == 2 ? picks[k].two : picks[k].more;
+        if (got[k] == NULL || strcmp(got[k], want) != 0)
+            rc = th_fail("%d ranks, coll %d at %zu bytes: default %s, want %s (single copy %s)",
+                         size, (int)picks[k].coll, picks[k].bytes, got[k] ? got[k] : "(NULL)",
+                         want, allowed ? "allowed" : "not allowed");
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_defaults)
+{
+    for (int n = 2; n <= 3; n++) {
+        th_opts_t o = TH_OPTS_INIT;
+        o.transport = "shm";
+        o.timeout_s = 240;
+        ck_assert_msg(th_run_opts(n, &o, defaults_rank, NULL) == 0, "%d ranks", n);
+    }
+    /* not allowed: the same picks must all be direct */
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 240;
+    o.env[0] = "TUTTI_CMA=off";
+    ck_assert(th_run_opts(2, &o, defaults_rank, NULL) == 0);
+}
+END_TEST
+
 /* ---- single copy off: refused by name, never chosen, the others still exact ---------------------- */
 
 static int off_rank(int rank, int size, void *arg)
@@ -396,6 +466,7 @@ int main(void)
     TCase *tc = tcase_create("cma");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_exact);
+    tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_off);
     tcase_add_test(tc, test_ptrace_refused);
     tcase_add_test(tc, test_bad_knob);

@@ -54,33 +54,53 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
 }
 
 /*
- * Single copy (the cma algorithms: process_vm_readv) is taken from these sizes on, where every
- * pair of local ranks may use it. SIZE_MAX: never by default; an override still can.
+ * Single copy (the cma algorithms: process_vm_readv) is taken for bytes in [lo, hi) of the
+ * range below for its rank count, where every pair of local ranks may use it (elsewhere, or
+ * with TUTTI_CMA=off, the direct algorithms run). The direct algorithms copy twice, through a
+ * window sized for the L2, with a barrier per round; that is fastest only while the writer's
+ * lines reach the reader cheaply. On the development machine (2-core AMD EPYC Zen 4 KVM guest,
+ * Linux 6.18) the host moves the guest's cores from hour to hour and within a launch: a
+ * 64 MiB alltoall at 2 ranks went from 19 to 47 ms per call in the middle of one run
+ * (TUTTI_TRACE), and a 256 KiB one ran at 167 us for a whole unbound launch against 41 in a
+ * good one. The kernel's single copy is slower at its best (it pins the source page by page)
+ * but barely moves with the host's state.
  *
- * Set by measurement on the development machine (2-core AMD EPYC Zen 4 KVM guest, Linux 6.18),
- * 2026-11-24, which other jobs shared (load 4-10): tutti-bench, plain env launch, -a direct
- * against -a cma, launches alternated, median [min] avg_us of 6-10 launches each:
- *   alltoall, 2 ranks:  1 MiB 162 [102] vs 326 [168]; 4 MiB 1654 [1052] vs 1050 [784];
- *                       64 MiB 32028 [27380] vs 38031 [25571]; a rerun: 64 MiB min 29471
- *                       vs 52787, and direct's min lower at every size from 256 KiB
- *   alltoall, 4 ranks:  min lower for direct at every size from 256 KiB (64 MiB 83909 vs
- *                       234769)
- *   allgather, 2 ranks: direct ahead at every size from 256 KiB (64 MiB 59534 [41221] vs
- *                       69847 [57600]); 4 ranks: direct 2-4x ahead
- *   bcast, 2 ranks (direct pipelined, bcast_direct.c): 1 MiB 532 [238] vs 837 [390]; 16 MiB
- *                       9438 [7882] vs 12520 [10635]; 64 MiB 39356 [29110] vs 49750 [36628]
- *   bcast, 4 ranks:     direct ahead from 1 MiB (64 MiB 55972 [33344] vs 96463 [73626])
- * Why: the kernel pins the source 4 KiB page by page and copies 7-15 GB/s (process_vm_readv of
- * 1-64 MiB in one process here), where memcpy moves about 60 GB/s within the caches and 20 GB/s
- * from memory: two copies through the L3-resident window beat one through the kernel.
+ * Measured 2026-11-27, tutti-bench, plain env launch (torchrun style, no binding) unless said,
+ * -a direct against -a cma, launches alternated, median [min-max] avg_us of 6-8 launches;
+ * bytes are per block (alltoall), per rank (allgather), the buffer (bcast):
+ *   alltoall, 2 ranks:  16 KiB 4 [3-14] vs 4 [4-5]; 64 KiB 15 [13-48] vs 11 [9-13];
+ *                       256 KiB 164 [52-176] vs 62 [50-88]; 2 MiB 1567 [278-1709] vs 319
+ *                       [262-1367]; 16 MiB 12551 [4730-13726] vs 5629 [5177-6456]; 128 MiB
+ *                       101527 [37023-109129] vs 50271 [44520-57275]; bound by taskset,
+ *                       128 MiB 44312 [39561-89005] vs 46251 [41423-52110]
+ *   alltoall, 4 ranks:  64 KiB 65 [52-196] vs 89 [71-94]; 256 KiB 740 vs 254; 1 MiB 2321 vs
+ *                       1713; 16 MiB 31144 vs 28991; 64 MiB 144159 vs 105244
+ *   allgather, 2 ranks: 16 KiB 4 [2-13] vs 6 [5-6]; 64 KiB 26 [8-51] vs 12 [10-14]; 2 MiB
+ *                       1366 vs 287; 128 MiB 77055 [60980-83157] vs 58808 [51209-64627]
+ *   allgather, 4 ranks: 64 KiB 157 vs 100; 1 MiB 2129 vs 1085; 4 MiB 6959 vs 7231; 16 MiB
+ *                       19365 vs 31715; 64 MiB 85696 vs 113895
+ *   bcast, 2 ranks:     64 KiB 11 vs 8; 1 MiB 113 [100-615] vs 103 [84-111]; 4 MiB 173
+ *                       [161-1792] vs 444 [337-652]; 64 MiB 7862 vs 15820 (the pipelined
+ *                       direct broadcast, bcast_direct.c, keeps the window busy both ways)
+ *   bcast, 4 ranks:     direct ahead at every size from 64 KiB (64 MiB 15115 vs 23753)
+ * Measured on 2026-11-24, when the cores stayed close, direct had been ahead from 256 KiB;
+ * these ranges give up at most 1.2x in such hours for up to 2.5x in the others.
  */
-#define CMA_ALLTOALL_MIN SIZE_MAX
-#define CMA_ALLGATHER_MIN SIZE_MAX
-#define CMA_BCAST_MIN SIZE_MAX
+typedef struct cma_range {
+    size_t lo, hi; /* single copy for lo <= bytes < hi; lo == hi: never */
+} cma_range_t;
 
-static bool cma_from(bool cma, size_t bytes, size_t min)
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+static const cma_range_t cma_alltoall[2] = {{64 * KIB, SIZE_MAX}, {256 * KIB, SIZE_MAX}};
+static const cma_range_t cma_allgather[2] = {{64 * KIB, SIZE_MAX}, {64 * KIB, 4 * MIB}};
+static const cma_range_t cma_bcast[2] = {{64 * KIB, 4 * MIB}, {0, 0}};
+
+/* r[0] holds for 2 ranks, r[1] for more. */
+static bool cma_for(bool cma, const cma_range_t r[2], int n, size_t bytes)
 {
-    return cma && min != SIZE_MAX && bytes >= min;
+    const cma_range_t *x = &r[n > 2];
+    return cma && bytes >= x->lo && bytes < x->hi;
 }
 
 /*
@@ -173,12 +193,12 @@ const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned ca
         return win ? &tutti__allreduce_direct
                    : nodes ? &tutti__allreduce_hier : tutti__allreduce_flat(n, bytes);
     case TUTTI_COLL_ALLGATHER:
-        return win && cma_from(cma, bytes, CMA_ALLGATHER_MIN) ? &tutti__allgather_cma
+        return win && cma_for(cma, cma_allgather, n, bytes) ? &tutti__allgather_cma
                : win  ? &tutti__allgather_direct
                : even ? &tutti__allgather_hier
                       : &tutti__allgather_ring;
     case TUTTI_COLL_ALLTOALL:
-        return win && cma_from(cma, bytes, CMA_ALLTOALL_MIN) ? &tutti__alltoall_cma
+        return win && cma_for(cma, cma_alltoall, n, bytes) ? &tutti__alltoall_cma
                : win                               ? &tutti__alltoall_direct
                : even && bytes < HIER_ALLTOALL_MAX ? &tutti__alltoall_hier
                                                    : &tutti__alltoall_pairwise;
@@ -186,7 +206,7 @@ const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned ca
         return win    ? &tutti__reduce_scatter_direct
                : even ? &tutti__reduce_scatter_hier : &tutti__reduce_scatter_ring;
     case TUTTI_COLL_BCAST:
-        return win && cma_from(cma, bytes, CMA_BCAST_MIN) ? &tutti__bcast_cma
+        return win && cma_for(cma, cma_bcast, n, bytes) ? &tutti__bcast_cma
                : win   ? &tutti__bcast_direct
                : nodes ? &tutti__bcast_hier
                        : &tutti__bcast_tree;

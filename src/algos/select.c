@@ -83,8 +83,14 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
  *                       [161-1792] vs 444 [337-652]; 64 MiB 7862 vs 15820 (the pipelined
  *                       direct broadcast, bcast_direct.c, keeps the window busy both ways)
  *   bcast, 4 ranks:     direct ahead at every size from 64 KiB (64 MiB 15115 vs 23753)
- * Measured on 2026-11-24, when the cores stayed close, direct had been ahead from 256 KiB;
- * these ranges give up at most 1.2x in such hours for up to 2.5x in the others.
+ * The same hour, the build before against this one (direct against these ranges), bench/ab -r 6
+ * under MPICH's, Open MPI's and the env launch, 2 ranks, B/A of the medians: alltoall 64 KiB
+ * 0.67-0.77, 256 KiB 0.84-1.15, 1-64 MiB 1.04-1.38 (the host was kind by then: direct's
+ * medians at its best, its maxima still 2.3-3x its minima, single copy's within 1.3x);
+ * allgather 64-256 KiB 0.73-0.83, 1-64 MiB 0.81-1.23; bcast 64 KiB-1 MiB 0.57-0.88,
+ * 4-16 MiB 0.96-1.09. So single copy gives up 1.1-1.4x from 1 MiB in the hours when the cores
+ * are close (up to 1.6x: a 4 MiB alltoall on 2026-11-25, 600-623 us against 373-395) and
+ * gains 2-2.5x in the others, with no bimodal launches: the ranges take it.
  */
 typedef struct cma_range {
     size_t lo, hi; /* single copy for lo <= bytes < hi; lo == hi: never */

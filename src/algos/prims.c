@@ -308,15 +308,19 @@ typedef struct reqs_ready {
     tutti__coll_t *c;
     tutti__req_t *reqs;
     int n;
+    int peer; /* the rank whose doorbell the waiter sleeps on */
 } reqs_ready_t;
 
-static bool reqs_done(const void *p)
+/* peer_reqs_done is the sleep's condition in a message wait: every request with the peer whose
+ * doorbell the waiter sleeps on is done (as in a barrier, that peer's doorbell says nothing of
+ * the others'), or progress failed. */
+static bool peer_reqs_done(const void *p)
 {
     const reqs_ready_t *q = p;
     if (progress_all(q->c) < 0)
         return true; /* the wait loop reports it */
     for (int i = 0; i < q->n; i++)
-        if (!__atomic_load_n(&q->reqs[i].done, __ATOMIC_ACQUIRE))
+        if (q->reqs[i].peer == q->peer && !__atomic_load_n(&q->reqs[i].done, __ATOMIC_ACQUIRE))
             return false;
     return true;
 }
@@ -375,7 +379,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
-    reqs_ready_t rr = {c, reqs, n};
+    reqs_ready_t rr = {c, reqs, n, -1};
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
         tutti__colo_ring(c); /* what progress moved may be what a sleeping peer waits for */
@@ -427,7 +431,8 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                 for (int i = 0; i < nm; i++)
                     TUTTI__CHECK(tutti__win_check_msg(c, missing[i]));
         }
-        pause_for(c, &b, it, first, reqs_done, &rr);
+        rr.peer = first;
+        pause_for(c, &b, it, first, peer_reqs_done, &rr);
     }
 }
 
@@ -506,6 +511,7 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
 typedef struct epoch_ready {
     const tutti__window_t *w;
     uint64_t e;
+    int r; /* peer_arrived: the window rank waited for */
 } epoch_ready_t;
 
 /* A barrier's value: the call's number on the window in the high half, its step in the call
@@ -515,6 +521,16 @@ typedef struct epoch_ready {
 static inline bool reached(uint64_t flag, uint64_t e)
 {
     return (int64_t)((flag & ~STEP_FAILED) - e) >= 0;
+}
+
+/* peer_arrived is the sleep's condition in a barrier: the rank whose doorbell the waiter
+ * sleeps on has arrived. Not "all have": that rank rings only as it arrives, so a waiter still
+ * asleep on it when it was not the last would sleep out its whole timeout, however soon the
+ * others came (each rings its own doorbell, not that one). */
+static bool peer_arrived(const void *p)
+{
+    const epoch_ready_t *q = p;
+    return reached(__atomic_load_n(q->w->flags[q->r], __ATOMIC_ACQUIRE), q->e);
 }
 
 static bool all_arrived(const void *p)
@@ -539,16 +555,19 @@ static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
     const uint64_t e = (c->wcall << 32) | ++c->bstep;
     __atomic_store_n(w->flags[c->rank], e | (failed ? STEP_FAILED : 0), __ATOMIC_RELEASE);
     tutti__colo_ring(c);
-    epoch_ready_t er = {w, e};
+    epoch_ready_t er = {w, e, -1};
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
     /* A rank that has already moved on to the next barrier (or the next call) still counts as
      * arrived here. */
     for (unsigned it = 0;; it++) {
-        int missing[64], nm = 0;
+        int missing[64], nm = 0, first = -1;
         for (int r = 0; r < w->nranks; r++)
-            if (!reached(__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE), e) && nm < 64)
+            if (!reached(__atomic_load_n(w->flags[r], __ATOMIC_ACQUIRE), e) && nm < 64) {
+                if (nm == 0)
+                    first = r;
                 missing[nm++] = global(c, r);
+            }
         if (nm == 0)
             break;
         if ((it & 63u) == 63u || !tutti__backoff_spinning(&b)) {
@@ -567,7 +586,8 @@ static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
             if (st != TUTTI_OK && !all_arrived(&er))
                 return st;
         }
-        pause_for(c, &b, it, missing[0], all_arrived, &er);
+        epoch_ready_t pr = {w, e, first};
+        pause_for(c, &b, it, missing[0], peer_arrived, &pr);
     }
     /* Every peer has reached this barrier: its call words are on the line just read. The first
      * barrier of a call checks that every peer runs this call, before anyone reads a region. */

@@ -229,20 +229,22 @@ static int exact_rank(int rank, int size, void *arg)
     return rc;
 }
 
-START_TEST(test_exact)
+/* on_shm runs fn on n ranks over shm with a 240 s deadline and, unless NULL, one variable set. */
+static int on_shm(int n, const char *env, th_fn fn, void *arg)
 {
-    for (int n = 2; n <= 4; n++) {
-        th_opts_t o = TH_OPTS_INIT;
-        o.transport = "shm";
-        o.timeout_s = 240;
-        ck_assert_msg(th_run_opts(n, &o, exact_rank, NULL) == 0, "%d ranks", n);
-    }
-    /* several workers: broadcast is cut into slices, each with its own window */
     th_opts_t o = TH_OPTS_INIT;
     o.transport = "shm";
     o.timeout_s = 240;
-    o.env[0] = "CCL_WORKER_COUNT=3";
-    ck_assert(th_run_opts(3, &o, exact_rank, NULL) == 0);
+    o.env[0] = env;
+    return th_run_opts(n, &o, fn, arg);
+}
+
+START_TEST(test_exact)
+{
+    for (int n = 2; n <= 4; n++)
+        ck_assert_msg(on_shm(n, NULL, exact_rank, NULL) == 0, "%d ranks", n);
+    /* several workers: broadcast is cut into slices, each with its own window */
+    ck_assert(on_shm(3, "CCL_WORKER_COUNT=3", exact_rank, NULL) == 0);
 }
 END_TEST
 
@@ -300,18 +302,10 @@ static int defaults_rank(int rank, int size, void *arg)
 
 START_TEST(test_defaults)
 {
-    for (int n = 2; n <= 3; n++) {
-        th_opts_t o = TH_OPTS_INIT;
-        o.transport = "shm";
-        o.timeout_s = 240;
-        ck_assert_msg(th_run_opts(n, &o, defaults_rank, NULL) == 0, "%d ranks", n);
-    }
+    for (int n = 2; n <= 3; n++)
+        ck_assert_msg(on_shm(n, NULL, defaults_rank, NULL) == 0, "%d ranks", n);
     /* not allowed: the same picks must all be direct */
-    th_opts_t o = TH_OPTS_INIT;
-    o.transport = "shm";
-    o.timeout_s = 240;
-    o.env[0] = "TUTTI_CMA=off";
-    ck_assert(th_run_opts(2, &o, defaults_rank, NULL) == 0);
+    ck_assert(on_shm(2, "TUTTI_CMA=off", defaults_rank, NULL) == 0);
 }
 END_TEST
 
@@ -350,20 +344,13 @@ static int off_rank(int rank, int size, void *arg)
 
 START_TEST(test_off)
 {
-    th_opts_t o = TH_OPTS_INIT;
-    o.transport = "shm";
-    o.timeout_s = 240;
-    o.env[0] = "TUTTI_CMA=off";
-    ck_assert(th_run_opts(3, &o, off_rank, "TUTTI_CMA=off") == 0);
+    ck_assert(on_shm(3, "TUTTI_CMA=off", off_rank, "TUTTI_CMA=off") == 0);
 }
 END_TEST
 
 START_TEST(test_ptrace_refused)
 {
-    th_opts_t o = TH_OPTS_INIT;
-    o.transport = "shm";
-    o.timeout_s = 240;
-    ck_assert(th_run_opts(2, &o, off_rank, "ptrace") == 0);
+    ck_assert(on_shm(2, NULL, off_rank, "ptrace") == 0);
 }
 END_TEST
 

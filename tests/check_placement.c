@@ -2,7 +2,8 @@
  * affinity.c): layouts given by hand (unbound, bound per core, bound together, oversubscribed,
  * spinning workers, explicit lists, unknown sets) and thousands of random ones; the wait's
  * answer to a peer on its own core (algos/colocate.c) on a window made by hand; and, on 2 ranks,
- * what communicator creation does with the calling thread (TUTTI_CALLER_AFFINITY) and with
+ * what communicator creation does with the calling thread (TUTTI_CALLER_AFFINITY, its auto
+ * default pinning it for 3 ranks on 2 cores in sessions of their own) and with
  * ranks that a launcher bound to a core each; sleeping on a rank's doorbell, alone and with
  * ranks in sessions of their own on one core. */
 #include <check.h>
@@ -404,7 +405,14 @@ static void *report_affinity(void *p)
     return NULL;
 }
 
-/* arg: "move", "pin" or "none" (TUTTI_CALLER_AFFINITY, set by the harness) */
+/* what TUTTI_CALLER_AFFINITY=auto does: pin where the node is oversubscribed and its ranks
+ * run in different scheduling groups, move elsewhere */
+static const char *auto_mode(const tutti_comm_t *comm)
+{
+    return comm->threads.node_oversubscribed && !comm->nodes.one_sched_group ? "pin" : "move";
+}
+
+/* arg: "auto", "move", "pin" or "none" (TUTTI_CALLER_AFFINITY, set by the harness) */
 static int caller_rank(int rank, int size, void *arg)
 {
     const char *mode = arg;
@@ -418,6 +426,8 @@ static int caller_rank(int rank, int size, void *arg)
     pthread_t t;
     pthread_create(&t, NULL, report_affinity, &child);
     pthread_join(t, NULL);
+    if (strcmp(mode, "auto") == 0)
+        mode = auto_mode(comm);
     int core = comm->threads.caller;
     int cores[2] = {-1, -1};
     tutti_allgather(&core, cores, 1, TUTTI_INT32, comm, NULL);
@@ -448,8 +458,8 @@ static int caller_rank(int rank, int size, void *arg)
 
 START_TEST(test_caller_modes)
 {
-    static const char *const modes[] = {"move", "pin", "none"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const modes[] = {"move", "pin", "none", "auto"};
+    for (int i = 0; i < 4; i++) {
         char env[64];
         snprintf(env, sizeof env, "TUTTI_CALLER_AFFINITY=%s", modes[i]);
         th_opts_t o = TH_OPTS_INIT;
@@ -598,6 +608,78 @@ START_TEST(test_own_sessions)
 }
 END_TEST
 
+/* auto_rank: 3 ranks allowed the same 2 cores (as a cpuset would), each in a session of its
+ * own when arg[2] is set (as MPICH's Hydra starts them): the node is oversubscribed, and
+ * TUTTI_CALLER_AFFINITY's default pins the calling thread exactly where the ranks' scheduling
+ * groups differ (autogroup on and own sessions), and only moves it elsewhere. */
+static int auto_rank(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)size;
+    const int *a = arg;
+    if (a[2] && setsid() < 0)
+        return th_fail("setsid failed");
+    cpu_set_t two, after, child;
+    CPU_ZERO(&two);
+    CPU_SET(a[0], &two);
+    CPU_SET(a[1], &two);
+    if (sched_setaffinity(0, sizeof two, &two) != 0)
+        return th_fail("sched_setaffinity to cores %d,%d failed", a[0], a[1]);
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    sched_getaffinity(0, sizeof after, &after);
+    pthread_t t;
+    pthread_create(&t, NULL, report_affinity, &child);
+    pthread_join(t, NULL);
+    const bool groups_differ = a[2] && autogroup_on() == 1;
+    if (!comm->threads.node_oversubscribed)
+        rc = th_fail("3 ranks on 2 cores: node not oversubscribed");
+    if (comm->nodes.one_sched_group == groups_differ)
+        rc = th_fail("one_sched_group %d, own sessions %d, autogroup %d",
+                     comm->nodes.one_sched_group, a[2], autogroup_on());
+    if (groups_differ) {
+        if (CPU_COUNT(&after) != 1 || !CPU_ISSET(comm->threads.caller, &after))
+            rc = th_fail("auto, own groups: the calling thread may run on %d cores, want "
+                         "core %d only",
+                         CPU_COUNT(&after), comm->threads.caller);
+        if (!same_set(&child, &after))
+            rc = th_fail("auto, own groups: a later thread did not inherit the pinning");
+        if (comm->net.may_move)
+            rc = th_fail("auto, own groups: waits may move the pinned thread");
+    } else {
+        if (!same_set(&after, &two) || !same_set(&child, &two))
+            rc = th_fail("auto, one group: creation changed the cores the thread (or a later "
+                         "one) may use");
+        if (!comm->net.may_move)
+            rc = th_fail("auto, one group: may_move is 0");
+    }
+    /* and the job still runs: every rank's sum, exact */
+    int32_t x = rank + 1, y = 0;
+    if (rc == 0 && (tutti_allreduce(&x, &y, 1, TUTTI_INT32, TUTTI_SUM, comm, NULL) != TUTTI_OK ||
+                    y != size * (size + 1) / 2))
+        rc = th_fail("allreduce: %d (%s)", y, tutti_comm_last_error(comm));
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_auto_pins)
+{
+    int a[3];
+    if (!two_cores(&a[0], &a[1])) {
+        fprintf(stderr, "check_placement: one core only, auto_pins not run\n");
+        return;
+    }
+    for (a[2] = 0; a[2] <= 1; a[2]++) {
+        th_opts_t o = TH_OPTS_INIT;
+        o.transport = "shm";
+        o.timeout_s = 120;
+        ck_assert_msg(th_run_opts(3, &o, auto_rank, a) == 0, "own sessions %d", a[2]);
+    }
+}
+END_TEST
+
 START_TEST(test_bound_ranks)
 {
     int cores[2];
@@ -673,6 +755,7 @@ int main(void)
     tcase_add_test(tc, test_caller_bad);
     tcase_add_test(tc, test_bound_ranks);
     tcase_add_test(tc, test_own_sessions);
+    tcase_add_test(tc, test_auto_pins);
     tcase_add_test(tc, test_worker_wait_per_rank);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

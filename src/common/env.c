@@ -97,11 +97,13 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "never another rank's), `none`, or a list like `3,4,5-7` with local ranks x workers "
      "entries, entry i for local worker i"},
     {"CCL_WORKER_WAIT", "1", "`1`: idle workers sleep until work arrives; `0`: they spin"},
-    {"TUTTI_CALLER_AFFINITY", "move",
+    {"TUTTI_CALLER_AFFINITY", "auto",
      "the thread that creates a communicator, when the launcher lets it run on several cores: "
      "`move` (onto a core of its own, keeping every core it may use, and again when a wait finds "
      "it sharing a core with a peer), `pin` (pinned to that core: its later threads inherit the "
-     "one core), `none` (never touched)"},
+     "one core), `none` (never touched), `auto` (`pin` where the node's busy threads outnumber "
+     "its cores and its ranks run in different scheduling groups, as under MPICH's mpirun; "
+     "`move` elsewhere)"},
     {"TUTTI_INLINE_MAX", "65536",
      "bytes up to which an asynchronous collective posted on an idle communicator runs in the "
      "caller's thread (a blocking call on an idle communicator always does; asynchronous "

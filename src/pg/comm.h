@@ -39,7 +39,7 @@ typedef struct tutti__config {
     long workers;
     bool worker_sleep;     /* CCL_WORKER_WAIT=1: idle workers sleep */
     long inline_max;       /* TUTTI_INLINE_MAX or the config's (-1: blocking calls only) */
-    const char *caller_affinity; /* TUTTI_CALLER_AFFINITY: "move", "pin" or "none" (static) */
+    const char *caller_affinity; /* TUTTI_CALLER_AFFINITY: "auto", "move", "pin" or "none" (static) */
 } tutti__config_t;
 
 struct tutti_comm {

@@ -16,15 +16,15 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
     TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");
     const char *caller = tutti__env_get("TUTTI_CALLER_AFFINITY");
-    static const char *const callers[] = {"move", "pin", "none"};
+    static const char *const callers[] = {"auto", "move", "pin", "none"};
     const char *caller_mode = NULL;
     for (size_t i = 0; i < sizeof callers / sizeof callers[0]; i++)
         if (strcmp(caller, callers[i]) == 0)
             caller_mode = callers[i];
     if (caller_mode == NULL)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                "TUTTI_CALLER_AFFINITY=\"%s\": valid are move (the default), pin "
-                                "and none",
+                                "TUTTI_CALLER_AFFINITY=\"%s\": valid are auto (the default), "
+                                "move, pin and none",
                                 caller);
     if (cfg != NULL) {
         if (cfg->struct_size < offsetof(tutti_comm_config_t, timeout_s) + sizeof(double))

@@ -76,11 +76,24 @@ static tutti_status_t agree_oversubscribed(tutti_comm_t *c, tutti__bootstrap_t *
  * programs whose calling thread starts no compute threads; "none" never touches it. Only the
  * first communicator a thread makes places it: a later one has its own local rank numbers,
  * which need not match the node's.
+ *
+ * "auto" (the default) is "move", except where the node is oversubscribed and its ranks run in
+ * different scheduling groups (MPICH's Hydra gives each rank a session, so an autogroup): there
+ * waits sleep on futex doorbells (prims.c), and each wake-up lets the kernel pull the woken
+ * rank onto its waker's core, so unpinned ranks pile up and the placement is lost. 4 ranks on
+ * 2 cores under `mpirun.mpich`, allreduce, bench/ab of move against pin (10 launches each,
+ * alternated, 2026-11-27): 8 B 8.7 [4.0-23.7] against 4.1 [3.7-15.6] us, 512 B 13.5 [4.3-49.7]
+ * against 5.7 [4.1-9.1], 32 KiB 67 [20-197] against 40 [18-58]; a second run 0.33-0.45x the
+ * time. Under a plain env launch (one group: waits yield) pinning gained nothing (0.89-1.25x),
+ * and there it would cost a later thread pool its cores. Oversubscribed, a rank has no more
+ * than a core's share to give such a pool anyway.
  */
 static void place_caller(tutti_comm_t *c)
 {
     static __thread bool placed;
     const char *mode = c->cfg.caller_affinity;
+    if (strcmp(mode, "auto") == 0)
+        mode = c->threads.node_oversubscribed && !c->nodes.one_sched_group ? "pin" : "move";
     const tutti__cpuset_t *mine = &c->nodes.local_cpus[c->nodes.local_rank];
     c->net.may_move = strcmp(mode, "move") == 0;
     if (strcmp(mode, "none") == 0 || c->threads.caller < 0 || tutti__cpuset_count(mine) <= 1 ||
@@ -90,7 +103,7 @@ static void place_caller(tutti_comm_t *c)
         placed = true;
         TUTTI__LOG(TUTTI__LOG_INFO, "rank %d: calling thread %s core %d (TUTTI_CALLER_AFFINITY=%s)",
                    c->rank, strcmp(mode, "pin") == 0 ? "pinned to" : "moved to",
-                   c->threads.caller, mode);
+                   c->threads.caller, c->cfg.caller_affinity);
     }
 }
 
@@ -157,8 +170,9 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         TUTTI__CHECK_GOTO(tutti__threads_plan(&c->nodes, c->nslices, !cfg->worker_sleep,
                                               &c->threads),
                           st, fail);
-        place_caller(c);
+        /* After the agreement: "auto" pins only where the whole node is oversubscribed. */
         TUTTI__CHECK_GOTO(agree_oversubscribed(c, bs), st, fail);
+        place_caller(c);
     }
     c->net.oversubscribed = c->threads.oversubscribed;
     c->net.round_bytes = c->threads.node_oversubscribed ? 0 : tutti__round_bytes();

@@ -405,6 +405,21 @@ static void *report_affinity(void *p)
     return NULL;
 }
 
+/* create makes a communicator from the environment and reports the cores the calling thread
+ * may use after it (*after) and those a thread made right after inherits (*child); 0 or a
+ * failure. */
+static int create(tutti_comm_t **comm, cpu_set_t *after, cpu_set_t *child)
+{
+    *comm = NULL;
+    if (tutti_comm_init_env(NULL, comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    sched_getaffinity(0, sizeof *after, after);
+    pthread_t t;
+    pthread_create(&t, NULL, report_affinity, child);
+    pthread_join(t, NULL);
+    return 0;
+}
+
 /* what TUTTI_CALLER_AFFINITY=auto does: pin where the node is oversubscribed and its ranks
  * run in different scheduling groups, move elsewhere */
 static const char *auto_mode(const tutti_comm_t *comm)
@@ -418,14 +433,10 @@ static int caller_rank(int rank, int size, void *arg)
     const char *mode = arg;
     cpu_set_t before, after, child;
     sched_getaffinity(0, sizeof before, &before);
-    tutti_comm_t *comm = NULL;
-    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
-        return th_fail("init: %s", tutti_last_error());
+    tutti_comm_t *comm;
+    if (create(&comm, &after, &child) != 0)
+        return 1;
     int rc = 0;
-    sched_getaffinity(0, sizeof after, &after);
-    pthread_t t;
-    pthread_create(&t, NULL, report_affinity, &child);
-    pthread_join(t, NULL);
     if (strcmp(mode, "auto") == 0)
         mode = auto_mode(comm);
     int core = comm->threads.caller;
@@ -625,14 +636,10 @@ static int auto_rank(int rank, int size, void *arg)
     CPU_SET(a[1], &two);
     if (sched_setaffinity(0, sizeof two, &two) != 0)
         return th_fail("sched_setaffinity to cores %d,%d failed", a[0], a[1]);
-    tutti_comm_t *comm = NULL;
-    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
-        return th_fail("init: %s", tutti_last_error());
+    tutti_comm_t *comm;
+    if (create(&comm, &after, &child) != 0)
+        return 1;
     int rc = 0;
-    sched_getaffinity(0, sizeof after, &after);
-    pthread_t t;
-    pthread_create(&t, NULL, report_affinity, &child);
-    pthread_join(t, NULL);
     const bool groups_differ = a[2] && autogroup_on() == 1;
     if (!comm->threads.node_oversubscribed)
         rc = th_fail("3 ranks on 2 cores: node not oversubscribed");

@@ -511,7 +511,7 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
 typedef struct epoch_ready {
     const tutti__window_t *w;
     uint64_t e;
-    int r; /* peer_arrived: the window rank waited for */
+    int r; /* peer_arrived: the window rank whose doorbell the waiter sleeps on */
 } epoch_ready_t;
 
 /* A barrier's value: the call's number on the window in the high half, its step in the call
@@ -586,8 +586,8 @@ static tutti_status_t barrier(tutti__coll_t *c, bool failed, int *failed_rank)
             if (st != TUTTI_OK && !all_arrived(&er))
                 return st;
         }
-        epoch_ready_t pr = {w, e, first};
-        pause_for(c, &b, it, missing[0], peer_arrived, &pr);
+        er.r = first;
+        pause_for(c, &b, it, missing[0], peer_arrived, &er);
     }
     /* Every peer has reached this barrier: its call words are on the line just read. The first
      * barrier of a call checks that every peer runs this call, before anyone reads a region. */

@@ -40,7 +40,10 @@ def raises(fn, *needles, exc=RuntimeError):
 
 def premul_reference(torch, xs, factor):
     """Sum over ranks of x * factor (torch's own multiply, in x's dtype), summed exactly and
-    rounded once to x's dtype."""
+    rounded once to x's dtype. A one-element tensor factor of any shape scales like a 0-dim one
+    (x * factor stays in x's dtype, as NCCL's premul sum multiplies in the input's type)."""
+    if torch.is_tensor(factor):
+        factor = factor.reshape(())
     return torch.stack([(x * factor).double() for x in xs]).sum(0).to(xs[0].dtype)
 
 
@@ -71,8 +74,10 @@ def w_premul():
         for count in (1001, 600000):  # the direct algorithm and the sliced/ring one
             xs = [torch.randn(count, generator=torch.Generator().manual_seed(7 * r + count))
                   .to(d) for r in range(n)]
+            # a number, 0-dim tensors (wider and the input's dtype), a 1-D one-element tensor
+            # (fp32, wider than bf16/fp16: its product must not come out promoted)
             for factor in (1.0 / 3, torch.tensor(0.1, dtype=torch.float64),
-                           torch.tensor(1.0 / 7, dtype=d)):
+                           torch.tensor(1.0 / 7, dtype=d), torch.tensor([0.2])):
                 what = "%s %d factor %s" % (d, count, factor)
                 op = dist._make_nccl_premul_sum(factor)
                 want = premul_reference(torch, xs, factor)
@@ -95,13 +100,14 @@ def w_premul():
                             [x[:m].chunk(n)[rank] for x in xs], factor)
                 same(torch, full, xs[rank][:m], "reduce_scatter_tensor PREMUL_SUM input")
             # reduce: the root gets it, the others keep their input
-            t = xs[rank].clone()
-            dist.reduce(t, dst=n - 1, op=dist._make_nccl_premul_sum(0.25))
-            if rank == n - 1:
-                same_premul(torch, t, premul_reference(torch, xs, 0.25), n,
-                            "reduce PREMUL_SUM %s" % d, xs, 0.25)
-            else:
-                same(torch, t, xs[rank], "reduce PREMUL_SUM changed a non-root's input")
+            for factor in (0.25, torch.tensor([0.25], dtype=torch.float64)):
+                t = xs[rank].clone()
+                dist.reduce(t, dst=n - 1, op=dist._make_nccl_premul_sum(factor))
+                if rank == n - 1:
+                    same_premul(torch, t, premul_reference(torch, xs, factor), n,
+                                "reduce PREMUL_SUM %s %s" % (d, factor), xs, factor)
+                else:
+                    same(torch, t, xs[rank], "reduce PREMUL_SUM changed a non-root's input")
     # coalesced forms: allreduce_coalesced, reduce_scatter_tensor_coalesced (small: packed)
     xs = [[torch.randn(c, generator=torch.Generator().manual_seed(r * 100 + c)).bfloat16()
            for c in (5, 300)] for r in range(n)]
@@ -122,6 +128,16 @@ def w_premul():
                  for r in range(n)]
         same(torch, outs[i], premul_reference(torch, allin, 0.5).chunk(n)[rank],
              "reduce_scatter_tensor_coalesced PREMUL_SUM %d" % i)
+    # over 1 MiB a tensor goes alone (scaled copies), with a 1-D fp32 factor on bf16
+    c = 300000
+    allin = [torch.randn(n * c, generator=torch.Generator().manual_seed(r + 77)).bfloat16()
+             for r in range(n)]
+    outs = [torch.empty(c, dtype=torch.bfloat16)]
+    factor = torch.tensor([0.125])
+    opts.reduceOp = dist._make_nccl_premul_sum(factor)
+    pg.reduce_scatter_tensor_coalesced(outs, [allin[rank].clone()], opts).wait()
+    same(torch, outs[0], premul_reference(torch, allin, factor).chunk(n)[rank],
+         "reduce_scatter_tensor_coalesced PREMUL_SUM over 1 MiB, 1-D factor")
     dist.destroy_process_group()
     print("rank %d: PREMUL_SUM ok" % rank)
 

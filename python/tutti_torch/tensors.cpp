@@ -189,7 +189,13 @@ Reduction reduction_of(const std::string &op, const c10d::ReduceOp &rop, at::Sca
                 refuse(op, "the PREMUL_SUM factor must be a number or a one-element CPU tensor, "
                            "got a tensor of " + std::to_string(s->tensor_factor.numel()) +
                                " elements on " + s->tensor_factor.device().str());
-            r.tensor_factor = s->tensor_factor;
+            if (at::isComplexType(s->tensor_factor.scalar_type()))
+                refuse(op, "the PREMUL_SUM factor must be real, got a " +
+                               std::string(c10::toString(s->tensor_factor.scalar_type())) +
+                               " tensor");
+            // 0-dim: a one-element 1-D factor would take part in type promotion like a tensor
+            // of the input's rank, and `x * factor` would come out in the factor's dtype.
+            r.tensor_factor = s->tensor_factor.reshape({});
         } else {
             r.factor = s->double_factor;
         }
@@ -213,7 +219,14 @@ static at::Tensor factor_operand(const Reduction &r)
 
 at::Tensor Reduction::scaled(const at::Tensor &t) const
 {
-    return premul ? t.mul(factor_operand(*this)) : t;
+    if (!premul)
+        return t;
+    // Into a tensor of t's own dtype: tutti reads the copy's bytes as t's elements, so it must
+    // not come out promoted (an fp32 factor on bf16 input, an fp64 one on fp32), whatever
+    // factor torch's promotion rules would widen it to. One rounding, as scale_ does.
+    at::Tensor out = at::empty_like(t, at::MemoryFormat::Contiguous);
+    at::mul_out(out, t, factor_operand(*this));
+    return out;
 }
 
 void Reduction::scale_(const at::Tensor &t) const

@@ -4,7 +4,9 @@ in the caller's thread) and once with async_op=True (posted; Work.wait and the F
 allreduce (every ReduceOp on every dtype it applies to, bool included), allreduce_coalesced,
 broadcast, allgather, all_gather_into_tensor, allgather_coalesced, reduce, reduce_scatter,
 reduce_scatter_tensor, alltoall_single (equal and uneven splits), alltoall, gather, scatter,
-barrier, send, recv; with non-contiguous tensors, views, and new_group subgroups.
+barrier, send, recv; with non-contiguous tensors, views, the in-place forms where an output is
+a view into the input (reduce_scatter_tensor(inp.chunk(n)[r], inp), gather and scatter at the
+root, ...), and new_group subgroups.
 
 Inputs are small integers, so every expected result is exact in every dtype (bf16 included) and
 is compared bit for bit: sums stay within +-30, products of +-1 and +-2, averages of sums that
@@ -357,6 +359,42 @@ def w_ops(mode):
     dist.scatter_object_list(out, [("to", r) for r in range(n)] if rank == 0 else None, src=0)
     assert out == [("to", rank)], out
     print("object collectives: ok")
+
+    # ---- in-place forms torch users write: an output that is a view into the input (or the
+    # reverse). Every rank must run them (tutti itself refuses partly overlapping buffers, and
+    # rank 0's view starts where the whole does, so a refusal would come on some ranks only).
+    s = 5
+    base = torch.arange(n * s, dtype=torch.float32)
+    total = base * n + sum(range(n))  # sum over ranks of base + rank
+    inp = base + rank
+    call(dist.reduce_scatter_tensor, inp.chunk(n)[rank], inp)
+    same(torch, inp.chunk(n)[rank], total.chunk(n)[rank], "reduce_scatter_tensor in place")
+    ins = list((base + rank).chunk(n))
+    call(dist.reduce_scatter, ins[rank], ins)
+    same(torch, ins[rank], total.chunk(n)[rank], "reduce_scatter in place")
+    out = torch.zeros(n * s)
+    out.chunk(n)[rank].copy_(torch.full((s,), float(rank)))
+    call(dist.all_gather_into_tensor, out, out.chunk(n)[rank])
+    same(torch, out, torch.arange(n).repeat_interleave(s).float(), "all_gather_into_tensor in place")
+    outs = list(torch.zeros(n * s).chunk(n))
+    outs[rank].fill_(float(rank))
+    call(dist.all_gather, outs, outs[rank])
+    same(torch, torch.cat(outs), torch.arange(n).repeat_interleave(s).float(), "all_gather in place")
+    root = n - 1
+    outs = list(torch.zeros(n * s).chunk(n)) if rank == root else None
+    x = outs[root].fill_(float(root)) if rank == root else torch.full((s,), float(rank))
+    call(dist.gather, x, outs, dst=root)
+    if rank == root:
+        same(torch, torch.cat(outs), torch.arange(n).repeat_interleave(s).float(), "gather in place")
+    ins = list(base.clone().chunk(n)) if rank == root else None
+    y = ins[root] if rank == root else torch.zeros(s)
+    call(dist.scatter, y, ins, src=root)
+    same(torch, y, base.chunk(n)[rank], "scatter in place")
+    t = base + 100 * rank
+    call(dist.all_to_all_single, t, t)
+    same(torch, t, torch.cat([(base + 100 * k).chunk(n)[rank] for k in range(n)]),
+         "all_to_all_single in place")
+    print("in-place forms: ok")
 
     # ---- subgroups (dist.new_group): own communicators through torch's prefixed stores ----
     g = dist.new_group([0, n - 1])

@@ -12,6 +12,13 @@
 
 namespace tutti_torch {
 
+// own_slot: send is this rank's block of an allgather's output (tutti's in-place form, which
+// it takes as is).
+static bool own_slot(const void *send, const void *recv, size_t nb, int rank)
+{
+    return send == static_cast<const uint8_t *>(recv) + nb * static_cast<size_t>(rank);
+}
+
 static PostFn allgather_post(const void *send, void *recv, size_t nbytes)
 {
     return [send, recv, nbytes](tutti_comm_t *comm, tutti_work_t **h) {
@@ -92,6 +99,11 @@ WorkPtr BackendTutti::allgather(std::vector<std::vector<at::Tensor>> &outputs,
                 bytes_in(t, p), p += nb;
         };
     }
+    if (!own_slot(src.data_ptr(), recv, nb, rank_) &&
+        overlaps(src.data_ptr(), nb, recv, nb * outs.size())) {
+        src = plain(src).clone(); // the input is a view into the outputs, not its own slot
+        c.keep.push_back(src);
+    }
     c.posts.push_back(allgather_post(src.data_ptr(), recv, nb));
     return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
@@ -116,6 +128,8 @@ WorkPtr BackendTutti::_allgather_base(at::Tensor &output, at::Tensor &input,
     check_usable(op);
     check_gather_pair(op, output, input, size_);
     Buf bi(input, true), bo(output, false);
+    if (!own_slot(bi.ptr(), bo.ptr(), nbytes(input), rank_))
+        bi.stage_if_overlapping(bo.ptr(), nbytes(output), true);
     Call c;
     c.type = c10d::OpType::_ALLGATHER_BASE;
     c.name = op;
@@ -232,6 +246,8 @@ WorkPtr BackendTutti::allgather_into_tensor_coalesced(std::vector<at::Tensor> &o
     for (size_t i = 0; i < inputs.size(); i++) {
         Buf bi(inputs[i], true);
         outs->emplace_back(outputs[i], false);
+        if (!own_slot(bi.ptr(), outs->back().ptr(), nbytes(inputs[i]), rank_))
+            bi.stage_if_overlapping(outs->back().ptr(), nbytes(outputs[i]), true);
         c.keep.push_back(bi.work);
         c.keep.push_back(outs->back().work);
         c.posts.push_back(allgather_post(bi.ptr(), outs->back().ptr(), nbytes(inputs[i])));
@@ -270,6 +286,8 @@ WorkPtr BackendTutti::alltoall_base(at::Tensor &output, at::Tensor &input,
     auto sc = split_bytes(op, "input", input, inputSplitSizes, size_);
     auto rc = split_bytes(op, "output", output, outputSplitSizes, size_);
     Buf bi(input, true), bo(output, false);
+    if (bi.ptr() != bo.ptr()) // one tensor is tutti's in-place form; a partial overlap is not
+        bo.stage_if_overlapping(bi.ptr(), nbytes(input), false);
     c.keep = {bi.work, bo.work};
     if (bo.copied())
         c.finalize = [bo] { bo.copy_back(); };
@@ -375,6 +393,10 @@ WorkPtr BackendTutti::gather(std::vector<std::vector<at::Tensor>> &outputs,
     } else {
         c.keep = {src};
     }
+    if (is_root && overlaps(src.data_ptr(), nb, recv, nb * outs.size())) {
+        src = plain(src).clone(); // the root's input is a view into its outputs
+        c.keep.push_back(src);
+    }
     c.posts.push_back(alltoallv_post(src.data_ptr(), std::move(sc), recv, std::move(rc)));
     return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
@@ -419,6 +441,8 @@ WorkPtr BackendTutti::scatter(std::vector<at::Tensor> &outputs,
         std::fill(sc.begin(), sc.end(), nb);
     rc[root] = nb;
     Buf b(out, false);
+    if (send.defined()) // the root's output may be a view into its inputs
+        b.stage_if_overlapping(send.data_ptr(), nb * static_cast<size_t>(size_), false);
     c.keep.push_back(b.work);
     if (b.copied())
         c.finalize = [b] { b.copy_back(); };

@@ -158,6 +158,7 @@ WorkPtr BackendTutti::reduce_scatter(std::vector<at::Tensor> &outputs,
         c.keep = {send};
     }
     Buf b(out, false);
+    b.stage_if_overlapping(send.data_ptr(), nbytes(out) * static_cast<size_t>(size_), false);
     c.keep.push_back(b.work);
     if (b.copied())
         c.finalize = [b] { b.copy_back(); };
@@ -188,6 +189,7 @@ WorkPtr BackendTutti::_reduce_scatter_base(at::Tensor &output, at::Tensor &input
     Reduction r = reduction_of(op, opts.reduceOp, output.scalar_type());
     Buf bi(input, true), bo(output, false);
     at::Tensor send = r.scaled(bi.work); // a scaled copy: the input stays as it was
+    bo.stage_if_overlapping(send.data_ptr(), nbytes(send), false); // output = input.chunk(n)[r]
     Call c;
     c.type = c10d::OpType::_REDUCE_SCATTER_BASE;
     c.name = op;
@@ -258,6 +260,7 @@ WorkPtr BackendTutti::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &o
         Buf bi(inputs[i], true);
         at::Tensor send = r.scaled(bi.work);
         outs->emplace_back(outputs[i], false);
+        outs->back().stage_if_overlapping(send.data_ptr(), nbytes(send), false);
         c.keep.push_back(send);
         c.keep.push_back(outs->back().work);
         c.posts.push_back(reduce_scatter_post(send.data_ptr(), outs->back().ptr(),

@@ -269,6 +269,21 @@ Buf::Buf(const at::Tensor &t, bool read) : user(t)
         plain(work).copy_(plain(t));
 }
 
+bool overlaps(const void *a, size_t an, const void *b, size_t bn)
+{
+    const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return an > 0 && bn > 0 && x < y + bn && y < x + an;
+}
+
+void Buf::stage_if_overlapping(const void *p, size_t n, bool read)
+{
+    if (copied() || !overlaps(work.data_ptr(), nbytes(work), p, n))
+        return;
+    work = at::empty(user.sizes(), user.options());
+    if (read)
+        plain(work).copy_(plain(user));
+}
+
 void Buf::copy_back() const
 {
     if (copied())

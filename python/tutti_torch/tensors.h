@@ -76,7 +76,14 @@ struct Buf {
     void *ptr() const { return work.data_ptr(); }
     bool copied() const { return !work.is_same(user); }
     void copy_back() const;
+    // stage_if_overlapping gives the buffer a stand-in of its own when its bytes share any
+    // with [p, p + n) (torch's in-place forms: an output that is a view into the input), so
+    // that tutti, which refuses partly overlapping buffers, gets two apart.
+    void stage_if_overlapping(const void *p, size_t n, bool read);
 };
+
+// overlaps: whether the byte ranges [a, a + an) and [b, b + bn) share a byte.
+bool overlaps(const void *a, size_t an, const void *b, size_t bn);
 
 // bytes_out copies t's elements, packed, to dst; bytes_in copies packed elements from src
 // into t (t may be strided).

@@ -456,6 +456,19 @@ def w_options():
         t = torch.full((count,), float(rank))
         dist.all_reduce(t, async_op=True).wait()
         same(torch, t, torch.full((count,), float(sum(range(n)))), "allreduce with Options")
+    # the same Options object for a second group with another timeout: each group keeps its own
+    import datetime
+    world_timeout = b.timeout
+    g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=7), pg_options=opts)
+    gb = g._get_backend(torch.device("cpu"))
+    assert gb.timeout == datetime.timedelta(seconds=7), gb.timeout
+    assert b.timeout == world_timeout, "new_group changed WORLD's timeout to %s" % b.timeout
+    assert b.options.group_name != gb.options.group_name, (b.options.group_name,
+                                                           gb.options.group_name)
+    assert gb.options.worker_count == 2 and gb.options.transport == "shm", gb.options
+    t = torch.ones(3)
+    dist.all_reduce(t, group=g)
+    same(torch, t, torch.full((3,), float(n)), "allreduce on the second group")
     dist.destroy_process_group()
     print("rank %d: options ok" % rank)
 

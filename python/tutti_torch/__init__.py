@@ -73,14 +73,17 @@ def _create(dist_opts, pg_options):
     """The creator torch calls for backend "tutti" (init_process_group, new_group), with the
     extended API: dist_opts carries the group's store (already prefixed per group and device),
     rank, size, timeout, name and global ranks; pg_options is the caller's pg_options."""
-    if pg_options is None:
-        options = Options(dist_opts.timeout)
-    elif isinstance(pg_options, Options):
-        options = pg_options
-        options._timeout = dist_opts.timeout  # init_process_group's timeout wins, as for NCCL
-    else:
+    if pg_options is not None and not isinstance(pg_options, Options):
         raise TypeError("tutti_torch: pg_options must be a tutti_torch.Options, not %s"
                         % type(pg_options).__name__)
+    # The group's own copy (the backend keeps it): one Options object handed to several groups
+    # (init_process_group, then new_group with another timeout) must not rename or re-time the
+    # groups made before. init_process_group's timeout wins, as for NCCL.
+    options = Options(dist_opts.timeout)
+    if pg_options is not None:
+        options.inline_max = pg_options.inline_max
+        options.worker_count = pg_options.worker_count
+        options.transport = pg_options.transport
     options.group_name = dist_opts.group_id
     options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
     return BackendTutti(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)

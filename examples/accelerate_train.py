@@ -3,7 +3,7 @@
 
     accelerate launch --multi_gpu --num_processes 2 examples/accelerate_train.py
     torchrun --nproc_per_node 2 examples/accelerate_train.py
-    mpirun -n 2 python examples/accelerate_train.py       # MPICH; Open MPI: see torch_ddp.py
+    mpirun.mpich -n 2 python examples/accelerate_train.py # MPICH; Open MPI: see torch_ddp.py
 
 (python: one with torch 2.13, transformers, accelerate and tutti_torch, e.g. .venv/bin/python
 after scripts/build.sh. On a machine without GPUs, `--multi_gpu` only picks Accelerate's

@@ -2,7 +2,7 @@
 """hf_trainer.py: a Hugging Face Trainer job on CPUs with tutti as the torch.distributed backend.
 
     torchrun --nproc_per_node 2 examples/hf_trainer.py
-    mpirun -n 2 python examples/hf_trainer.py            # MPICH; Open MPI: see torch_ddp.py
+    mpirun.mpich -n 2 python examples/hf_trainer.py      # MPICH; Open MPI: see torch_ddp.py
     python examples/hf_trainer.py --backend gloo          # the same job over Gloo
 
 (python: one with torch 2.13, transformers and tutti_torch, e.g. .venv/bin/python after

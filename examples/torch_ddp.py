@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """torch_ddp.py: PyTorch DistributedDataParallel training over tutti (backend "tutti"), on CPUs.
 
-    mpirun -n 2 python examples/torch_ddp.py                 # MPICH or Open MPI
+    mpirun.mpich -n 2 python examples/torch_ddp.py           # MPICH (Open MPI: below)
     torchrun --nproc_per_node 2 examples/torch_ddp.py
-    mpirun -n 2 python examples/torch_ddp.py --dtype bf16    # bf16 parameters
-    mpirun -n 2 python examples/torch_ddp.py --dtype autocast  # fp32 + CPU autocast
+    mpirun.mpich -n 2 python examples/torch_ddp.py --dtype bf16      # bf16 parameters
+    mpirun.mpich -n 2 python examples/torch_ddp.py --dtype autocast  # fp32 + CPU autocast
 
 (python: one with torch 2.13 and tutti_torch, e.g. .venv/bin/python after scripts/build.sh.)
 It trains a small MLP to fit a fixed random linear map (each rank its own batches) and prints
@@ -12,8 +12,8 @@ the loss, which falls. The only tutti-specific lines are `import tutti_torch` an
 name; `--backend gloo` runs the same script over Gloo for comparison. tutti_torch is taken from
 the Python path (pip install .), else from <repo>/build/python (scripts/build.sh's build); under
 mpirun, importing it maps the launcher's rank variables to RANK / WORLD_SIZE / LOCAL_RANK.
-Open MPI passes only the variables named with -x (and, as root, wants --allow-run-as-root;
-on a machine without ssh, OMPI_MCA_plm=isolated):
+Open MPI passes across nodes only the variables named with -x (and, as root, wants
+--allow-run-as-root; on a machine without ssh, OMPI_MCA_plm=isolated):
     mpirun.openmpi -n 2 -x MASTER_PORT=29600 -x PYTHONPATH python examples/torch_ddp.py
 Without a launcher, set the variables torchrun would, one process per rank:
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29600 python examples/torch_ddp.py &

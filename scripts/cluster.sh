@@ -533,10 +533,14 @@ launch_torchrun() {
     local trun="$root/.venv/bin/torchrun" i s pids=() rc=0
     [ -x "$trun" ] || trun=$(command -v torchrun) || die "launch torchrun: no torchrun (bash scripts/venv.sh)"
     [ $cyclic = 0 ] || die "launch torchrun: torchrun places ranks by node only"
+    # torchrun runs a .py file (or -m module) with Python; anything else (a binary, python
+    # itself) is run as it is
+    local direct=()
+    case "${1:-}" in *.py | -m) ;; *) direct=(--no-python) ;; esac
     for ((i = 0; i < N; i++)); do
         on_host "$i" timeout -k 5 "$tmo" "$trun" --nnodes "$N" --node-rank "$i" \
             --nproc-per-node "$rpp" --master-addr "$master" --master-port "$port" \
-            "${largs[@]}" "$@" &
+            "${direct[@]}" "${largs[@]}" "$@" &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || { s=$?; [ $rc != 0 ] || rc=$s; }; done

@@ -1,7 +1,8 @@
 """test_launchers.py: dist.init_process_group("tutti") under real launchers: torchrun
 (`python -m torch.distributed.run --nproc_per_node 2`), MPICH's mpirun (examples/torch_ddp.py,
 ranks from PMI_RANK / PMI_SIZE) and Open MPI's mpirun (OMPI_COMM_WORLD_*), plus the mapping of
-launcher variables itself (setup_env_from_launcher).
+launcher variables itself (setup_env_from_launcher); and a C program (tutti-bench) under
+torchrun, whose agent holds MASTER_PORT.
 """
 import os
 import shutil
@@ -64,6 +65,20 @@ class TestLaunchers(unittest.TestCase):
                self.script, "--worker", "launched", "torchrun"]
         res = self.launch(cmd, clean_env())
         self.assertEqual(res.out.count("under torchrun"), 2, harness.report([res]))
+
+    def test_torchrun_c_program(self):
+        """A C program under torchrun (--no-python): torchrun's agent serves torch's store at
+        MASTER_PORT, so tutti's own store must go elsewhere (the next port), on every node."""
+        build = os.path.dirname(os.path.abspath(os.environ["PYTHONPATH"].split(os.pathsep)[0]))
+        bench = os.path.join(build, "bench", "tutti-bench")
+        if not os.access(bench, os.X_OK):
+            self.skipTest("no %s" % bench)
+        for n, port in ((3, None), (2, harness.free_port())):
+            cmd = [harness.PY, "-m", "torch.distributed.run", "--nproc_per_node", str(n)]
+            cmd += ["--master_port", str(port)] if port else []
+            cmd += ["--no-python", bench, "alltoall", "-e", "4K", "-f", "8", "-i", "3", "-c"]
+            res = self.launch(cmd, clean_env())
+            self.assertIn("4096", res.out, harness.report([res]))
 
     @unittest.skipUnless(shutil.which("mpirun.mpich"), "no mpirun.mpich")
     def test_mpirun_mpich_example(self):

@@ -332,7 +332,7 @@ tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, cons
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank 0 cannot serve the rendezvous store on %s port %d: address "
                                   "already in use (another job or a previous run holds it); set "
-                                  "MASTER_PORT to a free port", where, port);
+                                  "MASTER_PORT (or TUTTI_STORE_PORT) to a free port", where, port);
         else if (errno == EADDRNOTAVAIL)
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank 0 cannot serve the rendezvous store on %s: that is not an "
@@ -340,7 +340,8 @@ tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, cons
         else
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank 0 cannot serve the rendezvous store on %s port %d: %s; set "
-                                  "MASTER_PORT to a free port", where, port, strerror(errno));
+                                  "MASTER_PORT (or TUTTI_STORE_PORT) to a free port", where, port,
+                                  strerror(errno));
         goto fail;
     }
     struct sockaddr_in sa;

@@ -44,7 +44,16 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "host of rank 0's rendezvous store, which listens on that address only (a host name that "
      "resolves to a loopback address other than `localhost`'s: on every interface); a job of one "
      "rank serves no store"},
-    {"MASTER_PORT", "29500", "TCP port of rank 0's rendezvous store"},
+    {"MASTER_PORT", "29500",
+     "TCP port of rank 0's rendezvous store (under torchrun, whose agent serves its own store "
+     "there, tutti's listens on the next port: see `TUTTI_STORE_PORT`)"},
+    {"TUTTI_STORE_PORT", NULL,
+     "TCP port of rank 0's rendezvous store, the same on every rank; unset: `MASTER_PORT`, or "
+     "`MASTER_PORT` + 1 where `TORCHELASTIC_USE_AGENT_STORE` is `True` (a C program under "
+     "torchrun)"},
+    {"TORCHELASTIC_USE_AGENT_STORE", NULL,
+     "set by torchrun: `True` when its agent serves a store at `MASTER_ADDR:MASTER_PORT`, so "
+     "that tutti's own store moves to the next port"},
     {"TUTTI_JOB_TOKEN", NULL,
      "the job's secret, the same on every rank (16 characters or more; `tutti_job_token()` makes "
      "one): each rank proves it to the rendezvous store, and the store proves it back, without "

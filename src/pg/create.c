@@ -251,6 +251,28 @@ static tutti_status_t init_solo(const tutti__config_t *cfg, tutti_comm_t **comm)
     return st;
 }
 
+/* store_port: where rank 0's rendezvous store listens. TUTTI_STORE_PORT if set, else
+ * MASTER_PORT; but torchrun's agent already serves torch's own store at MASTER_PORT (and says
+ * so with TORCHELASTIC_USE_AGENT_STORE), so a C program under torchrun would find its port
+ * taken on rank 0's host: tutti then takes the next port, alike on every rank. */
+static tutti_status_t store_port(long *port)
+{
+    if (tutti__env_get("TUTTI_STORE_PORT") != NULL)
+        return tutti__env_long("TUTTI_STORE_PORT", 1, 65535, port);
+    TUTTI__CHECK(tutti__env_long("MASTER_PORT", 1, 65535, port));
+    const char *agent = tutti__env_get("TORCHELASTIC_USE_AGENT_STORE");
+    if (agent != NULL && (strcmp(agent, "True") == 0 || strcmp(agent, "true") == 0 ||
+                          strcmp(agent, "1") == 0)) {
+        if (*port == 65535)
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                    "torchrun's agent store holds MASTER_PORT 65535 and tutti's "
+                                    "store takes the next port: set TUTTI_STORE_PORT to a free "
+                                    "port");
+        *port += 1;
+    }
+    return TUTTI_OK;
+}
+
 TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, tutti_comm_t **comm)
 {
     tutti__tls_error()[0] = '\0';
@@ -273,7 +295,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     }
     const char *addr = tutti__env_get("MASTER_ADDR");
     long port = 29500;
-    tutti_status_t st = tutti__env_long("MASTER_PORT", 1, 65535, &port);
+    tutti_status_t st = store_port(&port);
     if (st < 0)
         return st;
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld (secret: %s)", rank,

@@ -90,7 +90,8 @@ typedef enum tutti_coll {
 /** Pass as sendbuf to say the input is already in recvbuf (MPI_IN_PLACE). sendbuf == recvbuf
  *  means the same for allreduce, reduce and alltoall(v); for allgather(v), in place means the
  *  own block already sits at its place in recvbuf; for reduce_scatter, the whole input is in
- *  recvbuf and the result replaces its first recvcount elements. */
+ *  recvbuf and the result replaces its first recvcount elements (tutti_reduce_scatter also
+ *  takes NCCL's form, recvbuf = sendbuf + rank * recvcount). */
 #define TUTTI_IN_PLACE ((const void *)1)
 
 typedef struct tutti_comm tutti_comm_t; /**< A communicator (opaque). */
@@ -373,7 +374,10 @@ TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *send
                                          tutti_dtype_t dtype, tutti_comm_t *comm,
                                          tutti_work_t **work);
 
-/** sendbuf holds size * recvcount elements; rank r receives block r of the reduction. */
+/** sendbuf holds size * recvcount elements; rank r receives block r of the reduction. In place:
+ *  TUTTI_IN_PLACE (or sendbuf == recvbuf) with the input in recvbuf, the result in its first
+ *  block (MPI's form); or recvbuf = sendbuf + r * recvcount, the rank's own block of the input
+ *  (NCCL's form: on rank 0 the same as MPI's); other overlaps are TUTTI_ERR_INVALID_ARG. */
 TUTTI_API tutti_status_t tutti_reduce_scatter(const void *sendbuf, void *recvbuf,
                                               size_t recvcount, tutti_dtype_t dtype,
                                               tutti_op_t op, tutti_comm_t *comm,

@@ -393,6 +393,36 @@ TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *send
     return run(comm, &c, work, false, owned);
 }
 
+/* NCCL's in-place reduce-scatter: recvbuf is this rank's own block of sendbuf. On rank 0 that
+ * is tutti's (MPI's) in-place form, sendbuf == recvbuf, and runs as such; on the others the
+ * result goes to a scratch block owned by the work and is copied into place once every rank is
+ * done reading, so every rank takes the same call (a refusal on some ranks only would leave
+ * the rest waiting for the timeout). */
+typedef struct own_block {
+    void *dst;
+    size_t bytes;
+    char data[];
+} own_block_t;
+
+static void own_block_copy(tutti_work_t *w)
+{
+    own_block_t *k = w->owned;
+    memcpy(k->dst, k->data, k->bytes);
+}
+
+static tutti_status_t reduce_scatter_own_block(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes,
+                                               tutti_work_t **work)
+{
+    own_block_t *k = malloc(sizeof *k + bytes);
+    if (k == NULL)
+        return tutti__comm_error(comm, TUTTI_ERR_NO_MEMORY,
+                                 "tutti_reduce_scatter: out of memory for %zu bytes", bytes);
+    k->dst = c->recvbuf;
+    k->bytes = bytes;
+    c->recvbuf = k->data;
+    return run_then(comm, c, work, false, k, own_block_copy);
+}
+
 TUTTI_API tutti_status_t tutti_reduce_scatter(const void *sendbuf, void *recvbuf,
                                               size_t recvcount, tutti_dtype_t dtype,
                                               tutti_op_t op, tutti_comm_t *comm,
@@ -411,10 +441,12 @@ TUTTI_API tutti_status_t tutti_reduce_scatter(const void *sendbuf, void *recvbuf
         sendbuf = recvbuf;
     TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, total));
     TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, in_place ? total : bytes));
-    TUTTI__CHECK(check_overlap(comm, fn, sendbuf, total, recvbuf, bytes));
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_REDUCE_SCATTER, "reduce_scatter");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = recvcount, c.dtype = dtype, c.op = op;
+    if (!in_place && bytes > 0 && recvbuf == (const char *)sendbuf + (size_t)comm->rank * bytes)
+        return reduce_scatter_own_block(comm, &c, bytes, work);
+    TUTTI__CHECK(check_overlap(comm, fn, sendbuf, total, recvbuf, bytes));
     return run(comm, &c, work, bytes == 0, NULL);
 }
 

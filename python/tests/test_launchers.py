@@ -68,12 +68,14 @@ class TestLaunchers(unittest.TestCase):
 
     def test_torchrun_c_program(self):
         """A C program under torchrun (--no-python): torchrun's agent serves torch's store at
-        MASTER_PORT, so tutti's own store must go elsewhere (the next port), on every node."""
+        MASTER_PORT, so tutti's own store must go elsewhere (the next odd port), on every node."""
         build = os.path.dirname(os.path.abspath(os.environ["PYTHONPATH"].split(os.pathsep)[0]))
         bench = os.path.join(build, "bench", "tutti-bench")
         if not os.access(bench, os.X_OK):
             self.skipTest("no %s" % bench)
-        for n, port in ((3, None), (2, harness.free_port())):
+        even = harness.free_port()
+        even += even % 2  # torchrun picks odd ports itself; a user's --master_port may be even
+        for n, port in ((3, None), (2, even)):
             cmd = [harness.PY, "-m", "torch.distributed.run", "--nproc_per_node", str(n)]
             cmd += ["--master_port", str(port)] if port else []
             cmd += ["--no-python", bench, "alltoall", "-e", "4K", "-f", "8", "-i", "3", "-c"]

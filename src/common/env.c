@@ -46,14 +46,14 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "rank serves no store"},
     {"MASTER_PORT", "29500",
      "TCP port of rank 0's rendezvous store (under torchrun, whose agent serves its own store "
-     "there, tutti's listens on the next port: see `TUTTI_STORE_PORT`)"},
+     "there, tutti's listens on the next odd port: see `TUTTI_STORE_PORT`)"},
     {"TUTTI_STORE_PORT", NULL,
      "TCP port of rank 0's rendezvous store, the same on every rank; unset: `MASTER_PORT`, or "
-     "`MASTER_PORT` + 1 where `TORCHELASTIC_USE_AGENT_STORE` is `True` (a C program under "
-     "torchrun)"},
+     "the next odd port above it where `TORCHELASTIC_USE_AGENT_STORE` is `True` (a C program "
+     "under torchrun; odd, since Linux hands even ports to outgoing connections first)"},
     {"TORCHELASTIC_USE_AGENT_STORE", NULL,
      "set by torchrun: `True` when its agent serves a store at `MASTER_ADDR:MASTER_PORT`, so "
-     "that tutti's own store moves to the next port"},
+     "that tutti's own store moves to the next odd port"},
     {"TUTTI_JOB_TOKEN", NULL,
      "the job's secret, the same on every rank (16 characters or more; `tutti_job_token()` makes "
      "one): each rank proves it to the rendezvous store, and the store proves it back, without "

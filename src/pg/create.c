@@ -254,7 +254,10 @@ static tutti_status_t init_solo(const tutti__config_t *cfg, tutti_comm_t **comm)
 /* store_port: where rank 0's rendezvous store listens. TUTTI_STORE_PORT if set, else
  * MASTER_PORT; but torchrun's agent already serves torch's own store at MASTER_PORT (and says
  * so with TORCHELASTIC_USE_AGENT_STORE), so a C program under torchrun would find its port
- * taken on rank 0's host: tutti then takes the next port, alike on every rank. */
+ * taken on rank 0's host: tutti then takes the next odd port above it, alike on every rank.
+ * Odd, because Linux gives connect()'s local ports even numbers first (and bind(0)'s, which is
+ * how torchrun picks MASTER_PORT when not told, odd ones): the even port after an automatic
+ * MASTER_PORT was found held by some process's outgoing connection on a busy machine. */
 static tutti_status_t store_port(long *port)
 {
     if (tutti__env_get("TUTTI_STORE_PORT") != NULL)
@@ -263,12 +266,14 @@ static tutti_status_t store_port(long *port)
     const char *agent = tutti__env_get("TORCHELASTIC_USE_AGENT_STORE");
     if (agent != NULL && (strcmp(agent, "True") == 0 || strcmp(agent, "true") == 0 ||
                           strcmp(agent, "1") == 0)) {
-        if (*port == 65535)
+        long next = *port + (*port % 2 == 0 ? 1 : 2);
+        if (next > 65535)
             return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                    "torchrun's agent store holds MASTER_PORT 65535 and tutti's "
-                                    "store takes the next port: set TUTTI_STORE_PORT to a free "
-                                    "port");
-        *port += 1;
+                                    "torchrun's agent store holds MASTER_PORT %ld and tutti's "
+                                    "store takes the next odd port, past 65535: set "
+                                    "TUTTI_STORE_PORT to a free port",
+                                    *port);
+        *port = next;
     }
     return TUTTI_OK;
 }

@@ -122,9 +122,9 @@ typedef struct tutti_comm_config {
     int worker_count;      /**< worker threads, 1..16; 0: CCL_WORKER_COUNT or 1 */
     long inline_max;       /**< bytes up to which an asynchronous collective posted on an idle
                                 communicator runs in the caller's thread (blocking there until
-                                the peers join); 0: TUTTI_INLINE_MAX or 65536; -1: never (every
-                                post returns at once; a blocking call still runs in the caller's
-                                thread when nothing is queued). Point-to-point never goes through
+                                the peers join); 0: TUTTI_INLINE_MAX, or unset -1; -1: never
+                                (every post returns at once; a blocking call still runs in the
+                                caller's thread when nothing is queued). Point-to-point never goes through
                                 the queue: see tutti_send. */
     const char *job_token; /**< the job's secret for tutti_comm_init_env, the same string on
                                 every rank, at least 16 characters (tutti_job_token() makes one

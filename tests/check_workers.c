@@ -408,17 +408,67 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* Three threads of each rank make identical blocking allreduces on one communicator: any
+ * interleaving matches, as long as every rank runs its calls in the order they were numbered.
+ * A blocking call that took its number outside the executor's lock could run ahead of one
+ * numbered before it and not yet queued (2 of 10 such runs failed with a false mismatch). */
+typedef struct same_calls {
+    tutti_comm_t *comm;
+    int size;
+    int rc;
+} same_calls_t;
+
+static void *same_calls(void *p)
+{
+    same_calls_t *a = p;
+    for (int i = 0; i < 1500 && a->rc == 0; i++) {
+        float x[7] = {1, 1, 1, 1, 1, 1, 1};
+        tutti_status_t st = tutti_allreduce(x, x, 7, TUTTI_FLOAT32, TUTTI_SUM, a->comm, NULL);
+        if (st != TUTTI_OK)
+            a->rc = th_fail("allreduce %d of a thread: %s", i, tutti_comm_last_error(a->comm));
+        else if (x[0] != (float)a->size)
+            a->rc = th_fail("allreduce %d of a thread gave %g", i, (double)x[0]);
+    }
+    return NULL;
+}
+
+static int thread_order_rank(int rank, int size, void *arg)
+{
+    (void)rank;
+    (void)arg;
+    tutti_comm_t *comm = init_or_fail();
+    if (comm == NULL)
+        return 1;
+    same_calls_t a[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = (same_calls_t){comm, size, 0};
+        pthread_create(&t[i], NULL, same_calls, &a[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    tutti_comm_destroy(comm);
+    return a[0].rc || a[1].rc || a[2].rc;
+}
+
+START_TEST(test_thread_order)
+{
+    ck_assert(th_run(2, "shm", 120, thread_order_rank, NULL) == 0);
+}
+END_TEST
+
 /* Posting never waits for the peers where the caller asked for a handle: an asynchronous
  * receive whose sender only sends once the post has returned (run in the caller's thread, the
- * post would wait for that send for ever), and, with tutti_comm_config_t.inline_max = -1
- * (never), a small asynchronous allreduce that the other rank only joins once this one's post has
- * returned. (Collectives of one communicator still run one after the other, in posting order;
+ * post would wait for that send for ever), a small asynchronous allreduce posted before a
+ * blocking send that its peer receives first (the default), and, with
+ * tutti_comm_config_t.inline_max = -1 (never), a small asynchronous allreduce that the other
+ * rank only joins once this one's post has returned. (Collectives of one communicator still run one after the other, in posting order;
  * sends and receives run apart from them: check_p2p.) */
 static int nonblocking_rank(int rank, int size, void *arg)
 {
     (void)arg;
     th_shared_t *sh = th_shared();
-    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT; /* inline_max 0: the default, 64 KiB */
+    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT; /* inline_max 0: TUTTI_INLINE_MAX */
     cfg.timeout_s = 20;
     tutti_comm_t *comm = NULL;
     if (tutti_comm_init_env(&cfg, &comm) != TUTTI_OK)
@@ -445,6 +495,34 @@ static int nonblocking_rank(int rank, int size, void *arg)
         if (tutti_send(&v, 1, TUTTI_INT32, 0, 5, comm, NULL) != TUTTI_OK)
             rc = th_fail("send: %s", tutti_last_error());
     }
+
+    /* The default (TUTTI_INLINE_MAX unset): a small asynchronous allreduce posted before a
+     * blocking send whose receiver posts its allreduce only after the receive, legal in MPI.
+     * A post that waited in the caller's thread for the peer would stall both until the
+     * timeout. */
+    float y = (float)rank + 1;
+    tutti_work_t *ay = NULL;
+    int32_t token = 11;
+    if (rc == 0 && rank == 0) {
+        if (tutti_allreduce(TUTTI_IN_PLACE, &y, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, &ay) !=
+            TUTTI_OK)
+            rc = th_fail("allreduce post before the send: %s", tutti_last_error());
+        else if (tutti_send(&token, 1, TUTTI_INT32, 1, 6, comm, NULL) != TUTTI_OK)
+            rc = th_fail("send after the allreduce post: %s", tutti_last_error());
+    } else if (rc == 0) {
+        token = 0;
+        if (tutti_recv(&token, 1, TUTTI_INT32, 0, 6, comm, NULL) != TUTTI_OK || token != 11)
+            rc = th_fail("recv before the allreduce (got %d): %s", (int)token,
+                         tutti_last_error());
+        else if (tutti_allreduce(TUTTI_IN_PLACE, &y, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, &ay) !=
+                 TUTTI_OK)
+            rc = th_fail("allreduce post after the recv: %s", tutti_last_error());
+    }
+    if (rc == 0 && tutti_work_wait(ay, 20) != TUTTI_OK)
+        rc = th_fail("allreduce around the send: %s", tutti_last_error());
+    if (rc == 0 && y != 3.0f)
+        rc = th_fail("allreduce around the send gave %g, want 3", (double)y);
+    tutti_work_free(ay);
 
     if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)
         rc = th_fail("destroy: %s", tutti_last_error());
@@ -578,6 +656,7 @@ static Suite *workers_suite(void)
     tcase_add_test(tc, test_async);
     tcase_add_test(tc, test_abort);
     tcase_add_test(tc, test_threads);
+    tcase_add_test(tc, test_thread_order);
     tcase_add_test(tc, test_nonblocking);
     tcase_add_loop_test(tc, test_zero_byte_posts, 0, 4); /* {env 0, config -1} x {shm, ofi} */
     suite_add_tcase(s, tc);

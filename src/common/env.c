@@ -113,12 +113,15 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "one core), `none` (never touched), `auto` (`pin` where the node's busy threads outnumber "
      "its cores and its ranks run in different scheduling groups, as under MPICH's mpirun; "
      "`move` elsewhere)"},
-    {"TUTTI_INLINE_MAX", "65536",
+    {"TUTTI_INLINE_MAX", NULL,
      "bytes up to which an asynchronous collective posted on an idle communicator runs in the "
-     "caller's thread (a blocking call on an idle communicator always does; asynchronous "
-     "send/recv never do); `0`: everything runs on the workers, blocking calls too; "
-     "`tutti_comm_config_t.inline_max` overrides it (there `0` keeps this variable, and `-1` "
-     "runs no asynchronous post inline while blocking calls still may)"},
+     "caller's thread, which then waits there until the peers join (a program that posts one "
+     "and then waits for a peer that joins only after it may stall until the timeout); unset: "
+     "never, every asynchronous post returns at once (a blocking call on an idle communicator "
+     "always runs in the caller's thread; asynchronous send/recv never do); `0`: everything "
+     "runs on the workers, blocking calls too; `tutti_comm_config_t.inline_max` overrides it "
+     "(there `0` keeps this variable, and `-1` runs no asynchronous post inline while blocking "
+     "calls still may)"},
     {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit)"},
     {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
     {"TUTTI_SHM_WINDOW", "4194304",

@@ -9,7 +9,11 @@
 tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_t *out)
 {
     double t = 300.0;
-    long workers = 1, worker_wait = 1, inline_max = 65536;
+    /* inline_max -1 unless TUTTI_INLINE_MAX says otherwise: an asynchronous post returns at
+     * once, as MPI's nonblocking calls do. Run inline, a small one waits in the caller for the
+     * peers to join, and a legal program (rank 0: iallreduce, then a blocking send; rank 1: the
+     * matching receive, then its iallreduce) waits for the timeout. */
+    long workers = 1, worker_wait = 1, inline_max = -1;
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_COUNT", 1, 16, &workers));
     TUTTI__CHECK(tutti__env_long("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));

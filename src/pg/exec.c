@@ -328,11 +328,18 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
         return false;
     if (__atomic_load_n(&e->head, __ATOMIC_ACQUIRE) != NULL || !claim_inline(e))
         return false;
+    /* Numbered under the lock, as tutti__exec_submit numbers and queues: a post from another
+     * thread numbered before this one is then seen queued here, and goes first. (Numbered
+     * outside it, this call could take the next number and run ahead of one numbered but not
+     * yet queued, and the ranks would run the two in different orders: a false mismatch.) */
+    pthread_mutex_lock(&e->lock);
     if (__atomic_load_n(&e->head, __ATOMIC_SEQ_CST) != NULL) { /* queued meanwhile: it goes first */
+        pthread_mutex_unlock(&e->lock);
         release_inline(e);
         return false;
     }
     number(comm, c, bytes, 1);
+    pthread_mutex_unlock(&e->lock);
     char err[TUTTI__ERRLEN];
     c->slice = 0;
     c->err = err;

@@ -260,7 +260,8 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *comm, int color, int key
 
 /**
  * A communicator of the listed ranks of comm, in that order (torch's new_group). Every rank of
- * comm calls it with the same list; ranks not listed get *newcomm = NULL.
+ * comm calls it with the same list; ranks not listed get *newcomm = NULL. Lists that differ
+ * between ranks fail on every rank with TUTTI_ERR_MISMATCH.
  */
 TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *comm, const int *ranks, int n,
                                                  tutti_comm_t **newcomm);

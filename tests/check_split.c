@@ -72,6 +72,21 @@ static int split_rank(int rank, int size, void *arg)
             sum_over(quarter, 5) != 5)
             rc = th_fail("nested split: %s", tutti_strerror(st));
     }
+    /* different lists on different ranks ({0, 1} on the last rank, {0, last} elsewhere, and
+     * at 2 ranks {1, 0} against {0, 1}): a mismatch on every rank, the parent still usable */
+    tutti_comm_t *odd = (tutti_comm_t *)&rc;
+    int mine[2] = {0, rank == size - 1 ? (size > 2 ? 1 : 0) : size - 1};
+    if (size == 2 && rank == 1)
+        mine[0] = 1;
+    st = tutti_comm_create_group(world, mine, 2, &odd);
+    if (st != TUTTI_ERR_MISMATCH || odd != NULL)
+        rc = th_fail("create_group with different lists: %s (expected TUTTI_ERR_MISMATCH), comm %p",
+                     tutti_strerror(st), (void *)odd);
+    else if (strstr(tutti_comm_last_error(world), "same list") == NULL)
+        rc = th_fail("create_group with different lists: unclear error \"%s\"",
+                     tutti_comm_last_error(world));
+    if (sum_over(world, 1) != size)
+        rc = th_fail("parent allreduce after the mismatched create_group is wrong");
     /* bad arguments, the same on every rank: refused before anything collective */
     tutti_comm_t *bad = (tutti_comm_t *)&rc;
     if (tutti_comm_split(world, -5, 0, &bad) != TUTTI_ERR_INVALID_ARG || bad != NULL)

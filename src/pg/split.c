@@ -167,5 +167,30 @@ TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *parent, const int
         if (ranks[i] == parent->rank)
             key = i;
     }
+    /* Every rank must pass the same list; split alone would build whatever the ranks' own
+     * entries add up to (ranks listing {0,1} and {0,2} would all land in one group of 3), so
+     * the lists' hashes are compared first, and a difference fails every rank alike. */
+    uint64_t h = 1469598103934665603ull, *hs = malloc((size_t)parent->size * sizeof *hs);
+    if (hs == NULL)
+        return tutti__comm_error(parent, TUTTI_ERR_NO_MEMORY,
+                                 "tutti_comm_create_group: out of memory");
+    for (int i = -1; i < n; i++) {
+        uint32_t v = (uint32_t)(i < 0 ? n : ranks[i]);
+        for (int b = 0; b < 4; b++)
+            h = (h ^ ((v >> (8 * b)) & 0xffu)) * 1099511628211ull;
+    }
+    tutti_status_t st = gather_all(parent, &h, hs, sizeof h);
+    int other = -1;
+    for (int r = 0; st == TUTTI_OK && r < parent->size && other < 0; r++)
+        if (hs[r] != hs[0])
+            other = r;
+    free(hs);
+    if (st < 0)
+        return st;
+    if (other >= 0)
+        return tutti__comm_error(parent, TUTTI_ERR_MISMATCH,
+                                 "tutti_comm_create_group: rank %d passed another list of ranks "
+                                 "than rank 0; every rank of the parent must pass the same list",
+                                 other);
     return tutti_comm_split(parent, key >= 0 ? 0 : TUTTI_UNDEFINED, key, out);
 }

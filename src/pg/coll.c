@@ -66,7 +66,9 @@ static tutti_status_t check_buf(tutti_comm_t *comm, const char *fn, const char *
 {
     if (buf == NULL && bytes > 0)
         return BAD(comm, "%s: %s is NULL but %zu bytes are to be %s", fn, what, bytes,
-                   strcmp(what, "recvbuf") == 0 || strcmp(what, "buf") == 0 ? "written" : "read");
+                   strcmp(what, "recvbuf") == 0   ? "written"
+                   : strcmp(what, "sendbuf") == 0 ? "read"
+                                                  : "moved through it");
     return TUTTI_OK;
 }
 

@@ -267,6 +267,12 @@ static void bad_collectives(bctx_t *c)
     BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_COUNT, "ring"));
     BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring:10-5"));
     BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring:0-"));
+    BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring;tree")); /* tree: dead */
+    BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "tree:0-100;ring:50-max"));
+    if (tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "tree:0-100;ring:200-max") !=
+            TUTTI_OK ||
+        tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "auto") != TUTTI_OK)
+        c->bad = th_fail("ranges with a gap were refused: %s", tutti_comm_last_error(comm));
     BAD(INV, tutti_comm_set_algorithm(comm, TUTTI_COLL_BCAST, "ring")); /* ring is not a bcast */
     if (tutti_comm_algorithm(comm, (tutti_coll_t)99, 8) != NULL)
         c->bad = th_fail("tutti_comm_algorithm(coll 99) is not NULL");

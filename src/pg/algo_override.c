@@ -93,6 +93,15 @@ static tutti_status_t parse(tutti_comm_t *comm, tutti_coll_t coll, const char *s
                                          "a number or max, e.g. \"tree:0-16384;ring:16385-max\"",
                                          origin, (int)(end - p), p);
         }
+        /* A size two entries claim would take the first one only: the second is a mistake. */
+        for (int i = 0; i < ov->n; i++)
+            if (lo <= ov->r[i].hi && ov->r[i].lo <= hi)
+                return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
+                                         "%s: \"%.*s\" overlaps an earlier entry's sizes (%s from "
+                                         "%zu to %zu bytes); give each size to one entry, e.g. "
+                                         "\"tree:0-16384;ring:16385-max\"",
+                                         origin, (int)(end - p), p, ov->r[i].algo->name,
+                                         ov->r[i].lo, ov->r[i].hi);
         if (ov->n == TUTTI__MAX_RANGES)
             return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG, "%s: more than %d ranges", origin,
                                      TUTTI__MAX_RANGES);

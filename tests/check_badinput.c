@@ -606,6 +606,9 @@ static const envcase_t env_cases[] = {
     /* a job token too short to be a secret */
     {"TUTTI_JOB_TOKEN=abc", "TUTTI_JOB_TOKEN=abc", TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG,
      "TUTTI_JOB_TOKEN"},
+    /* a trace whose directory does not exist: refused at creation, not lost at destroy */
+    {"TUTTI_TRACE=/nonexistent-tutti-dir/trace.%r.json", "TUTTI_TRACE into a missing directory",
+     TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG, "nonexistent-tutti-dir"},
     /* rank discovery: a bad launcher environment is a bootstrap failure (or a bad argument) */
     {"RANK=5", "RANK=5 with WORLD_SIZE=2", TUTTI_ERR_BOOTSTRAP, TUTTI_ERR_INVALID_ARG, "RANK"},
     {"RANK=-1", "RANK=-1", TUTTI_ERR_BOOTSTRAP, TUTTI_ERR_INVALID_ARG, "RANK"},

@@ -114,6 +114,22 @@ tutti_status_t tutti__obs_open(tutti_comm_t *comm, tutti__bootstrap_t *bs)
         snprintf(why, sizeof why, "%s", tutti__tls_error());
     if (path != NULL && path[0] == '\0')
         path = NULL;
+    /* The file is written at destroy, after the run it records: a directory it cannot be
+     * written to is refused now, not found out then. (A directory part with % expands per
+     * rank: left to the write.) */
+    if (bad == TUTTI_OK && path != NULL) {
+        const char *slash = strrchr(path, '/');
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%.*s", slash == NULL ? 1 : slash == path ? 1 : (int)(slash - path),
+                 slash == NULL ? "." : path);
+        if (strchr(dir, '%') == NULL && access(dir, W_OK | X_OK) != 0) {
+            bad = TUTTI_ERR_INVALID_ARG;
+            snprintf(why, sizeof why,
+                     "TUTTI_TRACE=\"%s\": its directory %s cannot be written to (%s); create it, "
+                     "or point TUTTI_TRACE elsewhere",
+                     path, dir, strerror(errno));
+        }
+    }
     /* One byte per rank: on everywhere when any rank asks, so that the collective steps below
      * (and the report at destroy) run on every rank or on none; a rank whose settings are
      * wrong says so here, and every rank fails at once instead of waiting for it. */
@@ -138,8 +154,9 @@ tutti_status_t tutti__obs_open(tutti_comm_t *comm, tutti__bootstrap_t *bs)
         return tutti__set_error(bad, "%s", why);
     if (wrong >= 0)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                "rank %d refused its TUTTI_REPORT, TUTTI_TRACE_EVENTS or "
-                                "TUTTI_REPORT_CALLS (its error says which): fix it there",
+                                "rank %d refused its TUTTI_TRACE, TUTTI_REPORT, "
+                                "TUTTI_TRACE_EVENTS or TUTTI_REPORT_CALLS (its error says which): "
+                                "fix it there",
                                 wrong);
     if (any == 0)
         return TUTTI_OK;

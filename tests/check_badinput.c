@@ -580,6 +580,41 @@ START_TEST(test_missing_rank)
 }
 END_TEST
 
+/* Rank 1 started with another WORLD_SIZE: the store refuses it at once, and the ranks already
+ * waiting learn from the store that the rendezvous cannot end (TUTTI_ERR_PEER_FAILED, naming
+ * the cause) instead of waiting for their timeout (60 s here, past the harness's 40 s). */
+static int size_differs_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    if (rank == 1)
+        setenv("WORLD_SIZE", "2", 1);
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    const char *msg = tutti_last_error();
+    int bad = 0;
+    tutti_status_t want = rank == 1 ? TUTTI_ERR_BOOTSTRAP : TUTTI_ERR_PEER_FAILED;
+    if (st != want)
+        bad = th_fail("rank %d, rank 1 with WORLD_SIZE=2: expected %s, got %d (%s): %s", rank,
+                      tutti_strerror(want), st, tutti_strerror(st), msg);
+    else if (strstr(msg, "WORLD_SIZE differs") == NULL)
+        bad = th_fail("rank %d, rank 1 with WORLD_SIZE=2: the error does not say why: \"%s\"",
+                      rank, msg);
+    if (st == TUTTI_OK)
+        tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_size_differs)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.timeout_s = 25;
+    o.rank_timeout_s = 60;
+    ck_assert_msg(th_run_opts(3, &o, size_differs_rank, NULL) == 0,
+                  "a rank with another WORLD_SIZE: see stderr");
+}
+END_TEST
+
 typedef struct envcase {
     const char *env;  /* NAME=VALUE */
     const char *what;
@@ -729,6 +764,7 @@ static Suite *badinput_suite(void)
     tcase_set_timeout(tc, 40);
     tcase_add_test(tc, test_port_in_use);
     tcase_add_loop_test(tc, test_missing_rank, 0, 2);
+    tcase_add_test(tc, test_size_differs);
     tcase_add_loop_test(tc, test_bad_env, 0, NENV);
     tcase_add_test(tc, test_bad_config);
     suite_add_tcase(s, tc);

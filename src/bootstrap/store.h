@@ -37,6 +37,12 @@ tutti_status_t tutti__store_open_fd(int fd, int rank, int size, const char *addr
  * keys travel hashed with the job's key mixer (auth.h): another job's keys never meet them. */
 tutti_oob_t tutti__store_oob(tutti__store_t *s);
 
+/* tutti__store_doomed (ctx: the tutti__store_t) asks the store whether the rendezvous can no
+ * longer end (a rank hung up before its close, or was started with another world size): true,
+ * with the store's reason in the thread's error text, if so. A tutti__bootstrap_t's
+ * cancelled hook. */
+bool tutti__store_doomed(void *ctx);
+
 /* tutti__store_port is the store's port; rank 0 may open with port 0 for an ephemeral one. */
 int tutti__store_port(const tutti__store_t *s);
 

@@ -551,6 +551,28 @@ fail:
     return st;
 }
 
+bool tutti__store_doomed(void *ctx)
+{
+    tutti__store_t *s = ctx;
+    char keep[TUTTI__ERRLEN], text[TUTTI__WIRE_ERRTEXT_MAX + 1];
+    snprintf(keep, sizeof keep, "%s", tutti__tls_error()); /* a failed ask changes nothing */
+    uint32_t rt = 0;
+    size_t vlen = 0;
+    const char *key = TUTTI__STORE_DOOMED_KEY;
+    pthread_mutex_lock(&s->mu);
+    tutti_status_t st = rpc(s, TUTTI__REQ_GET, (uint32_t)strlen(key), 0, key, NULL, &rt, text,
+                            sizeof text - 1, &vlen);
+    pthread_mutex_unlock(&s->mu);
+    if (st != TUTTI_OK || rt != TUTTI__REP_VALUE) {
+        snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", keep);
+        return false;
+    }
+    text[vlen < sizeof text - 1 ? vlen : sizeof text - 1] = '\0';
+    tutti__set_error(TUTTI_ERR_PEER_FAILED, "bootstrap: rank %d stopped waiting: %s", s->rank,
+                     text);
+    return true;
+}
+
 tutti_oob_t tutti__store_oob(tutti__store_t *s)
 {
     return (tutti_oob_t){.ctx = s, .put = oob_put, .get = oob_get};

@@ -39,6 +39,8 @@ typedef struct tutti__store_core {
     int nadmitted;         /* ranks whose hello passed */
     unsigned refused;      /* refused hellos, for rate-limited logging */
     bool warned_remote;    /* logged that a rank joined without proof */
+    bool doomed;           /* the rendezvous can no longer end (store_proto.c's doom) */
+    double doomed_at;      /* when, tutti__now() clock */
 } tutti__store_core_t;
 
 /* tutti__store_core_init prepares k for a job of size ranks (port for messages); false when out

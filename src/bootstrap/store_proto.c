@@ -196,9 +196,36 @@ static void mark_done(tutti__store_core_t *k, int rank)
     }
 }
 
+/* doom records, once, why the rendezvous can no longer end (a rank of the job that hung up
+ * before its close, or that can never join), under a key no rank writes (ranks' keys travel as
+ * 32 hex digits): every waiting rank asks for it between its polls and fails at once, naming
+ * the cause, instead of waiting for its timeout and saying the rank never arrived. */
+static void doom(tutti__store_core_t *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void doom(tutti__store_core_t *k, const char *fmt, ...)
+{
+    if (k->doomed)
+        return;
+    k->doomed = true;
+    k->doomed_at = tutti__now();
+    char text[TUTTI__WIRE_ERRTEXT_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    char *key = strdup(TUTTI__STORE_DOOMED_KEY), *val = strdup(text);
+    if (key == NULL || val == NULL || !set(k->kv, key, val, (uint32_t)strlen(text))) {
+        free(key);
+        free(val);
+    }
+}
+
 void tutti__store_conn_close(tutti__store_core_t *k, tutti__sconn_t *c)
 {
     if (c->rank >= 0) {
+        if (!k->done[c->rank])
+            doom(k, "rank %d connected to the rendezvous store and then hung up before it was done "
+                    "with it (killed, or crashed?)",
+                 c->rank);
         mark_done(k, c->rank);
         k->joined[c->rank] = 0;
     }
@@ -247,10 +274,14 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
                k->auth.source);
         return;
     }
-    if (n != k->size)
+    if (n != k->size) {
         refuse(k, c, "the rendezvous store on port %d serves a job of %d ranks, but rank %d was "
                      "started with a world size of %d: WORLD_SIZE differs between ranks",
                k->port, k->size, r, n);
+        doom(k, "rank %d of this job was started with a world size of %d, rank 0 with %d: "
+                "WORLD_SIZE differs between ranks",
+             r, n, k->size);
+    }
     else if (r < 0 || r >= k->size)
         refuse(k, c, "rank %d is out of range for a job of %d ranks", r, k->size);
     else if (k->done[r] || k->joined[r])

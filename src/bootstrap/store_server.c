@@ -203,6 +203,16 @@ static void *serve(void *arg)
     size_t pcap = 0;
     while (sv->core.ndone < sv->core.size) {
         double now = tutti__now();
+        /* Doomed: the ranks still connected learn why and close; one that never came would
+         * keep the store (and rank 0's tutti__store_close) waiting for its deadline. A rank
+         * that starts late gets GRACE_S to come and learn it too. */
+        if (sv->core.doomed && !in_use(sv) && now >= sv->core.doomed_at + GRACE_S) {
+            TUTTI__LOG(TUTTI__LOG_INFO,
+                       "rendezvous store on port %d: the rendezvous cannot end and no rank still "
+                       "uses the store; stopping",
+                       sv->core.port);
+            break;
+        }
         if (now >= sv->deadline && (now >= sv->deadline + GRACE_S || !in_use(sv))) {
             TUTTI__LOG(TUTTI__LOG_INFO,
                        "rendezvous store on port %d: deadline passed with %d of %d ranks done; "

@@ -33,6 +33,11 @@
 #define TUTTI__WIRE_VAL_MAX (1u << 20)
 #define TUTTI__WIRE_ERRTEXT_MAX 512
 
+/* The key under which the store tells waiting ranks that the rendezvous cannot end, and why
+ * (store_proto.c's doom; tutti__store_doomed asks for it). No rank's key looks like it: those
+ * travel as 32 hex digits. */
+#define TUTTI__STORE_DOOMED_KEY "!doomed"
+
 enum { TUTTI__REQ_HELLO = 1, TUTTI__REQ_SET, TUTTI__REQ_GET, TUTTI__REQ_CLOSE };
 enum {
     TUTTI__REP_OK = 100,

@@ -314,7 +314,8 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     char where[128];
     snprintf(where, sizeof where, "the rendezvous store at %s:%ld", addr, port);
     tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = deadline,
-                             .oob = tutti__store_oob(store), .where = where};
+                             .oob = tutti__store_oob(store), .where = where,
+                             .cancelled = tutti__store_doomed, .cancel_ctx = store};
     st = tutti__comm_create(rank, size, &bs, store, &cfg, NULL, comm);
     tutti__store_close(store); /* keeps a failure's text */
     if (st == TUTTI_OK)

@@ -119,6 +119,8 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
                 goto fail;
         }
         bs.oob = tutti__store_oob(store);
+        bs.cancelled = tutti__store_doomed;
+        bs.cancel_ctx = store;
         snprintf(where, sizeof where, "the sub-communicator's store at %s:%d (color %d)",
                  rvs[leader].ip, rvs[leader].port, color);
     }

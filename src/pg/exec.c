@@ -226,8 +226,9 @@ static void *worker_main(void *p)
     return NULL;
 }
 
-/* number gives c its sequence number and its algorithm. Posts take numbers
- * under the exec lock and the blocking fast path without it, so the counters are atomic. */
+/* number gives c its sequence number and its algorithm. Every caller holds the exec lock (posts
+ * and the blocking fast path alike, so that numbers follow the queue's order); the counters
+ * are atomic all the same, for readers outside it (tutti_comm_seq). */
 static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nsplit)
 {
     c->seq = __atomic_fetch_add(&comm->seq, 1, __ATOMIC_RELAXED);

@@ -355,7 +355,8 @@ TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, siz
                                          tutti_work_t **work);
 
 /** Rank r's sendcount elements land at recvbuf + displs[r] (elements); sendcount must equal
- *  recvcounts[rank]. displs == NULL means packed in rank order. */
+ *  recvcounts[rank]. displs == NULL means packed in rank order. Blocks that would share an
+ *  element are TUTTI_ERR_INVALID_ARG. */
 TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount, void *recvbuf,
                                           const size_t *recvcounts, const size_t *displs,
                                           tutti_dtype_t dtype, tutti_comm_t *comm,
@@ -368,7 +369,8 @@ TUTTI_API tutti_status_t tutti_alltoall(const void *sendbuf, void *recvbuf, size
 
 /** Like alltoall with per-peer counts and displacements (in elements); NULL displacements
  *  mean packed. sendcounts[j] on this rank must equal recvcounts[this rank] on rank j; the
- *  block to itself too: sendcounts[rank] != recvcounts[rank] is TUTTI_ERR_INVALID_ARG. */
+ *  block to itself too: sendcounts[rank] != recvcounts[rank] is TUTTI_ERR_INVALID_ARG, as are
+ *  receive blocks that would share an element (send blocks may). */
 TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *sendcounts,
                                          const size_t *sdispls, void *recvbuf,
                                          const size_t *recvcounts, const size_t *rdispls,

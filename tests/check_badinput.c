@@ -211,6 +211,14 @@ static void bad_collectives(bctx_t *c)
             hc[r] = huge;
         BAD(INV, tutti_allgatherv(c->S, huge, c->R, hc, NULL, TUTTI_FLOAT32, comm, &c->w));
     }
+    if (P > 1) { /* receive blocks that share elements: the last rank's on the first's */
+        size_t oc[TH_MAX_RANKS], od[TH_MAX_RANKS];
+        for (int r = 0; r < P; r++)
+            oc[r] = 2, od[r] = 2 * (size_t)r;
+        od[P - 1] = 1;
+        BAD(INV, tutti_allgatherv(c->S, 2, c->R, oc, od, TUTTI_INT8, comm, &c->w));
+        BAD(INV, tutti_alltoallv(c->S, oc, NULL, c->R, oc, od, TUTTI_INT8, comm, &c->w));
+    }
 
     /* alltoall, alltoallv */
     BAD(INV, tutti_alltoall(NULL, c->R, 2, TUTTI_INT32, comm, &c->w));

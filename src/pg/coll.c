@@ -106,6 +106,18 @@ static tutti_status_t check_v(tutti_comm_t *comm, const char *fn, const char *wh
     return TUTTI_OK;
 }
 
+/* check_disjoint refuses a receive layout whose blocks overlap (after check_v). */
+static tutti_status_t check_disjoint(tutti_comm_t *comm, const char *fn, const size_t *counts,
+                                     const size_t *displs)
+{
+    char why[256];
+    tutti_status_t st = tutti__layout_disjoint("recvcounts/displacements", counts, displs,
+                                               comm->size, why, sizeof why);
+    if (st == TUTTI_ERR_NO_MEMORY)
+        return tutti__comm_error(comm, st, "%s: %s", fn, why);
+    return st < 0 ? BAD(comm, "%s: %s", fn, why) : TUTTI_OK;
+}
+
 /* ---- running ---- */
 
 static void init_coll(tutti__coll_t *c, tutti_comm_t *comm, tutti_coll_t kind, const char *name)
@@ -309,6 +321,7 @@ TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount,
     TUTTI__CHECK(check_dtype(comm, fn, dtype));
     size_t es = tutti_dtype_size(dtype);
     TUTTI__CHECK(check_v(comm, fn, "recvcounts", recvcounts, displs, es, &span));
+    TUTTI__CHECK(check_disjoint(comm, fn, recvcounts, displs));
     TUTTI__CHECK(check_buf(comm, fn, "recvbuf", recvbuf, span));
     if (sendbuf != TUTTI_IN_PLACE && sendcount != recvcounts[comm->rank])
         return BAD(comm, "%s: sendcount %zu differs from recvcounts[%d] = %zu", fn, sendcount,
@@ -374,6 +387,7 @@ TUTTI_API tutti_status_t tutti_alltoallv(const void *sendbuf, const size_t *send
         sendbuf = recvbuf;
     }
     TUTTI__CHECK(check_v(comm, fn, "recvcounts", recvcounts, rdispls, es, &rspan));
+    TUTTI__CHECK(check_disjoint(comm, fn, recvcounts, rdispls));
     TUTTI__CHECK(check_v(comm, fn, "sendcounts", sendcounts, sdispls, es, &sspan));
     char why[256];
     if (tutti__layout_own(sendcounts, recvcounts, comm->rank, why, sizeof why) < 0)

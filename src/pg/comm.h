@@ -247,6 +247,12 @@ void tutti__comm_free(tutti_comm_t *comm);
 tutti_status_t tutti__layout_span(const char *what, const size_t *counts, const size_t *displs,
                                   int n, size_t esize, size_t *span, char *why, size_t cap);
 
+/* tutti__layout_disjoint checks that no two ranks' non-empty blocks of a receive layout share
+ * an element (they would land on each other in an order that depends on arrival); displs
+ * NULL is packed. Call after tutti__layout_span accepted the layout. */
+tutti_status_t tutti__layout_disjoint(const char *what, const size_t *counts, const size_t *displs,
+                                      int n, char *why, size_t cap);
+
 /* tutti__layout_own checks that rank me sends itself as many elements as it receives from
  * itself (alltoallv copies that block locally); TUTTI_ERR_INVALID_ARG with why otherwise. */
 tutti_status_t tutti__layout_own(const size_t *sendcounts, const size_t *recvcounts, int me,

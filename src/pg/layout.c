@@ -2,6 +2,7 @@
  * displacements), pure functions of the arrays so that they can be fuzzed alone. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "comm.h"
 
@@ -44,4 +45,54 @@ tutti_status_t tutti__layout_own(const size_t *sendcounts, const size_t *recvcou
         return TUTTI_ERR_INVALID_ARG;
     }
     return TUTTI_OK;
+}
+
+typedef struct block {
+    size_t lo, hi; /* elements [lo, hi) */
+    int r;
+} block_t;
+
+static int by_start(const void *a, const void *b)
+{
+    const block_t *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+tutti_status_t tutti__layout_disjoint(const char *what, const size_t *counts, const size_t *displs,
+                                      int n, char *why, size_t cap)
+{
+    if (displs == NULL)
+        return TUTTI_OK; /* packed */
+    /* Blocks in rank order, each after the last (the usual layout): one pass. */
+    size_t end = 0;
+    int r = 0;
+    for (; r < n; r++) {
+        if (counts[r] == 0)
+            continue;
+        if (displs[r] < end)
+            break;
+        end = displs[r] + counts[r];
+    }
+    if (r == n)
+        return TUTTI_OK;
+    block_t *b = malloc((size_t)n * sizeof *b);
+    if (b == NULL) {
+        snprintf(why, cap, "out of memory checking the %s layout", what);
+        return TUTTI_ERR_NO_MEMORY;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i] > 0)
+            b[m++] = (block_t){displs[i], displs[i] + counts[i], i};
+    qsort(b, (size_t)m, sizeof *b, by_start);
+    tutti_status_t st = TUTTI_OK;
+    for (int i = 1; i < m && st == TUTTI_OK; i++)
+        if (b[i].lo < b[i - 1].hi) {
+            snprintf(why, cap, "%s: the blocks of ranks %d and %d overlap (elements %zu..%zu and "
+                     "%zu..%zu): each rank's block must have elements of its own",
+                     what, b[i - 1].r, b[i].r, b[i - 1].lo, b[i - 1].hi - 1, b[i].lo, b[i].hi - 1);
+            st = TUTTI_ERR_INVALID_ARG;
+        }
+    free(b);
+    return st;
 }

@@ -1,6 +1,7 @@
 /* fuzz_layout.c: fuzzes the v-collectives' layout checks (src/pg/layout.c): whatever counts and
  * displacements come in, an accepted layout fits the span the check computed, without an
- * overflow on the way, and the own-block check accepts exactly equal counts. */
+ * overflow on the way, the disjointness check refuses exactly the layouts whose blocks share
+ * an element, and the own-block check accepts exactly equal counts. */
 #include <string.h>
 
 #include "../../src/pg/comm.h"
@@ -66,6 +67,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_ASSERT(counts[r] <= SIZE_MAX - sum);
             sum += counts[r];
         }
+        /* disjointness, against the obvious quadratic check */
+        st = tutti__layout_disjoint("counts", counts, packed ? NULL : displs, n, why, sizeof why);
+        FUZZ_ASSERT(st == TUTTI_OK || st == TUTTI_ERR_INVALID_ARG);
+        bool overlap = false;
+        for (int i = 0; i < n && !packed; i++)
+            for (int j = i + 1; j < n; j++)
+                overlap |= counts[i] > 0 && counts[j] > 0 && displs[i] < displs[j] + counts[j] &&
+                           displs[j] < displs[i] + counts[i];
+        FUZZ_ASSERT((st == TUTTI_ERR_INVALID_ARG) == overlap);
     } else {
         FUZZ_ASSERT(span == 12345); /* a refused layout leaves the output alone */
         FUZZ_ASSERT(memchr(why, '\0', sizeof why) != NULL && why[0] != '\0');

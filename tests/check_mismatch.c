@@ -4,13 +4,15 @@
  * SUM vs MAX, fp32 vs int32, allreduce vs barrier, flagged lines vs a barrier, a mismatched
  * broadcast followed by correct allreduces, the ring's length mismatch (shm and ofi), alltoallv
  * pair counts that disagree (direct, cma, and the message path), fingerprints that differ only
- * above the 10 bits an ofi tag holds (TUTTI_FAULT_TAG_XOR; ofi and shm). The
- * communicator is failed afterwards: the next call returns TUTTI_ERR_COMM_FAILED. */
+ * above the 10 bits an ofi tag holds (TUTTI_FAULT_TAG_XOR; ofi and shm), and a waiting rank
+ * told of the mismatch by a rank that then exits at once. The communicator is failed
+ * afterwards: the next call returns TUTTI_ERR_COMM_FAILED. */
 #include <check.h>
 #include "check_main.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "tutti.h"
@@ -30,46 +32,57 @@ typedef struct mcase {
     int odd_may_pass;     /* the odd rank's own call was whole (an alltoallv sender over
                              messages cannot see that its receiver expects another length): it
                              may return TUTTI_OK, and its next calls must fail */
+    int stays;            /* > 0 (1 + a rank): every other rank exits the moment it has its
+                             error, without destroying the communicator, as a program may on
+                             any error; this rank must still be told of the mismatch, not of a
+                             death */
 } mcase_t;
 
 enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS, WIN_VS_MSG,
        TAG_HIGH };
 
 static const mcase_t cases[] = {
-    {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0},
-    {"allreduce sum vs max", "shm", NULL, 2, 1, OP, {"sum", "max"}, 0, 0},
-    {"allreduce fp32 vs int32", "shm", NULL, 2, 1, DTYPE, {"fp32", "int32"}, 0, 0},
-    {"allreduce vs barrier", "shm", NULL, 2, 1, VS_BARRIER, {"allreduce", "barrier"}, 0, 0},
-    {"allreduce lines vs barrier", "shm", NULL, 2, 1, LL_VS_BARRIER, {"of 8 fp32", "of 64 fp32"}, 0, 0},
-    {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0, 0},
-    {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0, 0},
-    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 "}, 0, 0},
+    {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0},
+    {"allreduce sum vs max", "shm", NULL, 2, 1, OP, {"sum", "max"}, 0, 0, 0},
+    {"allreduce fp32 vs int32", "shm", NULL, 2, 1, DTYPE, {"fp32", "int32"}, 0, 0, 0},
+    {"allreduce vs barrier", "shm", NULL, 2, 1, VS_BARRIER, {"allreduce", "barrier"}, 0, 0, 0},
+    {"allreduce lines vs barrier", "shm", NULL, 2, 1, LL_VS_BARRIER, {"of 8 fp32", "of 64 fp32"}, 0, 0, 0},
+    {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0, 0, 0},
+    {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0},
+    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 "}, 0, 0, 0},
     /* alltoallv: the odd rank sends 3 elements to rank 0, which expects 5 (window paths
      * compare each pair's counts; the message path compares lengths) */
-    {"alltoallv counts (direct)", "shm", NULL, 2, 1, VCOUNTS, {"alltoallv", "sends 3 elements"}, 2, 0},
+    {"alltoallv counts (direct)", "shm", NULL, 2, 1, VCOUNTS, {"alltoallv", "sends 3 elements"}, 2, 0, 0},
     {"alltoallv counts (cma)", "shm", "CCL_ALLTOALL=cma", 2, 1, VCOUNTS,
-     {"alltoallv", "sends 3 elements"}, 2, 0},
-    {"alltoallv counts (pairwise, ofi)", "ofi", NULL, 2, 1, VCOUNTS, {"alltoallv", NULL}, 1, 1},
+     {"alltoallv", "sends 3 elements"}, 2, 0, 0},
+    {"alltoallv counts (pairwise, ofi)", "ofi", NULL, 2, 1, VCOUNTS, {"alltoallv", NULL}, 1, 1, 0},
     /* the odd rank alone sets the ring for allreduce (a per-rank CCL_ALLREDUCE): the others
      * wait in the window, it waits for messages */
-    {"direct vs ring (per-rank setting)", "shm", NULL, 2, 1, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0},
-    {"direct vs ring, 3 ranks", "shm", NULL, 3, 2, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0},
-    {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
-    {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0},
+    {"direct vs ring (per-rank setting)", "shm", NULL, 2, 1, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0, 0},
+    {"direct vs ring, 3 ranks", "shm", NULL, 3, 2, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0, 0},
+    {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0, 0},
+    {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0, 0},
     /* 3 ranks over messages: rank 1 never meets the odd rank's call; it learns of the
      * mismatch from a notice, which names the pair that differs */
     {"ring 1000 vs 500, 3 ranks (ofi)", "ofi", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
-     {"1000 fp32", "500 fp32"}, 1, 0},
+     {"1000 fp32", "500 fp32"}, 1, 0, 0},
     {"ring 1000 vs 500, 3 ranks (shm)", "shm", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
-     {"1000 fp32", "500 fp32"}, 1, 0},
-    {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1, 0},
+     {"1000 fp32", "500 fp32"}, 1, 0, 0},
+    /* Rank 1 waits for rank 0's second message in the ring; rank 0 found the mismatch (with
+     * rank 2) and exits at once: its notice and the end of its connections come together, and
+     * rank 1 must report the mismatch, the cause, not the exit */
+    {"ring, 3 ranks, the finder exits at once (shm)", "shm", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
+     {"1000 fp32", "500 fp32"}, 1, 0, 1 + 1},
+    {"ring, 3 ranks, the finder exits at once (ofi)", "ofi", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
+     {"1000 fp32", "500 fp32"}, 1, 0, 1 + 1},
+    {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1, 0, 0},
     /* The odd rank's messages carry a fingerprint that differs from the others' only above its
      * low 10 bits (TUTTI_FAULT_TAG_XOR=0x400), which is all that fits in an ofi tag: only a
      * transport that compares the whole 32 bits (ofi's CQ data, shm's header) can tell. */
     {"fingerprint differs above bit 9 (ring, ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, TAG_HIGH,
-     {"expected tag", NULL}, 0, 0},
+     {"expected tag", NULL}, 0, 0, 0},
     {"fingerprint differs above bit 9 (ring, shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, TAG_HIGH,
-     {"fingerprint", NULL}, 0, 0},
+     {"fingerprint", NULL}, 0, 0, 0},
 };
 
 /* post runs the call rank posts in case mc; returns its status. */
@@ -127,10 +140,15 @@ static int body(int rank, int size, void *arg)
     /* #0: everyone starts in step (but a fingerprint changed for all calls would fail the
      * barrier too, over messages) */
     st = mc->kind == TAG_HIGH ? TUTTI_OK : tutti_barrier(comm, NULL);
-    if (st != TUTTI_OK)
+    /* A rank still finishing the barrier when the others have gone on and met the mismatch
+     * may get their notice there: the communicator fails as a whole, at once (the same rule as
+     * NCCL's asynchronous errors), and the error must say so. */
+    const int early = st == TUTTI_ERR_MISMATCH && rank != mc->odd;
+    if (st != TUTTI_OK && !early)
         return th_fail("barrier: %s", tutti_comm_last_error(comm));
     double t0 = th_now();
-    st = post(mc, rank, comm, x, y);
+    if (!early)
+        st = post(mc, rank, comm, x, y);
     double dt = th_now() - t0;
     char msg[2048];
     snprintf(msg, sizeof msg, "%s", tutti_comm_last_error(comm));
@@ -155,14 +173,19 @@ static int body(int rank, int size, void *arg)
      * part of the pair that met names the pair it was told about. */
     if (!th_mentions_rank(msg, mc->odd))
         bad = th_fail("%s: the text does not name rank %d: \"%s\"", mc->name, mc->odd, msg);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2 && !early; i++)
         if (mc->want[i] != NULL &&
             (!mc->own_only || (mc->own_only == 1 ? i == (rank == mc->odd) : i == 0 || rank == 0)) &&
             strstr(msg, mc->want[i]) == NULL)
             bad = th_fail("%s: the text does not hold \"%s\": \"%s\"", mc->name, mc->want[i], msg);
     if (dt > 10)
         bad = th_fail("%s: found after %.1f s, not before the timeout", mc->name, dt);
-    fprintf(stderr, "[%s] rank %d: %.3f s: %s\n", mc->name, rank, dt, msg);
+    fprintf(stderr, "[%s] rank %d: %.3f s%s: %s\n", mc->name, rank, dt,
+            early ? " (in the barrier before)" : "", msg);
+    if (mc->stays > 0 && rank != mc->stays - 1) {
+        fflush(NULL);
+        _exit(bad ? 1 : 0);
+    }
     /* Nothing later may succeed on stale state: the three correct allreduces after a bad
      * broadcast (which used to return OK with every element wrong) now fail at once. */
     for (int k = 0; k < 3; k++) {

@@ -186,16 +186,15 @@ fail_silent(tutti__coll_t *c, int first, double silent, double limit)
                 mine);
 }
 
-/* check_peers fails c when a peer's communicator failed (its notice came over the liveness
- * mesh) or a peer has sent no heartbeat for too long (stopped or frozen). */
-static tutti_status_t check_peers(tutti__coll_t *c, double now)
+/* check_notices fails c when a peer's communicator failed (its notice came over the liveness
+ * mesh). */
+static tutti_status_t check_notices(tutti__coll_t *c)
 {
     tutti__net_t *net = c->net;
     int r = -1;
     tutti_status_t st;
     uint64_t seq;
     int blame = -1;
-    (void)now;
     if (__builtin_expect(tutti__live_failed_upto(net->live, UINT64_MAX, &r, &st, &seq, &blame),
                          0)) {
         c->relayed = true; /* this rank's failure only passes r's on */
@@ -216,6 +215,16 @@ static tutti_status_t check_peers(tutti__coll_t *c, double now)
                     "in %s; the communicator is now failed: destroy it and create a new one",
                     r, tutti_strerror(st), (unsigned long long)seq, mine);
     }
+    return TUTTI_OK;
+}
+
+/* check_peers fails c when a peer's communicator failed (check_notices) or a peer has sent no
+ * heartbeat for too long (stopped or frozen). */
+static tutti_status_t check_peers(tutti__coll_t *c)
+{
+    TUTTI__CHECK(check_notices(c));
+    tutti__net_t *net = c->net;
+    int r = -1;
     double silent = 0, limit = unresponsive_after(net);
     if (__builtin_expect(tutti__live_silent(net->live, limit, 0, &r, &silent), 0))
         return fail_silent(c, r, silent, limit);
@@ -234,12 +243,21 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
     if (now >= sl->next_live_check) {
         sl->next_live_check = now + LIVE_CHECK_PERIOD;
         int dead = -1;
-        if (tutti__live_check(net->live, &dead) < 0)
+        if (tutti__live_check(net->live, &dead) < 0) {
+            /* A mismatch names the cause; a peer that exits once its call failed on it (as a
+             * program may on any error) is only its consequence. The peer's own notice came on
+             * the same stream before its end, so it has been read by now. */
+            int r;
+            tutti_status_t nst;
+            uint64_t seq;
+            if (tutti__live_failed(net->live, &r, &nst, &seq) && nst == TUTTI_ERR_MISMATCH)
+                return check_notices(c);
             return fail(c, TUTTI_ERR_PEER_FAILED,
                         "rank %d (pid %d) died or lost its connection; the communicator is now "
                         "failed: destroy it and create a new one",
                         dead, tutti__live_pid(net->live, dead));
-        TUTTI__CHECK(check_peers(c, now));
+        }
+        TUTTI__CHECK(check_peers(c));
     }
     /* A peer that destroyed its communicator will never come. Data it sent before it left gets
      * a moment to arrive; then this fails now, not at the deadline. */
@@ -405,7 +423,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                                 reqs[i].kind == TUTTI__REQ_SEND ? "send to" : "receive from",
                                 TUTTI__TP_ERR(tp));
                 if (notice)
-                    return check_peers(c, 0);
+                    return check_peers(c);
                 return fail(c, reqs[i].status,
                             "%s %s rank %d failed: %s; the communicator is now failed: destroy "
                             "it and create a new one",

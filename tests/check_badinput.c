@@ -1,6 +1,8 @@
 /* check_badinput.c: bad input gets a clear error and changes nothing: bad arguments to every
- * call, dead or destroyed communicators, and bootstraps that cannot succeed. */
+ * call, dead or destroyed communicators, a forked child's inherited one, and bootstraps that
+ * cannot succeed. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <check.h>
 #include "check_main.h"
 #include <limits.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -510,6 +513,80 @@ START_TEST(test_failed_comm)
 }
 END_TEST
 
+/* ---- a child of fork() and its parent's communicator ----------------------------------------- */
+
+/* The child inherits the handle but none of the worker threads, and its calls would join the
+ * parent's on the wire (a false mismatch, or the parent's buffer overwritten): every call the
+ * child makes with it is refused at once, saying why, destroy included (it used to hang there);
+ * the parents go on as if nothing happened; a child may still create a communicator of its own. */
+static int forked_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("tutti_comm_init_env: %s", tutti_last_error());
+    float x = 1, y = 0;
+    if (tutti_allreduce(&x, &y, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK || y != size)
+        return th_fail("allreduce before the fork: %s", tutti_comm_last_error(comm));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int bad = 0;
+        double t0 = th_now();
+        float cx = 5, cy = -1;
+        tutti_status_t st = tutti_allreduce(&cx, &cy, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+        if (st != TUTTI_ERR_INVALID_COMM || strstr(tutti_last_error(), "fork") == NULL)
+            bad = th_fail("child of rank %d: allreduce on the parent's communicator: expected "
+                          "TUTTI_ERR_INVALID_COMM naming the fork, got %d: %s",
+                          rank, st, tutti_last_error());
+        if (cy != -1)
+            bad = th_fail("child of rank %d: the refused allreduce wrote its output", rank);
+        tutti_work_t *w = NULL;
+        st = tutti_allreduce(&cx, &cy, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, &w);
+        if (st != TUTTI_ERR_INVALID_COMM || w != NULL)
+            bad = th_fail("child of rank %d: async allreduce: expected TUTTI_ERR_INVALID_COMM, got %d",
+                          rank, st);
+        st = tutti_comm_destroy(comm);
+        if (st != TUTTI_ERR_INVALID_COMM || strstr(tutti_last_error(), "fork") == NULL)
+            bad = th_fail("child of rank %d: destroy of the parent's communicator: expected "
+                          "TUTTI_ERR_INVALID_COMM naming the fork, got %d: %s",
+                          rank, st, tutti_last_error());
+        if (th_now() - t0 > 5)
+            bad = th_fail("child of rank %d: the refusals took %.1f s", rank, th_now() - t0);
+        fflush(NULL);
+        _exit(bad ? 1 : 0);
+    }
+    int bad = 0;
+    if (pid < 0)
+        return th_fail("fork: %s", strerror(errno));
+    int ws = 0;
+    if (waitpid(pid, &ws, 0) != pid || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        bad = th_fail("rank %d: its child failed (status 0x%x): see above", rank, ws);
+    for (int k = 0; k < 3; k++) {
+        x = (float)(rank + 1);
+        y = 0;
+        tutti_status_t st = tutti_allreduce(&x, &y, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+        if (st != TUTTI_OK || y != (float)(size * (size + 1) / 2))
+            bad = th_fail("rank %d: allreduce %d after the child: %d, %g: %s", rank, k, st, y,
+                          tutti_comm_last_error(comm));
+    }
+    if (tutti_comm_destroy(comm) != TUTTI_OK)
+        bad = th_fail("rank %d: destroy: %s", rank, tutti_last_error());
+    return bad;
+}
+
+START_TEST(test_forked_child)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 20;
+    ck_assert_msg(th_run_opts(2, &o, forked_rank, NULL) == 0,
+                  "a forked child and the parent's communicator (%s): see stderr", tps[_i]);
+}
+END_TEST
+
 /* ---- bootstraps that cannot succeed -------------------------------------------------------- */
 
 static int port_in_use_rank(int rank, int size, void *arg)
@@ -770,6 +847,7 @@ static Suite *badinput_suite(void)
 
     tc = tcase_create("bootstrap");
     tcase_set_timeout(tc, 40);
+    tcase_add_loop_test(tc, test_forked_child, 0, 2);
     tcase_add_test(tc, test_port_in_use);
     tcase_add_loop_test(tc, test_missing_rank, 0, 2);
     tcase_add_test(tc, test_size_differs);

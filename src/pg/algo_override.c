@@ -129,7 +129,8 @@ TUTTI_API tutti_status_t tutti_comm_set_algorithm(tutti_comm_t *comm, tutti_coll
 {
     if (!tutti__comm_valid(comm))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
-                                "tutti_comm_set_algorithm: not a live communicator");
+                                "tutti_comm_set_algorithm: not a live communicator%s",
+                                tutti__comm_why_not(comm));
     if ((unsigned)coll >= TUTTI_COLL_COUNT)
         return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
                                  "tutti_comm_set_algorithm: unknown collective %d", (int)coll);

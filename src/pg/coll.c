@@ -15,8 +15,8 @@ static tutti_status_t check_comm(tutti_comm_t *comm, const char *fn)
     if (!tutti__comm_valid(comm))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
                                 "%s: communicator %p is not live (NULL, destroyed, or never "
-                                "created)",
-                                fn, (void *)comm);
+                                "created)%s",
+                                fn, (void *)comm, tutti__comm_why_not(comm));
     tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
     if (failed == TUTTI_ERR_ABORTED)
         return tutti__comm_error(comm, TUTTI_ERR_ABORTED,

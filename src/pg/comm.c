@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm.h"
 #include "observe.h"
@@ -13,10 +14,27 @@
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static const tutti_comm_t **reg;
 static size_t reg_n, reg_cap;
+/* A child of fork() has the parent's handles but none of its worker threads, and its calls
+ * would join the parent's (a mismatch, or data the parent never sent): the child's registry
+ * starts empty, and the inherited handles are kept aside only to say why they are refused. */
+static size_t reg_forked;
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+static void reg_prepare(void) { pthread_mutex_lock(&reg_lock); }
+static void reg_parent(void) { pthread_mutex_unlock(&reg_lock); }
+static void reg_child(void)
+{
+    reg_forked = reg_n; /* reg[0 .. reg_forked) are the parent's */
+    reg_n = 0;
+    pthread_mutex_unlock(&reg_lock);
+}
+static void reg_init(void) { pthread_atfork(reg_prepare, reg_parent, reg_child); }
 
 bool tutti__comm_register(const tutti_comm_t *c)
 {
+    pthread_once(&reg_once, reg_init);
     pthread_mutex_lock(&reg_lock);
+    reg_forked = 0; /* the child's first own communicator: the parent's are forgotten */
     if (reg_n == reg_cap) {
         size_t cap = reg_cap ? reg_cap * 2 : 8;
         const tutti_comm_t **r = realloc(reg, cap * sizeof *r);
@@ -53,6 +71,18 @@ bool tutti__comm_valid(const tutti_comm_t *c)
         found = reg[i] == c;
     pthread_mutex_unlock(&reg_lock);
     return found && c->magic == TUTTI__COMM_MAGIC;
+}
+
+const char *tutti__comm_why_not(const tutti_comm_t *c)
+{
+    bool inherited = false;
+    pthread_mutex_lock(&reg_lock);
+    for (size_t i = 0; i < reg_forked && !inherited; i++)
+        inherited = reg[i] == c;
+    pthread_mutex_unlock(&reg_lock);
+    return inherited ? " (it was created before this process was forked: a child of fork() "
+                       "cannot use or destroy its parent's communicators; it may create its own)"
+                     : "";
 }
 
 /* ---- errors ---- */
@@ -101,8 +131,8 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
     if (!tutti__comm_valid(comm))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
                                 "tutti_comm_destroy: %p is not a live communicator (NULL, already "
-                                "destroyed, or never created)",
-                                (void *)comm);
+                                "destroyed, or never created)%s",
+                                (void *)comm, tutti__comm_why_not(comm));
     /* The straggler report, while the communicator still works. */
     tutti__obs_report_final(comm);
     tutti__comm_unregister(comm);
@@ -125,7 +155,8 @@ TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm)
 {
     if (!tutti__comm_valid(comm))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
-                                "tutti_comm_abort: %p is not a live communicator", (void *)comm);
+                                "tutti_comm_abort: %p is not a live communicator%s", (void *)comm,
+                                tutti__comm_why_not(comm));
     char msg[128];
     snprintf(msg, sizeof msg, "rank %d: tutti_comm_abort was called", comm->rank);
     tutti__comm_fail(comm, TUTTI_ERR_ABORTED, msg);
@@ -136,8 +167,8 @@ TUTTI_API tutti_status_t tutti_comm_set_timeout(tutti_comm_t *comm, double timeo
 {
     if (!tutti__comm_valid(comm))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
-                                "tutti_comm_set_timeout: %p is not a live communicator",
-                                (void *)comm);
+                                "tutti_comm_set_timeout: %p is not a live communicator%s",
+                                (void *)comm, tutti__comm_why_not(comm));
     if (!(timeout_s >= TUTTI__TIMEOUT_MIN && timeout_s <= TUTTI__TIMEOUT_MAX))
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "tutti_comm_set_timeout: the timeout is %g s: give seconds from "

@@ -196,6 +196,10 @@ double tutti__call_timeout(void);
 /* tutti__comm_valid tells whether comm is a live communicator (in the registry). */
 bool tutti__comm_valid(const tutti_comm_t *comm);
 
+/* tutti__comm_why_not is "" or, for a handle a child of fork() inherited, a text (starting with
+ * a space) that says so, for the error of a call tutti__comm_valid refused. */
+const char *tutti__comm_why_not(const tutti_comm_t *comm);
+
 /* tutti__comm_child_auth is the secret of a store that a communicator made from parent
  * (split.c, shrink.c) serves: derived from the parent's, with label and salt, when every rank
  * holds one (the salt alone tells nothing to whoever sees it pass), else the salt itself, which

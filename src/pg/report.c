@@ -250,7 +250,8 @@ TUTTI_API tutti_status_t tutti_comm_report(tutti_comm_t *comm, char *text, size_
 {
     if (!tutti__comm_valid(comm))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
-                                "tutti_comm_report: %p is not a live communicator", (void *)comm);
+                                "tutti_comm_report: %p is not a live communicator%s", (void *)comm,
+                                tutti__comm_why_not(comm));
     if (text == NULL || cap < 2)
         return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
                                 "tutti_comm_report: text %p of %zu bytes: give a buffer (4 KiB "

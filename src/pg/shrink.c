@@ -502,7 +502,8 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
     *newcomm = NULL;
     if (!tutti__comm_valid(comm))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
-                                "tutti_comm_shrink: %p is not a live communicator", (void *)comm);
+                                "tutti_comm_shrink: %p is not a live communicator%s", (void *)comm,
+                                tutti__comm_why_not(comm));
     int size = comm->size;
     unsigned char *mine = calloc(((size_t)size + 7) / 8, 1);
     shrink_t s = {.comm = comm, .live = comm->net.live, .rank = comm->rank, .size = size,

@@ -46,8 +46,8 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
     *out = NULL;
     if (!tutti__comm_valid(parent))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
-                                "tutti_comm_split: the parent %p is not a live communicator",
-                                (void *)parent);
+                                "tutti_comm_split: the parent %p is not a live communicator%s",
+                                (void *)parent, tutti__comm_why_not(parent));
     if (color < 0 && color != TUTTI_UNDEFINED)
         return tutti__comm_error(parent, TUTTI_ERR_INVALID_ARG,
                                  "tutti_comm_split: color %d: use a color >= 0, or TUTTI_UNDEFINED "
@@ -147,8 +147,8 @@ TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *parent, const int
         *out = NULL;
     if (!tutti__comm_valid(parent))
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
-                                "tutti_comm_create_group: the parent %p is not a live communicator",
-                                (void *)parent);
+                                "tutti_comm_create_group: the parent %p is not a live communicator%s",
+                                (void *)parent, tutti__comm_why_not(parent));
     if (n < 1 || n > parent->size || ranks == NULL)
         return tutti__comm_error(parent, TUTTI_ERR_INVALID_ARG,
                                  "tutti_comm_create_group: %d rank(s) listed (ranks %p); list 1..%d "

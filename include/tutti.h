@@ -196,7 +196,11 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
  * Destroy a communicator. On a healthy communicator this waits (up to the timeout) until every
  * live peer has destroyed it too, so that no rank frees memory a peer still reads; on a failed
  * one it returns at once. Any later call with this handle returns TUTTI_ERR_INVALID_COMM.
- * Work handles of this communicator stay valid and must still be freed.
+ * Work handles of this communicator stay valid and must still be freed. Destroy communicators in
+ * the same order on every rank (as MPI_Comm_free is ordered): a rank that waits in the destroy
+ * of one while a peer waits in the destroy of another waits until the timeout, and gets
+ * TUTTI_ERR_TIMEOUT. A child of fork() can neither use nor destroy its parent's communicators
+ * (TUTTI_ERR_INVALID_COMM, saying so; the parent's go on unharmed); it may create its own.
  */
 TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm);
 
@@ -251,7 +255,8 @@ TUTTI_API tutti_status_t tutti_set_call_timeout(double timeout_s, double *previo
  * Split comm into sub-communicators (MPI_Comm_split): ranks that pass the same color form one,
  * ranked by key (ties by rank in comm). Collective over every rank of comm, posted in order
  * with its other operations. Each new communicator has its own transports, ordering, sequence
- * numbers and workers, and is destroyed on its own (before or after comm).
+ * numbers and workers, and is destroyed on its own (before or after comm, in the same order
+ * on every rank: tutti_comm_destroy).
  * @param color >= 0, or TUTTI_UNDEFINED to join none (*newcomm is then NULL).
  * @param newcomm receives the new communicator.
  */

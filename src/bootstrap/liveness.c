@@ -692,8 +692,10 @@ tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadl
             st = tutti__set_error(TUTTI_ERR_TIMEOUT,
                                   "rank %d waited %.3g s for rank(s) %s (of %d) to destroy the "
                                   "communicator too; they neither did nor died: every rank must "
-                                  "call tutti_comm_destroy, or raise TUTTI_TIMEOUT if they are "
-                                  "only slow",
+                                  "call tutti_comm_destroy, with its communicators in the same "
+                                  "order as the others (a rank waiting in the destroy of another "
+                                  "one waits for this), or raise TUTTI_TIMEOUT if they are only "
+                                  "slow",
                                   l->rank, tutti__now() - start, n ? list : "?", l->size);
             break;
         }

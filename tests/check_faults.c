@@ -4,7 +4,8 @@
  * that names the cause (a dead peer, or an unresponsive one: TUTTI_UNRESPONSIVE=1) well within
  * TUTTI_TIMEOUT, no call may return TUTTI_OK with a wrong result, nothing may stay in
  * /dev/shm, and a stopped rank, once continued, must not complete the call its peers reported
- * failed. The moments come from a seed (printed; TUTTI_FAULT_SEED repeats a run), and the
+ * failed; with a stop, one survivor exits at once and the other must still name the stopped
+ * rank. The moments come from a seed (printed; TUTTI_FAULT_SEED repeats a run), and the
  * number of trials is bounded so that the suite stays near a minute. */
 #include <check.h>
 #include "check_main.h"
@@ -216,9 +217,19 @@ static int body(int rank, int size, void *arg)
                           "communicator failed, or its connection broke): %s", seed, cause, msg);
         if (at <= 0 || lag > 10)
             bad = th_fail("seed %llu: error %.1f s after the fault (TUTTI_TIMEOUT=20)", seed, lag);
+        /* With a stop, rank 2 exits the moment it has its error (as a program may): rank 0,
+         * if it has not found the stop itself by then, must still name the stopped rank, not
+         * take rank 2's exit for the cause (a multi-node user's run found "rank 2 died"). */
+        if (t->stop && rank == 0 && !th_mentions_rank(msg, VICTIM))
+            bad = th_fail("seed %llu: %s: the error does not name the stopped rank %d: %s", seed,
+                          fams[t->fam], VICTIM, msg);
         fprintf(stderr, "[%s %s %s] rank %d: %.2f s after the fault, at #%llu: %s\n", t->tp,
                 fams[t->fam], t->stop ? "SIGSTOP" : "SIGKILL", rank, lag,
                 (unsigned long long)seq, msg);
+        if (t->stop && rank == 2) {
+            fflush(NULL);
+            _exit(bad ? 1 : 0);
+        }
     } else {
         /* The stopped rank, continued: its call fails (a peer's notice, its failure word, or
          * the peers that left); which of them comes first is a race, any error is right. */

@@ -349,7 +349,8 @@ def w_timeouts():
 
 def w_monitored():
     """3 ranks: monitored_barrier passes; then rank 2 stays away and rank 0 names it; then ranks
-    1 and 2 stay away and wait_all_ranks names both."""
+    1 and 2 stay away and wait_all_ranks names both; on a subgroup of ranks 1 and 2, rank 0
+    returns at once."""
     import torch  # noqa: F401
     import torch.distributed as dist
 
@@ -378,6 +379,9 @@ def w_monitored():
     # torch's own monitored_barrier refuses every backend but Gloo before reaching ours
     raises(lambda: dist.monitored_barrier(), "only implemented for GLOO", exc=ValueError)
     tutti_torch.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    # on a subgroup: a rank outside it returns at once, as from every torch collective
+    g = dist.new_group([1, 2])
+    tutti_torch.monitored_barrier(g, timeout=datetime.timedelta(seconds=20))
     dist.destroy_process_group()
     print("rank %d: monitored_barrier ok" % rank)
 

@@ -2,8 +2,9 @@
 locally, at 2 and 3 ranks, each run once with async_op=False (the backend runs the call blocking
 in the caller's thread) and once with async_op=True (posted; Work.wait and the Future):
 allreduce (every ReduceOp on every dtype it applies to, bool included), allreduce_coalesced,
-broadcast, allgather, all_gather_into_tensor, allgather_coalesced, reduce, reduce_scatter,
-reduce_scatter_tensor, alltoall_single (equal and uneven splits), alltoall, gather, scatter,
+broadcast, allgather, all_gather_into_tensor, allgather_coalesced, reduce,
+reduce_scatter (inputs of equal and of different sizes), reduce_scatter_tensor, alltoall_single
+(equal and uneven splits), alltoall, gather, scatter,
 barrier, send, recv; with non-contiguous tensors, views, the in-place forms where an output is
 a view into the input (reduce_scatter_tensor(inp.chunk(n)[r], inp), gather and scatter at the
 root, ...), and new_group subgroups.
@@ -251,6 +252,19 @@ def w_ops(mode):
         call(dist.reduce_scatter_tensor, out, full, op=getattr(dist.ReduceOp, op))
         same(torch, out, want, "reduce_scatter_tensor %s" % op)
         same(torch, full, keep, "reduce_scatter_tensor %s changed its input" % op)
+        # inputs of different sizes (Gloo takes them): input j, rank j's block, has 2j+1
+        # elements, the output a 2-D view of rank's size, non-contiguous
+        full = gen(torch, rank, n, n * n, d, op)
+        want = expected(torch, n, n * n, d, op)
+        ins = [full[j * n:j * n + 2 * j + 1 if 2 * j + 1 <= n else j * n + n].clone()
+               for j in range(n)]
+        k = ins[rank].numel()
+        base = torch.zeros((k, 2), dtype=d)
+        out = base[:, 1]  # k elements, stride 2
+        call(dist.reduce_scatter, out, ins, op=getattr(dist.ReduceOp, op))
+        same(torch, out, want[rank * n:rank * n + k], "reduce_scatter uneven %s" % op)
+        same(torch, base[:, 0], torch.zeros(k, dtype=d), "reduce_scatter uneven %s: wrote "
+             "outside its output" % op)
     print("reduce_scatter: ok")
 
     # ---- all_to_all_single: equal splits, then uneven ones (rank r sends r+j+1 rows to j) ----

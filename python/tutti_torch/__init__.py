@@ -97,6 +97,8 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     import datetime
 
     group = group if group is not None else dist.distributed_c10d._get_default_group()
+    if dist.distributed_c10d._rank_not_in_group(group):
+        return  # as every torch collective does on a rank outside the group
     if timeout is None:
         timeout = group._get_backend(torch.device("cpu")).timeout
     if not isinstance(timeout, datetime.timedelta):

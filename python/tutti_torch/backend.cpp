@@ -45,6 +45,7 @@ BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int ran
         throw;
     }
     init();
+    set_group_note();
 }
 
 BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -52,6 +53,25 @@ BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int ran
     : c10d::Backend(rank, size), store_(store), options_(std::move(options)), comm_(comm)
 {
     init();
+    set_group_note();
+}
+
+// tutti's texts number ranks within the group: on a group that is not WORLD's every rank, the
+// call's name says which global ranks those are.
+void BackendTutti::set_group_note()
+{
+    const auto &g = options_->global_ranks_in_group;
+    bool world = g.size() == static_cast<size_t>(size_);
+    for (size_t i = 0; world && i < g.size(); i++)
+        world = g[i] == static_cast<uint64_t>(i);
+    if (g.empty() || world)
+        return;
+    std::string s = " (on a group of global ranks ";
+    for (size_t i = 0; i < g.size() && i < 16; i++)
+        s += (i ? ", " : "") + std::to_string(g[i]);
+    if (g.size() > 16)
+        s += ", ...";
+    group_note_ = s + "; the ranks named here are group ranks: group rank i is the i-th of them)";
 }
 
 // Operations still running end first, as in Gloo: a peer may be running one that this rank has
@@ -267,7 +287,7 @@ WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds 
             return coalesced_work_;
         }
     }
-    auto w = c10::make_intrusive<Work>(rank_, call.type, std::move(call.name),
+    auto w = c10::make_intrusive<Work>(rank_, call.type, call.name + group_note_,
                                        std::move(call.outputs), tracker_);
     if (call.finalize)
         w->finalize_.push_back(std::move(call.finalize));

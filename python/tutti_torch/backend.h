@@ -171,12 +171,17 @@ class BackendTutti : public c10d::Backend {
     // is the call's own (c10d's opts.timeout), kUnsetTimeout for the group's.
     WorkPtr launch(Call &&call, bool async,
                    std::chrono::milliseconds timeout = c10d::kUnsetTimeout);
+    // reduce_scatter_uneven is reduce_scatter with inputs of different sizes (reductions.cpp).
+    WorkPtr reduce_scatter_uneven(const at::Tensor &out, const std::vector<at::Tensor> &in,
+                                  const c10d::ReduceScatterOptions &opts);
     // check_usable refuses calls on a group that was shut down or aborted.
     void check_usable(const std::string &op) const;
     // receive posts recv and recvAnysource (peer TUTTI_ANY_SOURCE), named op.
     WorkPtr receive(const std::string &op, c10d::OpType type, std::vector<at::Tensor> &tensors,
                     int peer, int tag);
     void destroy();
+    void set_group_note();
+    std::string group_note_; // "" on WORLD's group; else which global ranks it holds
 
     c10::intrusive_ptr<c10d::Store> store_; // monitoredBarrier's meeting place
     c10::intrusive_ptr<Options> options_;

@@ -128,6 +128,54 @@ static PostFn reduce_scatter_post(const void *send, void *recv, size_t n, const 
     };
 }
 
+static bool same_numel(const std::vector<at::Tensor> &ts)
+{
+    for (const auto &t : ts)
+        if (t.numel() != ts[0].numel())
+            return false;
+    return true;
+}
+
+// Inputs of different sizes (Gloo takes them: input j holds rank j's block, and every rank
+// passes the same sizes): each block is padded to the largest, the padded blocks are
+// reduce-scattered, and this rank's block is cut back to its size. A rank whose largest block
+// differs posts another count (a mismatch on every rank); the padding is never read back.
+WorkPtr BackendTutti::reduce_scatter_uneven(const at::Tensor &out, const std::vector<at::Tensor> &in,
+                                            const c10d::ReduceScatterOptions &opts)
+{
+    const std::string op = "reduce_scatter";
+    int64_t m = 0;
+    for (const auto &t : in) {
+        check_tensor(op, t);
+        check_same_dtype(op, out, t);
+        m = std::max(m, t.numel());
+    }
+    if (in[static_cast<size_t>(rank_)].numel() != out.numel())
+        refuse(op, "the output must have as many elements as this rank's input (input " +
+                       std::to_string(rank_) + ", " +
+                       std::to_string(in[static_cast<size_t>(rank_)].numel()) +
+                       "), got " + std::to_string(out.numel()));
+    Reduction r = reduction_of(op, opts.reduceOp, out.scalar_type());
+    at::Tensor send = at::zeros({m * size_}, out.options());
+    for (size_t j = 0; j < in.size(); j++)
+        send.narrow(0, static_cast<int64_t>(j) * m, in[j].numel()).copy_(in[j].reshape({-1}));
+    r.scale_(send);
+    at::Tensor recv = at::empty({m}, out.options());
+    Call c;
+    c.type = c10d::OpType::REDUCE_SCATTER;
+    c.name = op;
+    c.outputs = {out};
+    c.comm = comm_;
+    c.keep = {send, recv};
+    at::Tensor dst = out;
+    c.finalize = [dst, recv]() mutable {
+        dst.copy_(recv.narrow(0, 0, dst.numel()).view(dst.sizes()));
+    };
+    c.posts.push_back(reduce_scatter_post(send.data_ptr(), recv.data_ptr(),
+                                          static_cast<size_t>(m), r));
+    return launch(std::move(c), opts.asyncOp, opts.timeout);
+}
+
 WorkPtr BackendTutti::reduce_scatter(std::vector<at::Tensor> &outputs,
                                      std::vector<std::vector<at::Tensor>> &inputs,
                                      const c10d::ReduceScatterOptions &opts)
@@ -138,6 +186,8 @@ WorkPtr BackendTutti::reduce_scatter(std::vector<at::Tensor> &outputs,
     if (inputs.size() != 1)
         refuse(op, "takes one input list per call, got " + std::to_string(inputs.size()));
     const auto &in = inputs[0];
+    if (in.size() == static_cast<size_t>(size_) && !same_numel(in))
+        return reduce_scatter_uneven(out, in, opts);
     check_list(op, "input", in, out, size_);
     Reduction r = reduction_of(op, opts.reduceOp, out.scalar_type());
     Call c;

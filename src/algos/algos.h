@@ -57,8 +57,12 @@ typedef struct tutti__coll {
     bool described;       /* its descriptor is in its window slot (callsig.c) */
     bool relayed;         /* its failure only passes a peer's on (the window's failure word
                              says so, so that others name the rank that found it) */
-    int blame;            /* a mismatch: the other rank of the pair that differs (communicator
-                             rank, told to every peer with the failure notice); -1: none */
+    int blame;            /* the other rank of a mismatch's pair, or the rank found dead or
+                             silent (communicator rank, told to every peer with the failure
+                             notice); -1: none */
+    struct tutti__coll *top; /* a part of a call (hierarchical, or tree's reduce + broadcast):
+                             the whole call, whose relayed and blame its failure sets
+                             (tutti__top); NULL: this is the whole call */
 
     const void *sendbuf;
     void *recvbuf;
@@ -75,6 +79,10 @@ typedef struct tutti__coll {
     const size_t *scounts; /* alltoallv: sendcounts */
     const size_t *sdispls; /* alltoallv: send displacements (never NULL here) */
 } tutti__coll_t;
+
+/* tutti__top is the whole call c is a part of (or c): where its failure's relayed and blame
+ * go, which the executor reads. */
+static inline tutti__coll_t *tutti__top(tutti__coll_t *c) { return c->top != NULL ? c->top : c; }
 
 /* An algorithm: run it for c. It returns TUTTI_OK or an error whose text it wrote to c->err
  * (the primitives below do that for transport failures, timeouts and dead peers). The

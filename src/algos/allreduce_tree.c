@@ -11,6 +11,7 @@
 static tutti_status_t run(tutti__coll_t *c)
 {
     tutti__coll_t sub = *c; /* shares c->err, so failure texts land where the caller reads */
+    sub.top = tutti__top(c);
     sub.root = 0;
     TUTTI__CHECK(tutti__reduce_tree.run(&sub));
     sub.sendbuf = sub.recvbuf;

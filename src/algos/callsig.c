@@ -140,7 +140,7 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
         snprintf(theirs, sizeof theirs, "a different call (%s)", how);
     const int me = c->net->rank;
     const bool first = me < peer;
-    c->blame = peer;
+    tutti__top(c)->blame = peer;
     snprintf(c->err, TUTTI__ERRLEN,
              "mismatched collectives: rank %d posted %s, rank %d posted %s%s%s: every rank must "
              "post the same collectives, with the same count, dtype, op and root, in the same "
@@ -156,7 +156,7 @@ tutti_status_t tutti__count_mismatch(tutti__coll_t *c, int peer, uint64_t theirs
     tutti__calldesc_t md = tutti__sig_desc(c);
     tutti__sig_describe(mine, sizeof mine, &md);
     const int me = c->net->rank, g = c->group ? c->group[peer] : peer;
-    c->blame = g;
+    tutti__top(c)->blame = g;
     snprintf(c->err, TUTTI__ERRLEN,
              "mismatched %s: rank %d sends %llu elements to rank %d, which expects %zu from it "
              "(rank %d's recvcounts[%d]): each rank's sendcounts[j] must equal rank j's "
@@ -223,7 +223,7 @@ static bool read_desc(const tutti__window_t *w, int r, unsigned p, uint64_t v, t
 #define FAIL_RELAYED 0x80u
 static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, uint64_t f)
 {
-    c->relayed = true;
+    tutti__top(c)->relayed = true;
     /* Name the rank that found the failure, where one did, not one that passed it on. */
     for (int q = 0; (f & FAIL_RELAYED) && q < w->nranks; q++) {
         uint64_t g = __atomic_load_n(&w->calls[q][2], __ATOMIC_ACQUIRE);
@@ -235,9 +235,12 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
     tutti_status_t st = (tutti_status_t)-(int)(f & 0x7fu);
     const int g = c->group ? c->group[r] : r;
     unsigned long long seq = (unsigned long long)(f >> 8);
-    /* A peer that failed because a rank died: name the dead rank, the cause, as it did. */
+    /* A peer that failed because a rank died: name the dead rank, the cause, as it did; not
+     * when the dead rank is one that said first that its own call failed (it then exited, as a
+     * program may on any error): its failure is the cause. */
     int dead = -1;
-    if (st != TUTTI_ERR_MISMATCH && tutti__live_check(c->net->live, &dead) < 0) {
+    if (st != TUTTI_ERR_MISMATCH && tutti__live_check(c->net->live, &dead) < 0 && dead != g &&
+        !tutti__live_told(c->net->live, dead)) {
         snprintf(c->err, TUTTI__ERRLEN,
                  "rank %d: %s #%llu: rank %d (pid %d) died or lost its connection; the "
                  "communicator is now failed: destroy it and create a new one",
@@ -261,10 +264,16 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
                  g, seq, c->net->rank, mine);
         return TUTTI_ERR_MISMATCH;
     }
+    /* Its notice, where it has come, names the rank it found dead or silent. */
+    int b = tutti__live_blame(c->net->live, g);
+    char about[32] = "";
+    if (b >= 0 && b != g)
+        snprintf(about, sizeof about, ": rank %d", b);
+    tutti__top(c)->blame = b;
     snprintf(c->err, TUTTI__ERRLEN,
-             "rank %d's communicator failed (%s) in its call #%llu while this rank waited for it "
-             "in %s #%llu; the communicator is now failed: destroy it and create a new one",
-             g, tutti_strerror(st), seq, c->name, (unsigned long long)c->seq);
+             "rank %d's communicator failed (%s%s) in its call #%llu while this rank waited for "
+             "it in %s #%llu; the communicator is now failed: destroy it and create a new one",
+             g, tutti_strerror(st), about, seq, c->name, (unsigned long long)c->seq);
     return TUTTI_ERR_PEER_FAILED;
 }
 

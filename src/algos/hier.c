@@ -15,6 +15,7 @@ void tutti__hier_node(tutti__coll_t *c, tutti__coll_t *loc)
     const tutti__topo_t *t = &c->net->topo;
     begin(c);
     *loc = *c;
+    loc->top = tutti__top(c);
     loc->rank = t->local_rank;
     loc->size = t->local_size;
     loc->group = t->members + t->node_off[t->node];
@@ -26,6 +27,7 @@ void tutti__hier_group(tutti__coll_t *c, const int *group, int n, int me, tutti_
 {
     begin(c);
     *sub = *c;
+    sub->top = tutti__top(c);
     sub->rank = me;
     sub->size = n;
     sub->group = group;

@@ -175,6 +175,7 @@ fail_silent(tutti__coll_t *c, int first, double silent, double limit)
     if (self > 0)
         snprintf(mine, sizeof mine, " (this rank itself did not run for about %.1f s: stopped "
                  "or frozen, which may be why)", self);
+    tutti__top(c)->blame = first;
     return fail(c, TUTTI_ERR_PEER_FAILED,
                 "rank%s %s %s unresponsive: no heartbeat for %.1f s (limit %.1f s, "
                 "TUTTI_UNRESPONSIVE): %s%s; the communicator is now failed: destroy it and "
@@ -197,13 +198,15 @@ static tutti_status_t check_notices(tutti__coll_t *c)
     int blame = -1;
     if (__builtin_expect(tutti__live_failed_upto(net->live, UINT64_MAX, &r, &st, &seq, &blame),
                          0)) {
-        c->relayed = true; /* this rank's failure only passes r's on */
+        tutti__top(c)->relayed = true; /* this rank's failure only passes r's on */
+        tutti__top(c)->blame = blame;  /* and the rank r named, for those it tells */
         char mine[200];
         tutti__calldesc_t d = tutti__sig_desc(c);
         tutti__sig_describe(mine, sizeof mine, &d);
-        char with[32] = ""; /* the other rank of the pair, where the notice says */
+        char with[48] = ""; /* the other rank of the pair, or the rank r found dead or silent */
         if (blame >= 0 && blame != r)
-            snprintf(with, sizeof with, " with rank %d", blame);
+            snprintf(with, sizeof with, st == TUTTI_ERR_MISMATCH ? " with rank %d" : ": rank %d",
+                     blame);
         if (st == TUTTI_ERR_MISMATCH)
             return fail(c, TUTTI_ERR_MISMATCH,
                         "rank %d found mismatched collectives%s at its call #%llu (its error "
@@ -211,9 +214,10 @@ static tutti_status_t check_notices(tutti__coll_t *c)
                         "failed: destroy it and create a new one",
                         r, with, (unsigned long long)seq, net->rank, mine);
         return fail(c, TUTTI_ERR_PEER_FAILED,
-                    "rank %d's communicator failed (%s) in its call #%llu while this rank waited "
-                    "in %s; the communicator is now failed: destroy it and create a new one",
-                    r, tutti_strerror(st), (unsigned long long)seq, mine);
+                    "rank %d's communicator failed (%s%s) in its call #%llu while this rank "
+                    "waited in %s; the communicator is now failed: destroy it and create a new "
+                    "one",
+                    r, tutti_strerror(st), with, (unsigned long long)seq, mine);
     }
     return TUTTI_OK;
 }
@@ -244,14 +248,17 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         sl->next_live_check = now + LIVE_CHECK_PERIOD;
         int dead = -1;
         if (tutti__live_check(net->live, &dead) < 0) {
-            /* A mismatch names the cause; a peer that exits once its call failed on it (as a
-             * program may on any error) is only its consequence. The peer's own notice came on
-             * the same stream before its end, so it has been read by now. */
+            /* A mismatch names the cause, and so does the notice of a rank whose call failed
+             * before it ended (its error found a third rank dead or silent, say): its exit, as
+             * a program may exit on any error, is only the consequence. The notice came on the
+             * same stream before the end, so it has been read by now. */
             int r;
             tutti_status_t nst;
             uint64_t seq;
-            if (tutti__live_failed(net->live, &r, &nst, &seq) && nst == TUTTI_ERR_MISMATCH)
+            if ((tutti__live_failed(net->live, &r, &nst, &seq) && nst == TUTTI_ERR_MISMATCH) ||
+                tutti__live_told(net->live, dead))
                 return check_notices(c);
+            tutti__top(c)->blame = dead;
             return fail(c, TUTTI_ERR_PEER_FAILED,
                         "rank %d (pid %d) died or lost its connection; the communicator is now "
                         "failed: destroy it and create a new one",
@@ -381,7 +388,7 @@ tutti_status_t tutti__resumed_check(tutti__coll_t *c)
     (void)tutti__live_check_now(net->live, &dead);
     if (!tutti__live_failed_upto(net->live, c->seq, &r, &st, &seq, NULL))
         return TUTTI_OK;
-    c->relayed = true;
+    tutti__top(c)->relayed = true;
     return fail(c, TUTTI_ERR_PEER_FAILED,
                 "this rank did not run for about %.1f s (stopped: SIGSTOP, a debugger, or "
                 "frozen), and meanwhile rank %d's communicator failed (%s) in its call #%llu, so "
@@ -413,7 +420,8 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                 if (reqs[i].status == TUTTI_ERR_MISMATCH)
                     return tutti__sig_mismatch(c, reqs[i].peer, NULL, TUTTI__TP_ERR(tp));
                 bool notice;
-                if (peer_died(c, reqs[i].peer, &notice))
+                if (peer_died(c, reqs[i].peer, &notice)) {
+                    tutti__top(c)->blame = reqs[i].peer;
                     return fail(c, TUTTI_ERR_PEER_FAILED,
                                 "rank %d (pid %d) died or lost its connection (the %s %s it "
                                 "failed: %s); the communicator is now failed: destroy it and "
@@ -422,6 +430,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                                 tp->ops->name,
                                 reqs[i].kind == TUTTI__REQ_SEND ? "send to" : "receive from",
                                 TUTTI__TP_ERR(tp));
+                }
                 if (notice)
                     return check_peers(c);
                 return fail(c, reqs[i].status,

@@ -871,6 +871,20 @@ bool tutti__live_failed_upto(const tutti__liveness_t *l, uint64_t upto, int *ran
     return true;
 }
 
+bool tutti__live_told(const tutti__liveness_t *l, int rank)
+{
+    return l != NULL && rank >= 0 && rank < l->size &&
+           __atomic_load_n(&l->peers[rank].fail_status, __ATOMIC_ACQUIRE) != 0;
+}
+
+int tutti__live_blame(const tutti__liveness_t *l, int rank)
+{
+    if (!tutti__live_told(l, rank))
+        return -1;
+    int b = l->peers[rank].fail_blame; /* written before fail_status was released */
+    return b >= 0 && b < l->size ? b : -1;
+}
+
 bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *st, uint64_t *seq)
 {
     return tutti__live_failed_upto(l, UINT64_MAX, rank, st, seq, NULL);

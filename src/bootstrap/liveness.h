@@ -74,6 +74,11 @@ void tutti__live_notify_failed(tutti__liveness_t *l, tutti_status_t st, uint64_t
  * read by tutti__live_check): *rank is the lowest such rank that found its failure itself, or
  * the lowest that passed one on where no other notice has come; *st and *seq its failure. */
 bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *st, uint64_t *seq);
+/* tutti__live_told tells whether rank sent a failure notice of its own communicator. */
+bool tutti__live_told(const tutti__liveness_t *l, int rank);
+/* tutti__live_blame is the rank that rank's notice named (the other of its mismatch, or the rank
+ * it found dead or silent), or -1 (no notice, or none named). */
+int tutti__live_blame(const tutti__liveness_t *l, int rank);
 /* tutti__live_failed_upto is tutti__live_failed among the notices of failures in calls up to
  * upto (ranks' call numbers differ: a reduce's leaves may run far ahead of its root); *blame
  * (if not NULL) is the other rank of its mismatch, or -1. */

@@ -73,8 +73,12 @@ static void fail(tutti_comm_t *comm, tutti_status_t st, const char *what)
     const char *text = comm ? tutti_comm_last_error(comm) : "";
     if (text == NULL || *text == '\0')
         text = tutti_last_error();
-    fprintf(stderr, "tutti-bench: rank %d: %s failed: %s%s%s\n", g_rank, what, tutti_strerror(st),
-            *text ? ": " : "", text);
+    if (g_rank >= 0)
+        fprintf(stderr, "tutti-bench: rank %d: ", g_rank);
+    else /* before the communicator: the launcher's rank, where it gave one */
+        fprintf(stderr, "tutti-bench: %s%s%s", getenv("RANK") ? "RANK " : "",
+                getenv("RANK") ? getenv("RANK") : "", getenv("RANK") ? ": " : "");
+    fprintf(stderr, "%s failed: %s%s%s\n", what, tutti_strerror(st), *text ? ": " : "", text);
     exit(1);
 }
 
@@ -166,6 +170,12 @@ int main(int argc, char **argv)
     bench_t b = {0};
     parse_args(argc, argv, &b.o, usage, NULL);
     b.esize = tutti_dtype_size(b.o.dtype);
+    if (b.o.coll != TUTTI_COLL_BARRIER && b.o.max_bytes / b.esize == 0) {
+        /* every size rounds down to whole elements: this range would measure nothing */
+        fprintf(stderr, "tutti-bench: -e %zu holds no whole %s element (%zu bytes): raise -e\n",
+                b.o.max_bytes, tutti_dtype_name(b.o.dtype), b.esize);
+        return 2;
+    }
 
     CHECK(NULL, tutti_comm_init_env(NULL, &b.comm), "tutti_comm_init_env");
     b.rank = tutti_comm_rank(b.comm);

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# check_bench_cli.sh: the benchmark tools refuse bad flags, and runs that measure nothing, with a
+# clear message and a non-zero exit (never a Python traceback, never exit 0 after measuring
+# nothing): tutti-bench, bench/launch-matrix, bench/ab, bench/compare. Only argument checks and
+# failures before any launch: no timing, nothing started that could hang.
+# usage: check_bench_cli.sh SOURCE_DIR BUILD_DIR
+set -u
+src=${1:?usage: check_bench_cli.sh SOURCE_DIR BUILD_DIR}
+build=${2:?usage: check_bench_cli.sh SOURCE_DIR BUILD_DIR}
+bench=$build/bench/tutti-bench
+fails=0
+n=0
+
+# expect WANT_RC TEXT -- command...: the exit status is WANT_RC, stderr+stdout hold TEXT, and
+# there is no traceback
+expect() {
+    local want=$1 text=$2
+    shift 3
+    n=$((n + 1))
+    local out rc
+    out=$(timeout 60 "$@" 2>&1 </dev/null)
+    rc=$?
+    if [ "$rc" != "$want" ] || ! grep -qF -- "$text" <<<"$out" || grep -q Traceback <<<"$out"; then
+        echo "not ok $n - $* : exit $rc (want $want), want \"$text\" in:"
+        sed 's/^/#   /' <<<"$out" | tail -8
+        fails=$((fails + 1))
+    else
+        echo "ok $n - $*"
+    fi
+}
+
+# tutti-bench: refused before anything starts (no MASTER_ADDR needed)
+expect 2 "holds no whole fp32 element" -- "$bench" allreduce -b 3 -e 3
+expect 2 "holds no whole fp64 element" -- "$bench" allreduce -b 1 -e 7 -d fp64
+expect 2 "holds no whole fp32 element" -- "$bench" allreduce -b 0 -e 0
+expect 2 "unknown dtype" -- "$bench" allreduce -d bogus
+expect 2 "-i" -- "$bench" allreduce -i 0
+expect 2 "-f" -- "$bench" allreduce -f 1
+expect 2 "unknown collective" -- "$bench" bogus
+
+lm=$src/bench/launch-matrix
+expect 2 "unknown dtype" -- "$lm" -d bogus
+expect 2 "-n 0" -- "$lm" -n 0
+expect 2 "-i 0" -- "$lm" -i 0
+expect 2 "-r 0" -- "$lm" -r 0
+expect 2 "-f 1" -- "$lm" -f 1
+expect 2 "larger than -e" -- "$lm" -b 64K -e 8
+expect 2 "unknown launcher" -- "$lm" --launchers bogus
+expect 1 "nothing to measure" -- "$lm" --build /nonexistent --launchers env --libs tutti -n 2 -e 64 -r 1
+
+ab=$src/bench/ab
+expect 2 "-r 0" -- "$ab" --a "$build" --b "$build" -r 0 -- allreduce -b 8 -e 8
+expect 2 "-n 0" -- "$ab" --a "$build" --b "$build" -n 0 --launcher env -- allreduce -b 8 -e 8
+expect 2 "-n -3" -- "$ab" --a "$build" --b "$build" -n -3 -- allreduce -b 8 -e 8
+expect 2 "no tutti-bench there" -- "$ab" --a /nonexistent --b "$build" -- allreduce
+
+expect 1 "tutti measured nothing" -- "$src/bench/compare" --build /nonexistent --only tutti \
+    -b 8 -e 8 -r 1 -o /tmp/check_bench_cli_$$.png
+rm -f /tmp/check_bench_cli_$$.png
+
+echo "1..$n"
+[ "$fails" -eq 0 ]

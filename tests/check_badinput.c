@@ -665,6 +665,38 @@ START_TEST(test_missing_rank)
 }
 END_TEST
 
+/* A rank whose launcher passed no MASTER_ADDR (mpiexec -f hosts across nodes) tries 127.0.0.1;
+ * when nothing answers there, the error says that the address was a default. */
+START_TEST(test_master_addr_unset)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0); /* a port nobody listens on: bound, not listening */
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ck_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", ntohs(a.sin_port));
+    unsetenv("MASTER_ADDR");
+    setenv("MASTER_PORT", port, 1);
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("TUTTI_TIMEOUT", "1", 1);
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    close(fd);
+    ck_assert_msg(st == TUTTI_ERR_BOOTSTRAP, "got %d: %s", st, tutti_last_error());
+    ck_assert_msg(strstr(tutti_last_error(), "MASTER_ADDR was not set") != NULL,
+                  "the error does not say MASTER_ADDR was a default: %s", tutti_last_error());
+    setenv("MASTER_ADDR", "127.0.0.1", 1); /* set, the hint must not appear */
+    st = tutti_comm_init_env(NULL, &comm);
+    ck_assert_msg(st == TUTTI_ERR_BOOTSTRAP && strstr(tutti_last_error(), "was not set") == NULL,
+                  "got %d: %s", st, tutti_last_error());
+}
+END_TEST
+
 /* Rank 1 started with another WORLD_SIZE: the store refuses it at once, and the ranks already
  * waiting learn from the store that the rendezvous cannot end (TUTTI_ERR_PEER_FAILED, naming
  * the cause) instead of waiting for their timeout (60 s here, past the harness's 40 s). */
@@ -850,6 +882,7 @@ static Suite *badinput_suite(void)
     tcase_add_loop_test(tc, test_forked_child, 0, 2);
     tcase_add_test(tc, test_port_in_use);
     tcase_add_loop_test(tc, test_missing_rank, 0, 2);
+    tcase_add_test(tc, test_master_addr_unset);
     tcase_add_test(tc, test_size_differs);
     tcase_add_loop_test(tc, test_bad_env, 0, NENV);
     tcase_add_test(tc, test_bad_config);

@@ -309,6 +309,15 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     tutti__store_t *store = NULL;
     st = tutti__store_open(rank, size, addr, (int)port, &auth, deadline, &store);
     memset(&auth, 0, sizeof auth);
+    if (st < 0 && rank != 0 && getenv("MASTER_ADDR") == NULL) {
+        /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. */
+        char *e = tutti__tls_error();
+        size_t used = strlen(e);
+        snprintf(e + used, TUTTI__ERRLEN - used,
+                 "; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store only "
+                 "from its own host: set MASTER_ADDR to rank 0's host for a job across nodes",
+                 addr);
+    }
     if (st < 0)
         return st;
     char where[128];

@@ -238,6 +238,13 @@ part_ifaces() {
     else
         notok "FI_PROVIDER=nosuch" "$tmp/out"
     fi
+    # shellcheck disable=SC2086
+    if ! launch env -- env FI_PROVIDER=shm TUTTI_TIMEOUT=20 "$bench" $a &&
+        [ "$(grep -c 'FI_PROVIDER=shm is a shared-memory provider' "$tmp/out")" = 4 ]; then
+        ok "FI_PROVIDER=shm across hosts: every rank refuses it at creation, saying why"
+    else
+        notok "FI_PROVIDER=shm" "$tmp/out"
+    fi
 }
 
 part_launchers() {

@@ -232,6 +232,16 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
                               "network provider, see `fi_info -l`");
         goto fail;
     }
+    if (!single_node && (core_is(fi, "shm") || core_is(fi, "sm2"))) {
+        /* Asked for by FI_PROVIDER, it would wait for peers on other nodes until the timeout. */
+        st = tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                              "ofi: FI_PROVIDER=%s is a shared-memory provider, but the ranks "
+                              "span several nodes (hosts, network namespaces or /dev/shm "
+                              "mounts): it cannot reach them; set FI_PROVIDER to a network "
+                              "provider (tcp, verbs, efa; see `fi_info -l`) or leave it unset",
+                              forced ? forced : prov_of(fi));
+        goto fail;
+    }
     t->info = fi_dupinfo(fi);
     if (t->info == NULL) {
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "ofi: fi_dupinfo failed");

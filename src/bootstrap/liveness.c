@@ -573,9 +573,10 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, int ex
         if (fd < 0) {
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "bootstrap: rank %d could not open its liveness connection to "
-                                  "rank %d at %s:%d (%s): rank %d died, or a firewall blocks TCP "
-                                  "between the hosts",
-                                  rank, r, pip, pport, strerror(err), r);
+                                  "rank %d at %s:%d (%s): rank %d died, a firewall blocks TCP "
+                                  "between the hosts, or rank %d published an address this rank "
+                                  "cannot reach (is TUTTI_SOCKET_IFNAME the same on every rank?)",
+                                  rank, r, pip, pport, strerror(err), r, r);
             goto fail;
         }
         l->peers[r].fd = fd;

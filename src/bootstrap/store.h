@@ -62,6 +62,10 @@ void tutti__store_close(tutti__store_t *s);
  * waiting for the other ranks: for a creation that failed (a rank died and will never close). */
 void tutti__store_close_now(tutti__store_t *s);
 
+/* tutti__store_close_failed is tutti__store_close for a rank whose creation failed: the server
+ * takes its hang-up for the end of the rendezvous, and the ranks still waiting fail at once. */
+void tutti__store_close_failed(tutti__store_t *s);
+
 /* ---- the server (rank 0's client starts and stops it) ---- */
 
 typedef struct tutti__store_server tutti__store_server_t;

@@ -590,20 +590,22 @@ bool tutti__store_secret(const tutti__store_t *s, uint8_t key[TUTTI__AUTH_KEY])
     return true;
 }
 
-static void close_store(tutti__store_t *s, bool now)
+static void close_store(tutti__store_t *s, bool now, bool failed)
 {
     if (s == NULL)
         return;
     /* Close often runs on an error path: keep the caller's error text. */
     tutti__saved_error_t saved;
     tutti__save_error(&saved);
-    /* CLOSE has no reply: after it the server owes this rank nothing. */
+    /* CLOSE has no reply: after it the server owes this rank nothing. A rank whose creation
+     * failed hangs up without it, which the server records as the end of the rendezvous (the
+     * others' waits ask for that, and fail in a second instead of at their timeout). */
     uint8_t hdr[TUTTI__WIRE_HDR];
     tutti__wire_put_hdr(hdr, TUTTI__REQ_CLOSE, 0, 0);
     struct iovec iov = {hdr, TUTTI__WIRE_HDR};
     pthread_mutex_lock(&s->mu);
     double d = tutti__now() + 1.0;
-    if (send_iov(s, &iov, 1, d) != TUTTI_OK)
+    if (!failed && send_iov(s, &iov, 1, d) != TUTTI_OK)
         TUTTI__LOG(TUTTI__LOG_DEBUG, "rank %d: closing the store: %s", s->rank,
                    tutti__tls_error());
     pthread_mutex_unlock(&s->mu);
@@ -616,6 +618,8 @@ static void close_store(tutti__store_t *s, bool now)
     tutti__restore_error(&saved, TUTTI_OK);
 }
 
-void tutti__store_close(tutti__store_t *s) { close_store(s, false); }
+void tutti__store_close(tutti__store_t *s) { close_store(s, false, false); }
 
-void tutti__store_close_now(tutti__store_t *s) { close_store(s, true); }
+void tutti__store_close_now(tutti__store_t *s) { close_store(s, true, false); }
+
+void tutti__store_close_failed(tutti__store_t *s) { close_store(s, false, true); }

@@ -224,7 +224,8 @@ void tutti__store_conn_close(tutti__store_core_t *k, tutti__sconn_t *c)
     if (c->rank >= 0) {
         if (!k->done[c->rank])
             doom(k, "rank %d connected to the rendezvous store and then hung up before it was done "
-                    "with it (killed, or crashed?)",
+                    "with it (its creation failed, and its own error says why; or it was killed "
+                    "or crashed)",
                  c->rank);
         mark_done(k, c->rank);
         k->joined[c->rank] = 0;

@@ -326,7 +326,10 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                              .oob = tutti__store_oob(store), .where = where,
                              .cancelled = tutti__store_doomed, .cancel_ctx = store};
     st = tutti__comm_create(rank, size, &bs, store, &cfg, NULL, comm);
-    tutti__store_close(store); /* keeps a failure's text */
+    if (st < 0 && rank != 0) /* rank 0 serves the store: its own end tells the others */
+        tutti__store_close_failed(store);
+    else
+        tutti__store_close(store); /* keeps a failure's text */
     if (st == TUTTI_OK)
         tutti__tls_error()[0] = '\0';
     return st;

@@ -206,7 +206,9 @@ static int try_connect(const char *addr, int port, const struct sockaddr_in *src
     snprintf(ps, sizeof ps, "%d", port);
     int rc = getaddrinfo(addr, ps, &hints, &res);
     if (rc != 0) {
-        snprintf(why, whylen, "cannot resolve \"%s\": %s", addr, gai_strerror(rc));
+        snprintf(why, whylen, "cannot resolve \"%s\" to an IPv4 address: %s%s", addr,
+                 gai_strerror(rc), strchr(addr, ':') ? " (tutti's rendezvous and liveness "
+                 "mesh use IPv4 only: give rank 0's IPv4 address or a name that has one)" : "");
         *fatal = rc != EAI_AGAIN; /* a name that does not exist will not start to */
         return -1;
     }
@@ -446,9 +448,12 @@ static tutti_status_t bind_address(const char *addr, int port, struct sockaddr_i
     int rc = getaddrinfo(addr, NULL, &hints, &res);
     if (rc != 0)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                "rank 0 cannot resolve MASTER_ADDR \"%s\" to serve the rendezvous "
-                                "store there: %s; set MASTER_ADDR to rank 0's host name or address",
-                                addr, gai_strerror(rc));
+                                "rank 0 cannot resolve MASTER_ADDR \"%s\" to an IPv4 address to "
+                                "serve the rendezvous store there: %s; set MASTER_ADDR to rank 0's "
+                                "host name or IPv4 address%s",
+                                addr, gai_strerror(rc),
+                                strchr(addr, ':') ? " (tutti's rendezvous and liveness mesh use "
+                                                    "IPv4 only)" : "");
     *sa = *(struct sockaddr_in *)res->ai_addr;
     freeaddrinfo(res);
     inet_ntop(AF_INET, &sa->sin_addr, name_ip, INET_ADDRSTRLEN);

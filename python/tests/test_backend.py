@@ -7,7 +7,8 @@
 - coalescing: torch's _coalescing_manager (all_reduce, all_gather_into_tensor,
   reduce_scatter_tensor; small calls packed into one tutti operation, large ones one per
   tensor), startCoalescing/endCoalescing with other calls inside, both synchronous and not;
-- ProcessGroup.split_group (tutti_comm_split) into two groups, and new_group;
+- ProcessGroup.split_group (tutti_comm_split) into two groups, and new_group (whose errors
+  say which global ranks its group ranks are);
 - abort (an operation in flight fails at once, later calls are refused) and shutdown;
 - Work.wait(timeout), getFuture on synchronous and failed Works, Backend.setTimeout;
 - monitored_barrier, passing, and naming the rank (or with wait_all_ranks every rank) that did
@@ -272,6 +273,13 @@ def w_groups():
         dist.all_reduce(torch.ones(1), group=h)
         dist.destroy_process_group(h)
         raises(lambda: hb.allreduce([torch.ones(1)]), "shut down")
+    # an error on a group that is not WORLD's says which global ranks its group ranks are
+    # (rank 2 stays away: rank 1's allreduce times out, naming group rank 1)
+    k = dist.new_group([1, 2], timeout=datetime.timedelta(seconds=2))
+    if rank == 1:
+        raises(lambda: dist.all_reduce(torch.ones(2), group=k),
+               "tutti allreduce (on a group of global ranks 1, 2; the ranks named here are group "
+               "ranks", "waiting for rank(s) 1")
     store.set("groups/%d" % rank, "1")
     store.wait(["groups/%d" % r for r in range(n)])
     t = torch.ones(3)

@@ -266,9 +266,11 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
     }
     /* Its notice, where it has come, names the rank it found dead or silent. */
     int b = tutti__live_blame(c->net->live, g);
-    char about[32] = "";
-    if (b >= 0 && b != g)
-        snprintf(about, sizeof about, ": rank %d", b);
+    char about[96] = "";
+    if (b >= 0 && b != g && b == c->net->rank)
+        snprintf(about, sizeof about, "; it named this rank, which did not answer in time");
+    else if (b >= 0 && b != g)
+        snprintf(about, sizeof about, "; it named rank %d", b);
     tutti__top(c)->blame = b;
     snprintf(c->err, TUTTI__ERRLEN,
              "rank %d's communicator failed (%s%s) in its call #%llu while this rank waited for "

@@ -203,10 +203,13 @@ static tutti_status_t check_notices(tutti__coll_t *c)
         char mine[200];
         tutti__calldesc_t d = tutti__sig_desc(c);
         tutti__sig_describe(mine, sizeof mine, &d);
-        char with[48] = ""; /* the other rank of the pair, or the rank r found dead or silent */
-        if (blame >= 0 && blame != r)
-            snprintf(with, sizeof with, st == TUTTI_ERR_MISMATCH ? " with rank %d" : ": rank %d",
-                     blame);
+        char with[96] = ""; /* the other rank of the pair, or the rank r found dead or silent */
+        if (blame >= 0 && blame != r && st == TUTTI_ERR_MISMATCH)
+            snprintf(with, sizeof with, " with rank %d", blame);
+        else if (blame >= 0 && blame != r && blame == net->rank)
+            snprintf(with, sizeof with, "; it named this rank, which did not answer in time");
+        else if (blame >= 0 && blame != r)
+            snprintf(with, sizeof with, "; it named rank %d", blame);
         if (st == TUTTI_ERR_MISMATCH)
             return fail(c, TUTTI_ERR_MISMATCH,
                         "rank %d found mismatched collectives%s at its call #%llu (its error "

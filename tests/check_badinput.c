@@ -634,7 +634,9 @@ END_TEST
 
 static int missing_rank_rank(int rank, int size, void *arg)
 {
-    (void)arg;
+    bool early = *(const bool *)arg;
+    if (early && rank == 1)
+        setenv("TUTTI_TIMEOUT", "1", 1); /* rank 1 gives up first; rank 0 has 15 s */
     tutti_comm_t *comm = NULL;
     double t0 = th_now();
     tutti_status_t st = tutti_comm_init_env(NULL, &comm);
@@ -649,19 +651,27 @@ static int missing_rank_rank(int rank, int size, void *arg)
     if (!th_mentions_rank(msg, 2))
         bad = th_fail("rank 2 never started: the error does not name rank 2: \"%s\"", msg);
     if (dt > 8)
-        bad = th_fail("rank 2 never started, TUTTI_TIMEOUT=2: failing took %.1f s", dt);
+        bad = th_fail("rank 2 never started, rank %d's TUTTI_TIMEOUT=%s: failing took %.1f s",
+                      rank, getenv("TUTTI_TIMEOUT"), dt);
     return bad;
 }
 
+/* Rank 2 never starts: every rank fails with TUTTI_ERR_BOOTSTRAP naming it, those that wait
+ * longest included, whose rendezvous ends when the first rank to give up tells the store why
+ * (cases 2, 3: rank 1's timeout is 1 s, rank 0's 15 s; before, its hang-up alone ended it,
+ * and rank 0 said only that rank 1 had hung up). */
 START_TEST(test_missing_rank)
 {
     static const char *const tps[] = {"shm", "ofi"};
+    bool early = _i >= 2;
     th_opts_t o = TH_OPTS_INIT;
-    o.transport = tps[_i];
+    o.transport = tps[_i % 2];
     o.timeout_s = 25;
-    o.rank_timeout_s = 2;
+    o.rank_timeout_s = early ? 15 : 2;
     o.nstart = 2;
-    ck_assert_msg(th_run_opts(3, &o, missing_rank_rank, NULL) == 0, "a rank that never arrives: see stderr");
+    ck_assert_msg(th_run_opts(3, &o, missing_rank_rank, &early) == 0,
+                  "a rank that never arrives (%s%s): see stderr", tps[_i % 2],
+                  early ? ", rank 1 gives up first" : "");
 }
 END_TEST
 
@@ -885,7 +895,7 @@ static Suite *badinput_suite(void)
     tcase_set_timeout(tc, 40);
     tcase_add_loop_test(tc, test_forked_child, 0, 2);
     tcase_add_test(tc, test_port_in_use);
-    tcase_add_loop_test(tc, test_missing_rank, 0, 2);
+    tcase_add_loop_test(tc, test_missing_rank, 0, 4);
     tcase_add_test(tc, test_master_addr_unset);
     tcase_add_test(tc, test_size_differs);
     tcase_add_loop_test(tc, test_bad_env, 0, NENV);

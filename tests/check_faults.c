@@ -158,8 +158,14 @@ static int body(int rank, int size, void *arg)
         return th_fail("barrier: %s", tutti_comm_last_error(comm));
     th_ready();
     pthread_t th;
-    if (t->stop && rank == 0)
+    if (t->stop && rank == 0) {
+        /* The stop's moment counts from when every rank has left the first barrier: under
+         * load the victim may not have, and a stop there fails its barrier, not the trial. */
+        for (double w0 = th_now(); __atomic_load_n(&sh->ready, __ATOMIC_ACQUIRE) < size &&
+                                   th_now() - w0 < 20;)
+            usleep(1000);
         pthread_create(&th, NULL, stopper, (void *)t);
+    }
     int bad = 0;
     double t0 = th_now();
     unsigned k = 0;

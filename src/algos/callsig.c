@@ -264,8 +264,18 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
                  g, seq, c->net->rank, mine);
         return TUTTI_ERR_MISMATCH;
     }
-    /* Its notice, where it has come, names the rank it found dead or silent. */
-    int b = tutti__live_blame(c->net->live, g);
+    /* Its notice names the rank it found dead or silent. The failing rank writes its window
+     * word first and sends the notice right after: give the notice a moment to come (under
+     * load that rank may lose its core between the two), unless it has ended meanwhile. */
+    tutti__liveness_t *live = c->net->live;
+    const bool wait = live != NULL && st == TUTTI_ERR_PEER_FAILED && !(f & FAIL_RELAYED);
+    for (double t0 = tutti__now(); wait && !tutti__live_told(live, g) &&
+                                   !tutti__live_dead(live, g) && tutti__now() - t0 < 1.0;) {
+        (void)tutti__live_check_now(live, &dead);
+        if (!tutti__live_told(live, g))
+            tutti__sleep_us(2000);
+    }
+    int b = tutti__live_blame(live, g);
     char about[96] = "";
     if (b >= 0 && b != g && b == c->net->rank)
         snprintf(about, sizeof about, "; it named this rank, which did not answer in time");

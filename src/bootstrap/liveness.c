@@ -203,16 +203,17 @@ static int fds_available(int fd, int n)
 }
 
 /* connect_by connects a non-blocking socket to sa before deadline, retrying a refusal (the peer
- * listens before it publishes, so that is rare); returns the fd or -1 with *err set. */
+ * listens before it publishes, so that is rare); returns the fd or -1 with *err set (ECANCELED:
+ * the creation was cancelled, *why the status to fail with, the text the cancel's). */
 static int connect_by(const struct sockaddr_storage *sa, socklen_t salen, tutti__bootstrap_t *bs,
-                      int *err)
+                      int *err, tutti_status_t *why)
 {
     double deadline = bs->deadline;
     for (;;) {
         int fd = tutti__sock_connect((const struct sockaddr *)sa, salen, deadline, err);
         if (fd >= 0 || *err != ECONNREFUSED || tutti__sock_ms_until(deadline, 20) == 0)
             return fd;
-        if (tutti__bs_cancelled(bs)) {
+        if ((*why = tutti__bs_cancelled(bs)) < 0) {
             *err = ECANCELED;
             return -1;
         }
@@ -388,10 +389,8 @@ static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint64_t nonc
     }
     while (have < expect) {
         int ms = tutti__sock_ms_until(deadline, 200);
-        if (tutti__bs_cancelled(bs)) {
-            st = TUTTI_ERR_PEER_FAILED;
+        if ((st = tutti__bs_cancelled(bs)) < 0)
             goto out;
-        }
         if (ms == 0) {
             char list[256];
             list_peers(l, l->rank + 1, unconnected, list, sizeof list);
@@ -559,15 +558,16 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, int ex
                                   "an address: %s", r, pip, gai_strerror(rc));
             goto fail;
         }
-        int fd = connect_by(&pa, palen, bs, &err);
+        tutti_status_t why = TUTTI_OK;
+        int fd = connect_by(&pa, palen, bs, &err, &why);
         uint32_t hello[4] = {htonl(HELLO_MAGIC), htonl((uint32_t)rank),
                              htonl((uint32_t)(pnonce >> 32)), htonl((uint32_t)pnonce)};
         if (fd >= 0 && (err = tutti__sock_send(fd, hello, sizeof hello, bs->deadline)) != 0) {
             close(fd);
             fd = -1;
         }
-        if (fd < 0 && err == ECANCELED) {
-            st = TUTTI_ERR_PEER_FAILED; /* the text is the cancel's */
+        if (fd < 0 && err == ECANCELED && why < 0) {
+            st = why; /* the text is the cancel's */
             goto fail;
         }
         if (fd < 0) {

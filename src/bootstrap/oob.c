@@ -86,9 +86,9 @@ static int get_once(tutti__bootstrap_t *bs, const char *key, void *val, size_t l
     return 0;
 }
 
-bool tutti__bs_cancelled(tutti__bootstrap_t *bs)
+tutti_status_t tutti__bs_cancelled(tutti__bootstrap_t *bs)
 {
-    return bs->cancelled != NULL && bs->cancelled(bs->cancel_ctx);
+    return bs->cancelled != NULL ? bs->cancelled(bs->cancel_ctx) : TUTTI_OK;
 }
 
 /* wait_key waits for key until bs->deadline: 0 found, 1 deadline passed, or an error status. */
@@ -102,8 +102,9 @@ static int wait_key(tutti__bootstrap_t *bs, const char *key, void *val, size_t l
             return rc;
         /* Asked only for a key that is not there: a creation whose keys are all in finishes on
          * every rank, whatever happened meanwhile. */
-        if (tutti__bs_cancelled(bs))
-            return TUTTI_ERR_PEER_FAILED;
+        tutti_status_t why = tutti__bs_cancelled(bs);
+        if (why < 0)
+            return why;
         if (left <= SLICE_S)
             return 1;
     }

@@ -11,15 +11,15 @@ typedef struct tutti__bootstrap {
     tutti_oob_t oob;
     unsigned round;     /* allgather rounds so far; the same on every rank */
     const char *where;  /* for messages: "the TCP store at 127.0.0.1:29500", "the caller's store" */
-    /* cancelled, when set, is asked between a wait's polls: true (with the reason in the
-     * thread's error text) ends the wait with TUTTI_ERR_PEER_FAILED (tutti_comm_shrink: a rank
-     * it counted on died meanwhile, so the creation can never end). */
-    bool (*cancelled)(void *ctx);
+    /* cancelled, when set, is asked between a wait's polls: an error status (with the reason
+     * in the thread's error text) ends the wait with it (tutti_comm_shrink: a rank it counted
+     * on died meanwhile, so the creation can never end); TUTTI_OK lets it go on. */
+    tutti_status_t (*cancelled)(void *ctx);
     void *cancel_ctx;
 } tutti__bootstrap_t;
 
-/* tutti__bs_cancelled asks bs->cancelled, if set. */
-bool tutti__bs_cancelled(tutti__bootstrap_t *bs);
+/* tutti__bs_cancelled asks bs->cancelled, if set: TUTTI_OK, or the status to fail with. */
+tutti_status_t tutti__bs_cancelled(tutti__bootstrap_t *bs);
 
 /* tutti__bs_put stores a value under a key; keys are unique per communicator creation. */
 tutti_status_t tutti__bs_put(tutti__bootstrap_t *bs, const char *key, const void *val, size_t len);

@@ -38,10 +38,11 @@ tutti_status_t tutti__store_open_fd(int fd, int rank, int size, const char *addr
 tutti_oob_t tutti__store_oob(tutti__store_t *s);
 
 /* tutti__store_doomed (ctx: the tutti__store_t) asks the store whether the rendezvous can no
- * longer end (a rank hung up before its close, or was started with another world size): true,
- * with the store's reason in the thread's error text, if so. A tutti__bootstrap_t's
- * cancelled hook. */
-bool tutti__store_doomed(void *ctx);
+ * longer end (a rank's creation failed, a rank hung up before its close, or one was started
+ * with another world size): the status to fail with, and the store's reason in the thread's
+ * error text, if so; TUTTI_OK if not (or if the store could not be asked). A
+ * tutti__bootstrap_t's cancelled hook. */
+tutti_status_t tutti__store_doomed(void *ctx);
 
 /* tutti__store_port is the store's port; rank 0 may open with port 0 for an ephemeral one. */
 int tutti__store_port(const tutti__store_t *s);
@@ -62,9 +63,11 @@ void tutti__store_close(tutti__store_t *s);
  * waiting for the other ranks: for a creation that failed (a rank died and will never close). */
 void tutti__store_close_now(tutti__store_t *s);
 
-/* tutti__store_close_failed is tutti__store_close for a rank whose creation failed: the server
- * takes its hang-up for the end of the rendezvous, and the ranks still waiting fail at once. */
-void tutti__store_close_failed(tutti__store_t *s);
+/* tutti__store_close_failed is tutti__store_close for a rank whose creation failed with st (its
+ * text the thread's last error): the server records it as the end of the rendezvous, and the
+ * ranks still waiting fail at once, with st when it is TUTTI_ERR_BOOTSTRAP or TUTTI_ERR_TIMEOUT
+ * (their rendezvous failed as this rank's did), else TUTTI_ERR_PEER_FAILED, quoting the text. */
+void tutti__store_close_failed(tutti__store_t *s, tutti_status_t st);
 
 /* ---- the server (rank 0's client starts and stops it) ---- */
 

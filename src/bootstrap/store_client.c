@@ -556,10 +556,10 @@ fail:
     return st;
 }
 
-bool tutti__store_doomed(void *ctx)
+tutti_status_t tutti__store_doomed(void *ctx)
 {
     tutti__store_t *s = ctx;
-    char keep[TUTTI__ERRLEN], text[TUTTI__WIRE_ERRTEXT_MAX + 1];
+    char keep[TUTTI__ERRLEN], text[TUTTI__WIRE_ERRTEXT_MAX + 5];
     snprintf(keep, sizeof keep, "%s", tutti__tls_error()); /* a failed ask changes nothing */
     uint32_t rt = 0;
     size_t vlen = 0;
@@ -568,14 +568,21 @@ bool tutti__store_doomed(void *ctx)
     tutti_status_t st = rpc(s, TUTTI__REQ_GET, (uint32_t)strlen(key), 0, key, NULL, &rt, text,
                             sizeof text - 1, &vlen);
     pthread_mutex_unlock(&s->mu);
-    if (st != TUTTI_OK || rt != TUTTI__REP_VALUE) {
+    if (st != TUTTI_OK || rt != TUTTI__REP_VALUE || vlen < 4) {
         snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", keep);
-        return false;
+        return TUTTI_OK;
     }
-    text[vlen < sizeof text - 1 ? vlen : sizeof text - 1] = '\0';
-    tutti__set_error(TUTTI_ERR_PEER_FAILED, "bootstrap: rank %d stopped waiting: %s", s->rank,
-                     text);
-    return true;
+    /* The store is rank 0's, but its value is read as untrusted as any other: a known status
+     * or "a peer failed", and the text as far as it goes. */
+    uint32_t neg = tutti__wire_get32((const uint8_t *)text);
+    tutti_status_t why = neg == (uint32_t)-TUTTI_ERR_BOOTSTRAP ? TUTTI_ERR_BOOTSTRAP
+                         : neg == (uint32_t)-TUTTI_ERR_TIMEOUT ? TUTTI_ERR_TIMEOUT
+                                                               : TUTTI_ERR_PEER_FAILED;
+    if (vlen > sizeof text - 1)
+        vlen = sizeof text - 1;
+    text[vlen] = '\0';
+    return tutti__set_error(why, "bootstrap: rank %d stopped waiting: %.*s", s->rank,
+                            (int)(vlen - 4), text + 4);
 }
 
 tutti_oob_t tutti__store_oob(tutti__store_t *s)
@@ -595,22 +602,29 @@ bool tutti__store_secret(const tutti__store_t *s, uint8_t key[TUTTI__AUTH_KEY])
     return true;
 }
 
-static void close_store(tutti__store_t *s, bool now, bool failed)
+static void close_store(tutti__store_t *s, bool now, tutti_status_t failed)
 {
     if (s == NULL)
         return;
     /* Close often runs on an error path: keep the caller's error text. */
     tutti__saved_error_t saved;
     tutti__save_error(&saved);
-    /* CLOSE has no reply: after it the server owes this rank nothing. A rank whose creation
-     * failed hangs up without it, which the server records as the end of the rendezvous (the
-     * others' waits ask for that, and fail in a second instead of at their timeout). */
+    /* CLOSE and FAIL have no reply: after either the server owes this rank nothing. A rank
+     * whose creation failed says so, with its error's text, which the server records as the
+     * end of the rendezvous: the others' waits ask for that, and fail in a second, saying why,
+     * instead of at their timeout (or at theirs naming this rank, when its hang-up was all
+     * they had). */
     uint8_t hdr[TUTTI__WIRE_HDR];
-    tutti__wire_put_hdr(hdr, TUTTI__REQ_CLOSE, 0, 0);
-    struct iovec iov = {hdr, TUTTI__WIRE_HDR};
+    const char *text = tutti__tls_error();
+    size_t tlen = failed < 0 ? strnlen(text, TUTTI__WIRE_ERRTEXT_MAX) : 0;
+    if (failed < 0)
+        tutti__wire_put_hdr(hdr, TUTTI__REQ_FAIL, (uint32_t)-failed, (uint32_t)tlen);
+    else
+        tutti__wire_put_hdr(hdr, TUTTI__REQ_CLOSE, 0, 0);
+    struct iovec iov[2] = {{hdr, TUTTI__WIRE_HDR}, {(void *)text, tlen}};
     pthread_mutex_lock(&s->mu);
     double d = tutti__now() + 1.0;
-    if (!failed && send_iov(s, &iov, 1, d) != TUTTI_OK)
+    if (s->fd >= 0 && send_iov(s, iov, tlen ? 2 : 1, d) != TUTTI_OK)
         TUTTI__LOG(TUTTI__LOG_DEBUG, "rank %d: closing the store: %s", s->rank,
                    tutti__tls_error());
     pthread_mutex_unlock(&s->mu);
@@ -623,8 +637,11 @@ static void close_store(tutti__store_t *s, bool now, bool failed)
     tutti__restore_error(&saved, TUTTI_OK);
 }
 
-void tutti__store_close(tutti__store_t *s) { close_store(s, false, false); }
+void tutti__store_close(tutti__store_t *s) { close_store(s, false, TUTTI_OK); }
 
-void tutti__store_close_now(tutti__store_t *s) { close_store(s, true, false); }
+void tutti__store_close_now(tutti__store_t *s) { close_store(s, true, TUTTI_OK); }
 
-void tutti__store_close_failed(tutti__store_t *s) { close_store(s, false, true); }
+void tutti__store_close_failed(tutti__store_t *s, tutti_status_t st)
+{
+    close_store(s, false, st < 0 ? st : TUTTI_ERR_INTERNAL);
+}

@@ -197,11 +197,13 @@ static void mark_done(tutti__store_core_t *k, int rank)
 }
 
 /* doom records, once, why the rendezvous can no longer end (a rank of the job that hung up
- * before its close, or that can never join), under a key no rank writes (ranks' keys travel as
- * 32 hex digits): every waiting rank asks for it between its polls and fails at once, naming
- * the cause, instead of waiting for its timeout and saying the rank never arrived. */
-static void doom(tutti__store_core_t *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void doom(tutti__store_core_t *k, const char *fmt, ...)
+ * before its close, that reported its creation failed, or that can never join), under a key no
+ * rank writes (ranks' keys travel as 32 hex digits): every waiting rank asks for it between its
+ * polls and fails at once with status st, naming the cause, instead of waiting for its timeout
+ * and saying the rank never arrived. */
+static void doom(tutti__store_core_t *k, tutti_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void doom(tutti__store_core_t *k, tutti_status_t st, const char *fmt, ...)
 {
     if (k->doomed)
         return;
@@ -212,18 +214,41 @@ static void doom(tutti__store_core_t *k, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    char *key = strdup(TUTTI__STORE_DOOMED_KEY), *val = strdup(text);
-    if (key == NULL || val == NULL || !set(k->kv, key, val, (uint32_t)strlen(text))) {
+    size_t len = strlen(text);
+    char *key = strdup(TUTTI__STORE_DOOMED_KEY);
+    uint8_t *val = malloc(4 + len);
+    if (val != NULL) {
+        tutti__wire_put32(val, (uint32_t)-st);
+        memcpy(val + 4, text, len);
+    }
+    if (key == NULL || val == NULL || !set(k->kv, key, val, (uint32_t)(4 + len))) {
         free(key);
         free(val);
     }
+}
+
+/* failed records rank's report that its creation failed (REQ_FAIL): its status, when it is one
+ * of the rendezvous' own (the others' rendezvous failed for the same reason), else "a peer
+ * failed", and its text, cut to what is printable: it comes from another process. */
+static void failed(tutti__store_core_t *k, tutti__sconn_t *c, const uint8_t *body)
+{
+    char text[TUTTI__WIRE_ERRTEXT_MAX];
+    size_t n = c->b < sizeof text - 1 ? c->b : sizeof text - 1;
+    for (size_t i = 0; i < n; i++)
+        text[i] = body[i] >= 0x20 && body[i] < 0x7f ? (char)body[i] : '?';
+    text[n] = '\0';
+    tutti_status_t st = c->a == (uint32_t)-TUTTI_ERR_BOOTSTRAP   ? TUTTI_ERR_BOOTSTRAP
+                        : c->a == (uint32_t)-TUTTI_ERR_TIMEOUT ? TUTTI_ERR_TIMEOUT
+                                                               : TUTTI_ERR_PEER_FAILED;
+    doom(k, st, "rank %d's creation failed: %s", c->rank, n ? text : "(it gave no reason)");
+    mark_done(k, c->rank);
 }
 
 void tutti__store_conn_close(tutti__store_core_t *k, tutti__sconn_t *c)
 {
     if (c->rank >= 0) {
         if (!k->done[c->rank])
-            doom(k, "rank %d connected to the rendezvous store and then hung up before it was done "
+            doom(k, TUTTI_ERR_PEER_FAILED, "rank %d connected to the rendezvous store and then hung up before it was done "
                     "with it (its creation failed, and its own error says why; or it was killed "
                     "or crashed)",
                  c->rank);
@@ -279,7 +304,7 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
         refuse(k, c, "the rendezvous store on port %d serves a job of %d ranks, but rank %d was "
                      "started with a world size of %d: WORLD_SIZE differs between ranks",
                k->port, k->size, r, n);
-        doom(k, "rank %d of this job was started with a world size of %d, rank 0 with %d: "
+        doom(k, TUTTI_ERR_PEER_FAILED, "rank %d of this job was started with a world size of %d, rank 0 with %d: "
                 "WORLD_SIZE differs between ranks",
              r, n, k->size);
     }
@@ -351,6 +376,9 @@ static void handle(tutti__store_core_t *k, tutti__sconn_t *c)
     case TUTTI__REQ_CLOSE:
         mark_done(k, c->rank);
         break;
+    case TUTTI__REQ_FAIL:
+        failed(k, c, body);
+        break;
     }
     free(body);
 }
@@ -382,6 +410,16 @@ static void on_header(tutti__store_core_t *k, tutti__sconn_t *c)
         c->body = c->hello;
         return;
     case TUTTI__REQ_CLOSE:
+        return;
+    case TUTTI__REQ_FAIL:
+        if (c->b > TUTTI__WIRE_ERRTEXT_MAX) {
+            refuse(k, c, "a failure report of %u bytes is over the limit of %d", c->b,
+                   TUTTI__WIRE_ERRTEXT_MAX);
+            return;
+        }
+        c->bneed = c->b;
+        if (c->bneed > 0 && (c->body = malloc(c->bneed)) == NULL)
+            refuse(k, c, "rank 0 ran out of memory reading a request of %zu bytes", c->bneed);
         return;
     case TUTTI__REQ_SET:
     case TUTTI__REQ_GET:

@@ -21,8 +21,10 @@
  *           ERROR (b = length; text) and it hangs up. The size, the ranks present and every key
  *           stay hidden from a client that has not passed.
  * Then requests: SET (a = key length, b = value length; key then value), GET (a = key length;
- * key), CLOSE (no reply); replies: OK, VALUE (b = length; value), NOTFOUND, ERROR (b = length;
- * text). One request is in flight per client, so the server reads a client only once its
+ * key), CLOSE (no reply), FAIL (no reply; a = the rank's status, negated; b = length; the
+ * text of the error that ended its creation: the server records it as the reason the rendezvous
+ * cannot end, for the ranks still waiting); replies: OK, VALUE (b = length; value), NOTFOUND,
+ * ERROR (b = length; text). One request is in flight per client, so the server reads a client only once its
  * previous reply has gone out. Neither side trusts a length it reads: keys are
  * 1..TUTTI__WIRE_KEY_MAX bytes, values at most TUTTI__WIRE_VAL_MAX, and the server reads the body
  * of a request only from a client that has passed the handshake.
@@ -34,11 +36,11 @@
 #define TUTTI__WIRE_ERRTEXT_MAX 512
 
 /* The key under which the store tells waiting ranks that the rendezvous cannot end, and why
- * (store_proto.c's doom; tutti__store_doomed asks for it). No rank's key looks like it: those
- * travel as 32 hex digits. */
+ * (store_proto.c's doom; tutti__store_doomed asks for it): the status they are to return (u32,
+ * negated) then the text. No rank's key looks like it: those travel as 32 hex digits. */
 #define TUTTI__STORE_DOOMED_KEY "!doomed"
 
-enum { TUTTI__REQ_HELLO = 1, TUTTI__REQ_SET, TUTTI__REQ_GET, TUTTI__REQ_CLOSE };
+enum { TUTTI__REQ_HELLO = 1, TUTTI__REQ_SET, TUTTI__REQ_GET, TUTTI__REQ_CLOSE, TUTTI__REQ_FAIL };
 enum {
     TUTTI__REP_OK = 100,
     TUTTI__REP_VALUE,

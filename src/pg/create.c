@@ -327,7 +327,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                              .cancelled = tutti__store_doomed, .cancel_ctx = store};
     st = tutti__comm_create(rank, size, &bs, store, &cfg, NULL, comm);
     if (st < 0 && rank != 0) /* rank 0 serves the store: its own end tells the others */
-        tutti__store_close_failed(store);
+        tutti__store_close_failed(store, st);
     else
         tutti__store_close(store); /* keeps a failure's text */
     if (st == TUTTI_OK)

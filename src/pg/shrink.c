@@ -88,7 +88,7 @@ static int coordinator(const shrink_t *s)
  * coordinator has decided again: that creation cannot finish. A member that destroyed the old
  * communicator meanwhile is no reason: it does so once its own creation is through, while
  * this rank may still be finishing its part. */
-static bool cancel(void *ctx)
+static tutti_status_t cancel(void *ctx)
 {
     shrink_t *s = ctx;
     int dead = -1;
@@ -96,21 +96,19 @@ static bool cancel(void *ctx)
     for (int i = 0; i < s->nmembers; i++) {
         int r = s->members[i];
         if (r != s->rank && tutti__live_dead(s->live, r)) {
-            tutti__set_error(TUTTI_ERR_PEER_FAILED,
-                             "rank %d (pid %d) died while the survivors built the shrunk "
-                             "communicator",
-                             r, tutti__live_pid(s->live, r));
-            return true;
+            return tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                                    "rank %d (pid %d) died while the survivors built the shrunk "
+                                    "communicator",
+                                    r, tutti__live_pid(s->live, r));
         }
     }
     size_t len;
     if (s->coord != s->rank && s->coord >= 0 &&
         tutti__live_mail_read(s->live, s->coord, MAIL_DECIDE, NULL, 0, &len) > s->attempt_gen) {
-        tutti__set_error(TUTTI_ERR_PEER_FAILED, "rank %d, which coordinates the shrink, started "
-                         "another attempt", s->coord);
-        return true;
+        return tutti__set_error(TUTTI_ERR_PEER_FAILED, "rank %d, which coordinates the shrink, "
+                                "started another attempt", s->coord);
     }
-    return false;
+    return TUTTI_OK;
 }
 
 /* create makes the new communicator of members (ascending) through the store at ip:port, this

@@ -131,10 +131,8 @@ tutti_status_t tutti__shm_pass_serve(int lfd, int memfd, const seg_pub_t *pub,
     }
     while (have < want) {
         int ms = tutti__sock_ms_until(deadline, 200);
-        if (tutti__bs_cancelled(bs)) {
-            st = TUTTI_ERR_PEER_FAILED; /* the text is the cancel's */
-            goto out;
-        }
+        if ((st = tutti__bs_cancelled(bs)) < 0)
+            goto out; /* the text is the cancel's */
         if (ms == 0) {
             int missing[16], nmiss = 0;
             for (int i = 1; i < nlocal; i++)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../src/bootstrap/bootstrap.h"
+#include "../src/bootstrap/wire.h"
 
 #define MAXR 8
 #define CHILD_ALARM_S 20 /* no rank process outlives this, whatever goes wrong */
@@ -392,6 +393,56 @@ START_TEST(test_world_size_mismatch)
 }
 END_TEST
 
+/* A rank whose creation failed reports it: rank 0's waits then fail with its status (the
+ * rendezvous' own, BOOTSTRAP or TIMEOUT; PEER_FAILED for any other) and its text, of which only
+ * the printable part, at most TUTTI__WIRE_ERRTEXT_MAX bytes, is kept: it came from another
+ * process. The first report wins. */
+START_TEST(test_failure_report)
+{
+    static const tutti_status_t sent[] = {TUTTI_ERR_TIMEOUT, TUTTI_ERR_BOOTSTRAP,
+                                          TUTTI_ERR_NO_MEMORY, (tutti_status_t)-100};
+    static const tutti_status_t got[] = {TUTTI_ERR_TIMEOUT, TUTTI_ERR_BOOTSTRAP,
+                                         TUTTI_ERR_PEER_FAILED, TUTTI_ERR_PEER_FAILED};
+    for (size_t i = 0; i < sizeof sent / sizeof sent[0]; i++) {
+        tutti__store_t *s0, *s1, *s2;
+        ck_assert_int_eq(tutti__store_open(0, 3, "127.0.0.1", port, &auth, tutti__now() + 5.0, &s0),
+                         TUTTI_OK);
+        ck_assert_int_eq(tutti__store_open(1, 3, "127.0.0.1", port, &auth, tutti__now() + 5.0, &s1),
+                         TUTTI_OK);
+        ck_assert_int_eq(tutti__store_open(2, 3, "127.0.0.1", port, &auth, tutti__now() + 5.0, &s2),
+                         TUTTI_OK);
+        ck_assert_int_eq(tutti__store_doomed(s0), TUTTI_OK);
+        /* rank 1's error: control bytes, then more than the wire carries */
+        char *e = tutti__tls_error();
+        snprintf(e, TUTTI__ERRLEN, "rank 1 waited\n\x1b[31mfor rank 7\x7f");
+        size_t n = strlen(e);
+        memset(e + n, 'x', TUTTI__ERRLEN - n - 1);
+        e[TUTTI__ERRLEN - 1] = '\0';
+        tutti__store_close_failed(s1, sent[i]);
+        ck_assert_msg(strncmp(tutti_last_error(), "rank 1 waited", 13) == 0,
+                      "close_failed changed the caller's error: %s", tutti_last_error());
+        tutti_status_t st = TUTTI_OK;
+        for (double t0 = tutti__now(); st == TUTTI_OK && tutti__now() - t0 < 5;) {
+            st = tutti__store_doomed(s0);
+            usleep(1000);
+        }
+        const char *m = tutti_last_error();
+        ck_assert_msg(st == got[i], "status %d reported: rank 0 got %d: %s", sent[i], st, m);
+        ck_assert_msg(strstr(m, "rank 1's creation failed: rank 1 waited??[31mfor rank 7?") != NULL,
+                      "status %d: %s", sent[i], m);
+        ck_assert_msg(strlen(m) < 100 + TUTTI__WIRE_ERRTEXT_MAX, "%zu bytes: %s", strlen(m), m);
+        /* a second failure does not replace the first */
+        snprintf(tutti__tls_error(), TUTTI__ERRLEN, "rank 2 has another story");
+        tutti__store_close_failed(s2, TUTTI_ERR_BOOTSTRAP);
+        usleep(50000);
+        ck_assert_int_eq(tutti__store_doomed(s0), got[i]);
+        ck_assert_msg(strstr(tutti_last_error(), "rank 1's creation failed") != NULL, "%s",
+                      tutti_last_error());
+        tutti__store_close(s0);
+    }
+}
+END_TEST
+
 /* (b) rank 2 of 3 never starts: the others fail at their deadline, naming it. */
 static void rank_missing(int rank, int size)
 {
@@ -620,6 +671,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_port_in_use);
     tcase_add_test(tc, test_no_server);
     tcase_add_test(tc, test_world_size_mismatch);
+    tcase_add_test(tc, test_failure_report);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");

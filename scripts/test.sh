@@ -21,12 +21,14 @@ fi
 
 start=$SECONDS
 failed=()
+summaries=()
 run_suite() { # run_suite NAME BUILD_DIR [meson test args...]
     local name=$1 dir=$2
     shift 2
     echo "test.sh: == $name =="
     if ! meson test -C "$dir" --print-errorlogs "$@"; then
         failed+=("$name ($dir/meson-logs/testlog.txt)")
+        summaries+=("$dir/meson-logs/testlog.json")
     fi
 }
 
@@ -88,6 +90,10 @@ fi
 if [ ${#failed[@]} -eq 0 ]; then
     echo "test.sh: PASSED in $((SECONDS - start)) s"
 else
+    # The end of a long log is often all that is kept: say there what failed, and how.
+    for j in "${summaries[@]}"; do
+        python3 scripts/failsummary.py "$j" >&2 || true
+    done
     printf 'test.sh: FAILED: %s\n' "${failed[@]}" >&2
     echo "test.sh: FAILED in $((SECONDS - start)) s" >&2
     exit 1

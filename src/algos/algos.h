@@ -131,6 +131,10 @@ tutti__calldesc_t tutti__sig_desc(const tutti__coll_t *c);
 /* tutti__sig_describe writes "allreduce #7 of 1000 fp32 sum (direct)" for d into buf. */
 int tutti__sig_describe(char *buf, size_t cap, const tutti__calldesc_t *d);
 
+/* tutti__blame_note writes what failer's failure notice named, for a PEER_FAILED text: "; it
+ * named rank 2", or "; it named this rank, ..." when that is me; "" when it named none. */
+void tutti__blame_note(char *buf, size_t cap, int blame, int failer, int me);
+
 /* tutti__sig_mismatch writes into c->err the text for a mismatch between c, posted by this
  * rank, and d (NULL: not known), posted by communicator rank peer, and returns
  * TUTTI_ERR_MISMATCH; how is what the peer's call was seen by. */

@@ -276,17 +276,24 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
             tutti__sleep_us(2000);
     }
     int b = tutti__live_blame(live, g);
-    char about[96] = "";
-    if (b >= 0 && b != g && b == c->net->rank)
-        snprintf(about, sizeof about, "; it named this rank, which did not answer in time");
-    else if (b >= 0 && b != g)
-        snprintf(about, sizeof about, "; it named rank %d", b);
+    char about[96];
+    tutti__blame_note(about, sizeof about, b, g, c->net->rank);
     tutti__top(c)->blame = b;
     snprintf(c->err, TUTTI__ERRLEN,
              "rank %d's communicator failed (%s%s) in its call #%llu while this rank waited for "
              "it in %s #%llu; the communicator is now failed: destroy it and create a new one",
              g, tutti_strerror(st), about, seq, c->name, (unsigned long long)c->seq);
     return TUTTI_ERR_PEER_FAILED;
+}
+
+void tutti__blame_note(char *buf, size_t cap, int blame, int failer, int me)
+{
+    if (blame >= 0 && blame != failer && blame == me)
+        snprintf(buf, cap, "; it named this rank, which did not answer in time");
+    else if (blame >= 0 && blame != failer)
+        snprintf(buf, cap, "; it named rank %d", blame);
+    else if (cap > 0)
+        buf[0] = '\0';
 }
 
 tutti_status_t tutti__win_peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, bool arrived)

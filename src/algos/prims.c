@@ -206,10 +206,8 @@ static tutti_status_t check_notices(tutti__coll_t *c)
         char with[96] = ""; /* the other rank of the pair, or the rank r found dead or silent */
         if (blame >= 0 && blame != r && st == TUTTI_ERR_MISMATCH)
             snprintf(with, sizeof with, " with rank %d", blame);
-        else if (blame >= 0 && blame != r && blame == net->rank)
-            snprintf(with, sizeof with, "; it named this rank, which did not answer in time");
-        else if (blame >= 0 && blame != r)
-            snprintf(with, sizeof with, "; it named rank %d", blame);
+        else
+            tutti__blame_note(with, sizeof with, blame, r, net->rank);
         if (st == TUTTI_ERR_MISMATCH)
             return fail(c, TUTTI_ERR_MISMATCH,
                         "rank %d found mismatched collectives%s at its call #%llu (its error "

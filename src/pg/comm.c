@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "comm.h"
 #include "observe.h"

@@ -261,7 +261,7 @@ START_TEST(test_store_semantics)
     ck_assert_int_eq(o.get(o.ctx, "missing", buf, sizeof buf, &len, 0), 1);
     ck_assert_int_eq(o.get(o.ctx, "missing", buf, sizeof buf, &len, 0.1), 1);
     double dt = tutti__now() - t0;
-    ck_assert_msg(dt >= 0.1 && dt < 0.5, "get of a missing key with timeout 0.1 took %g s", dt);
+    ck_assert_msg(dt >= 0.1 && dt < 3, "get of a missing key with timeout 0.1 took %g s", dt);
 
     ck_assert_int_eq(o.put(o.ctx, "k", "hello world", 11), 0);
     ck_assert_int_eq(o.get(o.ctx, "k", buf, 5, &len, 0), 0);
@@ -297,10 +297,11 @@ START_TEST(test_store_semantics)
     ck_assert_int_eq(memcmp(three, "bye", 3), 0);
     ck_assert_int_eq(tutti__bs_get(&bs, "k", buf, 4), TUTTI_ERR_BOOTSTRAP);
     ck_assert_msg(strstr(tutti_last_error(), "expected 4") != NULL, "%s", tutti_last_error());
+    bs.deadline = tutti__now() + 0.3; /* from here: the gets above may take a while (TSan) */
     t0 = tutti__now();
     ck_assert_int_eq(tutti__bs_get(&bs, "nope", buf, 1), TUTTI_ERR_BOOTSTRAP);
     dt = tutti__now() - t0;
-    ck_assert_msg(dt > 0.2 && dt < 1.0, "bs_get waited %g s for a 0.3 s deadline", dt);
+    ck_assert_msg(dt > 0.25 && dt < 3, "bs_get waited %g s for a 0.3 s deadline", dt);
     ck_assert_msg(strstr(tutti_last_error(), "\"nope\"") != NULL, "%s", tutti_last_error());
     tutti__store_close(s);
 }
@@ -325,7 +326,8 @@ START_TEST(test_failing_oob)
     int x = 1, all[2];
     double t0 = tutti__now();
     ck_assert_int_eq(tutti__bs_allgather(&bs, &x, sizeof x, all), TUTTI_ERR_BOOTSTRAP);
-    ck_assert_msg(tutti__now() - t0 < 1.0, "a failing store took %g s", tutti__now() - t0);
+    ck_assert_msg(tutti__now() - t0 < 10, "a failing store took %g s (the deadline: 30 s)",
+                  tutti__now() - t0);
     ck_assert_msg(strstr(tutti_last_error(), "the caller's store") != NULL, "%s",
                   tutti_last_error());
 }
@@ -360,7 +362,7 @@ START_TEST(test_no_server)
     ck_assert_int_eq(tutti__store_open(3, 4, "127.0.0.1", port, &auth, tutti__now() + 0.3, &s),
                      TUTTI_ERR_BOOTSTRAP);
     double dt = tutti__now() - t0;
-    ck_assert_msg(dt > 0.25 && dt < 1.0, "gave up after %g s for a 0.3 s deadline", dt);
+    ck_assert_msg(dt > 0.25 && dt < 3, "gave up after %g s for a 0.3 s deadline", dt);
     char want[64];
     snprintf(want, sizeof want, "127.0.0.1:%d", port);
     ck_assert_msg(strstr(tutti_last_error(), "rank 3") && strstr(tutti_last_error(), want) &&
@@ -447,7 +449,8 @@ END_TEST
 static void rank_missing(int rank, int size)
 {
     tutti__store_t *s;
-    tutti__bootstrap_t bs = open_bs(rank, size, 1.0, &s);
+    tutti__bootstrap_t bs = open_bs(rank, size, 10.0, &s);
+    bs.deadline = tutti__now() + 1.0; /* from here: opening may take a while (TSan) */
     double t0 = tutti__now();
     int all[MAXR];
     tutti_status_t st = tutti__bs_allgather(&bs, &rank, sizeof rank, all);
@@ -457,8 +460,12 @@ static void rank_missing(int rank, int size)
             tutti_last_error());
     REQUIRE(strstr(tutti_last_error(), "the test's TCP store") != NULL, "message: %s",
             tutti_last_error());
-    REQUIRE(dt < 2.0, "allgather took %g s for a 1 s deadline", dt);
-    tutti__store_close(s);
+    REQUIRE(dt > 0.9 && dt < 4.0, "allgather took %g s for a 1 s deadline", dt);
+    /* rank 2 never closes: rank 0 serves until rank 1 is through, not to the 10 s deadline */
+    sh->ready[rank] = 1;
+    for (double t1 = tutti__now(); rank == 0 && !sh->ready[1] && tutti__now() - t1 < 10;)
+        tutti__sleep_us(1000);
+    tutti__store_close_now(s);
 }
 
 START_TEST(test_missing_rank)
@@ -501,7 +508,8 @@ static tutti__liveness_t *mesh(int rank, int size)
     return l;
 }
 
-/* survivor waits for the parent's kill, then checks that the victim shows as dead within 1 s. */
+/* survivor waits for the parent's kill, then checks that the victim shows as dead within 5 s
+ * (at once, in fact: its end closes the connection; the slack is for a busy machine's TSan). */
 static void survivor(int rank, tutti__liveness_t *l, int victim)
 {
     sh->ready[rank] = 1;
@@ -509,7 +517,7 @@ static void survivor(int rank, tutti__liveness_t *l, int victim)
         tutti__sleep_us(1000);
     int dead = -1;
     tutti_status_t st;
-    while ((st = tutti__live_check(l, &dead)) == TUTTI_OK && tutti__now() < sh->kill_time + 1.0)
+    while ((st = tutti__live_check(l, &dead)) == TUTTI_OK && tutti__now() < sh->kill_time + 5.0)
         tutti__sleep_us(1000);
     double dt = tutti__now() - sh->kill_time;
     REQUIRE(st == TUTTI_ERR_PEER_FAILED, "rank %d not seen dead %g s after SIGKILL", victim, dt);
@@ -614,7 +622,8 @@ static void rank_goodbye(int rank, int size)
         REQUIRE_OK(tutti__live_check(l, &dead));
     double t0 = tutti__now();
     REQUIRE_OK(tutti__live_goodbye(l, true, tutti__now() + 5.0));
-    REQUIRE(tutti__now() - t0 < 0.5, "goodbye after the peer left took %g s", tutti__now() - t0);
+    REQUIRE(tutti__now() - t0 < 3, "goodbye after the peer left took %g s (its deadline: 5 s)",
+            tutti__now() - t0);
     tutti__live_destroy(l);
 }
 
@@ -640,7 +649,7 @@ static void rank_goodbye_late(int rank, int size)
     double dt = tutti__now() - t0;
     sh->ready[0] = 1;
     REQUIRE(st == TUTTI_ERR_TIMEOUT, "goodbye -> %d", (int)st);
-    REQUIRE(dt > 0.25 && dt < 1.0, "waited %g s for a 0.3 s deadline", dt);
+    REQUIRE(dt > 0.25 && dt < 3, "waited %g s for a 0.3 s deadline", dt);
     REQUIRE(strstr(tutti_last_error(), "rank(s) 1 (of 2)"), "message: %s", tutti_last_error());
     /* rank 1 now says goodbye too: a second wait succeeds. */
     REQUIRE_OK(tutti__live_goodbye(l, true, tutti__now() + 5.0));

@@ -15,7 +15,9 @@
 #include "tutti.h"
 
 #define ALLREDUCES 8
-#define SLEEP_US 20000
+/* the straggler's sleep: long enough that no stall of the other ranks (TSan, a busy machine)
+ * makes one of them last instead */
+#define SLEEP_US 200000
 
 static char dir[256];
 

@@ -49,10 +49,12 @@ run_suite "tests" build "$@"
 
 if [ "${TUTTI_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
     sanitizer_build build-asan address,undefined
+    # CK_TIMEOUT_MULTIPLIER: the sanitizers run 2-10x slower; Check's per-case timeouts (the
+    # meson ones have room enough) are for a hang, not for speed.
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        run_suite "AddressSanitizer + UBSan" build-asan
+        CK_TIMEOUT_MULTIPLIER=2 run_suite "AddressSanitizer + UBSan" build-asan
     sanitizer_build build-tsan thread
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CK_TIMEOUT_MULTIPLIER=4 \
         run_suite "ThreadSanitizer" build-tsan check_workers check_split check_failure check_oob \
         check_bootstrap check_create check_p2p check_p2p_engine check_placement check_trace \
         check_shrink

@@ -304,7 +304,8 @@ static void bad_work_calls(bctx_t *c)
     if (tutti_work_error(NULL) == NULL)
         c->bad = th_fail("tutti_work_error(NULL) returned NULL");
     /* A NaN timeout once made tutti_work_wait spin until the operation ended: it is refused,
-     * and the operation goes on. The peers post the barrier late, so it is still running. */
+     * and the operation goes on. The peers post the barrier only once that wait has returned
+     * (or after 10 s, which the old spin would have waited out), so it is still running. */
     tutti_work_t *w = NULL;
     if (c->size > 1 && c->rank == 0) {
         st = tutti_barrier(c->comm, &w);
@@ -316,15 +317,18 @@ static void bad_work_calls(bctx_t *c)
             if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_last_error(), "NaN") == NULL)
                 c->bad = th_fail("tutti_work_wait(w, NaN) returned %d (%s), expected "
                                  "TUTTI_ERR_INVALID_ARG naming NaN", st, tutti_last_error());
-            if (th_now() - t0 > 0.2)
+            if (th_now() - t0 > 5)
                 c->bad = th_fail("tutti_work_wait(w, NaN) took %.2f s", th_now() - t0);
+            __atomic_store_n(&th_shared()->slots[0], 1, __ATOMIC_RELEASE);
             st = tutti_work_wait(w, -1.0);
             if (st != TUTTI_OK)
                 c->bad = th_fail("the barrier after wait(NaN): %d (%s)", st, tutti_work_error(w));
             tutti_work_free(w);
         }
     } else if (c->size > 1) {
-        usleep(300000);
+        for (double t0 = th_now();
+             __atomic_load_n(&th_shared()->slots[0], __ATOMIC_ACQUIRE) == 0 && th_now() - t0 < 10;)
+            usleep(1000);
         st = tutti_barrier(c->comm, NULL);
         if (st != TUTTI_OK)
             c->bad = th_fail("barrier: %d (%s)", st, tutti_comm_last_error(c->comm));
@@ -491,11 +495,11 @@ static int failed_comm_rank(int rank, int size, void *arg)
     const char *t = tutti_comm_last_error(c->comm);
     if (t == NULL || t[0] == '\0')
         c->bad = th_fail("tutti_comm_last_error on the failed communicator is empty");
-    if (th_now() - t1 > 1.0)
+    if (th_now() - t1 > 10) /* at once, in fact: the point is not the 60 s timeout */
         c->bad = th_fail("calls on the failed communicator took %.1f s", th_now() - t1);
     t1 = th_now();
     st = tutti_comm_destroy(c->comm);
-    if (th_now() - t1 > 2.0)
+    if (th_now() - t1 > 10)
         c->bad = th_fail("tutti_comm_destroy on the failed communicator took %.1f s (returned %d)",
                          th_now() - t1, st);
     return c->bad;

@@ -94,7 +94,7 @@ static int kill_rank_body(int rank, int size, void *arg)
                       tutti_strerror(st));
     t1 = th_now();
     st = tutti_comm_destroy(comm);
-    if (th_now() - t1 > 2)
+    if (th_now() - t1 > 10) /* not the 60 s timeout */
         bad = th_fail("tutti_comm_destroy after the failure took %.1f s (returned %d)", th_now() - t1,
                       st);
     free(s);
@@ -184,7 +184,7 @@ static int sleeper_body(int rank, int size, void *arg)
     fprintf(stderr, "[timeout] rank 0: %.2f s: %s\n", dt, msg);
     t0 = th_now();
     tutti_comm_destroy(comm);
-    if (th_now() - t0 > 2)
+    if (th_now() - t0 > 10) /* not the 60 s timeout */
         bad = th_fail("tutti_comm_destroy after the timeout took %.1f s", th_now() - t0);
     return bad;
 }

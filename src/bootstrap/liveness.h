@@ -90,6 +90,10 @@ bool tutti__live_failed_upto(const tutti__liveness_t *l, uint64_t upto, int *ran
 
 #define TUTTI__LIVE_MAIL_KINDS 4
 
+/* The kinds in use: tutti_comm_shrink's views and decisions (shrink.c), and a member's report
+ * that its part of a tutti_comm_split failed (split.c). */
+enum { TUTTI__MAIL_SHRINK_VIEW = 0, TUTTI__MAIL_SHRINK_DECIDE = 1, TUTTI__MAIL_SPLIT_FAILED = 2 };
+
 /* tutti__live_mail_send sends rank a record of kind (0 .. TUTTI__LIVE_MAIL_KINDS - 1) and len
  * bytes (at most tutti__live_mail_cap), all of it, waiting for room until deadline: TUTTI_OK,
  * TUTTI_ERR_PEER_FAILED (the link is closed or broke) or TUTTI_ERR_TIMEOUT. */

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../common/sha256.h"
@@ -223,6 +224,17 @@ static int try_connect(const char *addr, int port, const struct sockaddr_in *src
                                       src ? sizeof *src : 0, d > now + 0.1 ? d : now + 0.1, &err);
         if (fd < 0)
             snprintf(why, whylen, "%s", strerror(err));
+        if (fd < 0 && (err == EMFILE || err == ENFILE)) {
+            /* No socket to try with: that does not pass by waiting (the process holds its
+             * descriptors until it fails). */
+            struct rlimit rl = {0, 0};
+            getrlimit(RLIMIT_NOFILE, &rl);
+            snprintf(why, whylen, "%s: it cannot open a socket; its limit of open files "
+                     "(RLIMIT_NOFILE, ulimit -n) is %llu: raise it", strerror(err),
+                     (unsigned long long)rl.rlim_cur);
+            *fatal = true;
+            break;
+        }
     }
     freeaddrinfo(res);
     return fd;
@@ -522,10 +534,12 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         }
         lowercase_first(why);
         if (fatal) {
+            bool nofile = strstr(why, "RLIMIT_NOFILE") != NULL;
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                  "rank %d could not reach the rendezvous store at %s:%d (%s): "
-                                  "set MASTER_ADDR to rank 0's host name or address",
-                                  rank, addr, port, why);
+                                  "rank %d could not reach the rendezvous store at %s:%d (%s)%s",
+                                  rank, addr, port, why,
+                                  nofile ? "" : ": set MASTER_ADDR to rank 0's host name or "
+                                                "address");
             goto fail;
         }
         double left = deadline - tutti__now();

@@ -63,6 +63,7 @@ struct tutti_comm {
     int nslices;               /* worker threads; also the most slices an operation is cut into */
     tutti__exec_t *exec;       /* the queue and the workers (exec.c) */
     tutti__obs_t *obs;         /* TUTTI_TRACE / TUTTI_REPORT recording (observe.c); NULL: off */
+    uint64_t splits;           /* tutti_comm_split calls so far: the same on every rank */
     bool has_secret;           /* every rank holds secret (a SECRET job's, or derived from it): */
     uint8_t secret[TUTTI__AUTH_KEY]; /* sub-communicators' stores derive theirs from it */
 };

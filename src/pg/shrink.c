@@ -26,7 +26,7 @@
 #include "../common/sha256.h"
 #include "comm.h"
 
-enum { MAIL_VIEW = 0, MAIL_DECIDE = 1 };
+enum { MAIL_VIEW = TUTTI__MAIL_SHRINK_VIEW, MAIL_DECIDE = TUTTI__MAIL_SHRINK_DECIDE };
 #define VIEW_MAGIC 0x56524853u   /* "SHRV" */
 #define DECIDE_MAGIC 0x44524853u /* "SHRD" */
 #define POLL_MS 20

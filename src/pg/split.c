@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../bootstrap/wire.h"
 #include "../common/sha256.h"
 #include "comm.h"
 
@@ -30,6 +31,98 @@ void tutti__comm_child_auth(const tutti_comm_t *parent, const char *label,
         memcpy(key, salt, sizeof key);
     tutti__auth_from_key(key, a);
     memset(key, 0, sizeof key);
+}
+
+/* A member whose part of a split fails tells the other members over the parent's liveness
+ * mesh (the child's store may be what it could not reach): the split's number, its status
+ * (negated), its error's text. The others' waits ask for it (cancelled) and fail at once with
+ * that text instead of at their timeout. */
+#define SPLIT_MAIL_HDR 12
+
+typedef struct split_watch {
+    tutti_comm_t *parent;
+    tutti__store_t *store; /* the child's, once joined; NULL before */
+    const int *members;    /* the parent ranks of the child, this one included */
+    int nmembers;
+    uint64_t split;        /* parent->splits of this call */
+    bool told;             /* this rank's failure came from another's: do not pass it on */
+} split_watch_t;
+
+static tutti_status_t split_cancelled(void *ctx)
+{
+    split_watch_t *w = ctx;
+    tutti_status_t st = w->store != NULL ? tutti__store_doomed(w->store) : TUTTI_OK;
+    if (st < 0) {
+        w->told = true;
+        return st;
+    }
+    tutti__liveness_t *live = w->parent->net.live;
+    if (live == NULL)
+        return TUTTI_OK;
+    int dead = -1;
+    (void)tutti__live_check_now(live, &dead); /* reads the links: mail comes with it */
+    size_t cap = tutti__live_mail_cap(live);
+    uint8_t *m = malloc(cap + 1);
+    for (int i = 0; m != NULL && i < w->nmembers; i++) {
+        int r = w->members[i];
+        size_t len = 0;
+        if (r == w->parent->rank ||
+            tutti__live_mail_read(live, r, TUTTI__MAIL_SPLIT_FAILED, m, cap, &len) == 0 ||
+            len < SPLIT_MAIL_HDR || len > cap)
+            continue;
+        uint64_t split = ((uint64_t)tutti__wire_get32(m) << 32) | tutti__wire_get32(m + 4);
+        if (split != w->split)
+            continue; /* an earlier split's */
+        uint32_t neg = tutti__wire_get32(m + 8);
+        for (size_t k = SPLIT_MAIL_HDR; k < len; k++) /* another process's text: printable */
+            if (m[k] < 0x20 || m[k] >= 0x7f)
+                m[k] = '?';
+        m[len] = '\0';
+        st = neg == (uint32_t)-TUTTI_ERR_BOOTSTRAP ? TUTTI_ERR_BOOTSTRAP
+             : neg == (uint32_t)-TUTTI_ERR_TIMEOUT ? TUTTI_ERR_TIMEOUT
+                                                   : TUTTI_ERR_PEER_FAILED;
+        tutti__set_error(st, "rank %d of the parent could not take its part (its error: %s)", r,
+                         (const char *)m + SPLIT_MAIL_HDR);
+        break;
+    }
+    free(m);
+    if (st == TUTTI_OK)
+        for (int i = 0; i < w->nmembers; i++)
+            if (w->members[i] != w->parent->rank && tutti__live_dead(live, w->members[i])) {
+                st = tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                                      "rank %d of the parent (pid %d) died during the split",
+                                      w->members[i], tutti__live_pid(live, w->members[i]));
+                break;
+            }
+    if (st < 0)
+        w->told = true;
+    return st;
+}
+
+/* split_tell sends the other members this rank's failure st (its text the thread's error). */
+static void split_tell(const split_watch_t *w, tutti_status_t st)
+{
+    tutti__liveness_t *live = w->parent->net.live;
+    if (live == NULL || w->told)
+        return;
+    size_t cap = tutti__live_mail_cap(live), tlen = strlen(tutti__tls_error());
+    if (tlen > cap - SPLIT_MAIL_HDR)
+        tlen = cap - SPLIT_MAIL_HDR;
+    uint8_t *m = malloc(SPLIT_MAIL_HDR + tlen);
+    if (m == NULL)
+        return;
+    tutti__wire_put32(m, (uint32_t)(w->split >> 32));
+    tutti__wire_put32(m + 4, (uint32_t)w->split);
+    tutti__wire_put32(m + 8, (uint32_t)-st);
+    memcpy(m + SPLIT_MAIL_HDR, tutti__tls_error(), tlen);
+    tutti__saved_error_t saved;
+    tutti__save_error(&saved);
+    for (int i = 0; i < w->nmembers; i++)
+        if (w->members[i] != w->parent->rank)
+            (void)tutti__live_mail_send(live, w->members[i], TUTTI__MAIL_SPLIT_FAILED, m,
+                                        SPLIT_MAIL_HDR + tlen, tutti__now() + 1.0);
+    tutti__restore_error(&saved, TUTTI_OK);
+    free(m);
 }
 
 /* gather_all runs an allgather of len bytes per rank on the parent, blocking. */
@@ -58,13 +151,17 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
     rendezvous_t rv, *rvs = malloc((size_t)n * sizeof *rvs);
     memset(&rv, 0, sizeof rv);
     tutti__store_t *store = NULL;
+    bool served = false; /* this rank serves the child's store */
     tutti__solo_t *solo = NULL;
     tutti__auth_t auth;
+    int *members = malloc((size_t)n * sizeof *members);
+    split_watch_t watch = {0};
     tutti_status_t st = TUTTI_OK;
-    if (all == NULL || rvs == NULL) {
+    if (all == NULL || rvs == NULL || members == NULL) {
         st = tutti__comm_error(parent, TUTTI_ERR_NO_MEMORY, "tutti_comm_split: out of memory");
         goto done;
     }
+    uint64_t split = ++parent->splits;
     TUTTI__CHECK_GOTO(gather_all(parent, &me, all, sizeof me), st, done);
 
     /* The child's ranks: same color, ordered by key, then by parent rank. */
@@ -72,34 +169,45 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
     for (int r = 0; r < n && color != TUTTI_UNDEFINED; r++) {
         if (all[r].color != color)
             continue;
-        csize++;
+        members[csize++] = r;
         if (all[r].key < key || (all[r].key == key && r < parent->rank))
             crank++;
         bool first = leader < 0 || all[r].key < all[leader].key;
         if (first)
             leader = r;
     }
+    watch = (split_watch_t){.parent = parent, .members = members, .nmembers = csize,
+                            .split = split};
     /* The child's rank 0 serves its store on a port the kernel picks, on the address its peers
      * reach it at; all ranks then learn the leaders' addresses and salts in one more parent
-     * allgather. A child of one rank needs no store. */
+     * allgather, which every rank joins whatever happened (port 0: the leader failed), or the
+     * others would wait in it for the parent's timeout. A child of one rank needs no store. */
     double deadline = tutti__now() + tutti__net_timeout(&parent->net);
+    tutti_status_t lead = TUTTI_OK;
     if (color != TUTTI_UNDEFINED && crank == 0 && csize > 1) {
-        if (!tutti__random(rv.salt, sizeof rv.salt)) {
-            st = tutti__set_error(TUTTI_ERR_SYSTEM, "getrandom: %s", strerror(errno));
-            goto fail;
+        if (!tutti__random(rv.salt, sizeof rv.salt))
+            lead = tutti__set_error(TUTTI_ERR_SYSTEM, "getrandom: %s", strerror(errno));
+        else {
+            tutti__comm_child_auth(parent, "tutti split v1", rv.salt, &auth);
+            lead = tutti__store_open(0, csize, parent->ip, 0, &auth, deadline, &store);
+            memset(&auth, 0, sizeof auth);
         }
-        tutti__comm_child_auth(parent, "tutti split v1", rv.salt, &auth);
-        st = tutti__store_open(0, csize, parent->ip, 0, &auth, deadline, &store);
-        memset(&auth, 0, sizeof auth);
-        if (st < 0)
-            goto fail;
-        snprintf(rv.ip, sizeof rv.ip, "%s", parent->ip);
-        rv.port = tutti__store_port(store);
+        if (lead == TUTTI_OK) {
+            served = true;
+            snprintf(rv.ip, sizeof rv.ip, "%s", parent->ip);
+            rv.port = tutti__store_port(store);
+        }
     }
+    char lead_error[TUTTI__ERRLEN];
+    snprintf(lead_error, sizeof lead_error, "%s", tutti__tls_error());
     st = gather_all(parent, &rv, rvs, sizeof rv);
     memset(&rv, 0, sizeof rv);
     if (st < 0 || color == TUTTI_UNDEFINED)
         goto done;
+    if (lead < 0) {
+        st = tutti__set_error(lead, "%s", lead_error);
+        goto fail;
+    }
     char where[128];
     tutti__bootstrap_t bs = {.rank = crank, .size = csize, .deadline = deadline, .where = where};
     if (csize == 1) {
@@ -110,7 +218,22 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
         bs.oob = tutti__solo_oob(solo);
         snprintf(where, sizeof where, "a one-rank sub-communicator's own store (color %d)", color);
     } else {
+        bs.cancelled = split_cancelled;
+        bs.cancel_ctx = &watch;
         if (crank != 0) {
+            if (rvs[leader].port == 0) { /* its error comes by mail; wait a moment for it */
+                for (double t0 = tutti__now(); tutti__now() - t0 < 1.0;) {
+                    if ((st = split_cancelled(&watch)) < 0)
+                        goto fail;
+                    tutti__sleep_us(10000);
+                }
+                st = tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                                      "rank %d of the parent, the new communicator's rank 0, "
+                                      "could not open its store (its own error says why)",
+                                      leader);
+                watch.told = true;
+                goto fail;
+            }
             tutti__comm_child_auth(parent, "tutti split v1", rvs[leader].salt, &auth);
             st = tutti__store_open(crank, csize, rvs[leader].ip, rvs[leader].port, &auth,
                                    deadline, &store);
@@ -118,25 +241,32 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
             if (st < 0)
                 goto fail;
         }
+        watch.store = store;
         bs.oob = tutti__store_oob(store);
-        bs.cancelled = tutti__store_doomed;
-        bs.cancel_ctx = store;
         snprintf(where, sizeof where, "the sub-communicator's store at %s:%d (color %d)",
                  rvs[leader].ip, rvs[leader].port, color);
     }
     st = tutti__comm_create(crank, csize, &bs, store, &parent->cfg, parent, out);
 fail:
     if (st < 0 && *out == NULL) {
+        if (csize > 1)
+            split_tell(&watch, st);
         tutti__prefix_error(st, "tutti_comm_split (color %d)", color);
         tutti__comm_error(parent, st, "%s", tutti__tls_error());
     }
 done:
-    tutti__store_close(store); /* keeps a failure's text */
+    /* A member's failure tells the child's store why too (its waiting members fail at once
+     * with this text); its rank 0 serves the store: its own end tells them. */
+    if (st < 0 && store != NULL && !served)
+        tutti__store_close_failed(store, st);
+    else
+        tutti__store_close(store); /* keeps a failure's text */
     tutti__solo_free(solo);
     if (rvs != NULL)
         memset(rvs, 0, (size_t)n * sizeof *rvs);
     free(all);
     free(rvs);
+    free(members);
     return st;
 }
 

@@ -445,6 +445,53 @@ START_TEST(test_failure_report)
 }
 END_TEST
 
+/* The launcher's variables: the first set wins (torchrun's inside mpirun, mpirun's inside an
+ * sbatch script's Slurm ones), but MPICH's and Open MPI's must agree when both are set (a nested
+ * mpirun's leaked in: each rank silently became a job of its own); a set with one half missing
+ * is refused. */
+START_TEST(test_launcher_vars)
+{
+    static const char *const all[] = {"RANK", "WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                                      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                      "SLURM_PROCID", "SLURM_NTASKS"};
+    static const struct {
+        const char *set[8]; /* NAME, VALUE pairs */
+        int rank, size;     /* -1: refused */
+        const char *mention;
+    } cases[] = {
+        {{"PMI_RANK", "0", "PMI_SIZE", "1", "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2"},
+         -1, -1, "disagree"},
+        {{"PMI_RANK", "0", "PMI_SIZE", "2", "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2"},
+         -1, -1, "OMPI_COMM_WORLD_RANK/SIZE say rank 1 of 2"},
+        {{"PMI_RANK", "1", "PMI_SIZE", "2", "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2"},
+         1, 2, NULL},
+        {{"RANK", "1", "WORLD_SIZE", "2", "PMI_RANK", "0", "PMI_SIZE", "1"}, 1, 2, NULL},
+        {{"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "4", "SLURM_PROCID", "0",
+          "SLURM_NTASKS", "8"}, 3, 4, NULL},
+        {{"SLURM_PROCID", "2", "SLURM_NTASKS", "3"}, 2, 3, NULL},
+        {{"RANK", "1"}, -1, -1, "WORLD_SIZE"},
+        {{"PMI_SIZE", "2"}, -1, -1, "PMI_RANK"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+            unsetenv(all[k]);
+        for (int k = 0; k < 8 && cases[i].set[k] != NULL; k += 2)
+            setenv(cases[i].set[k], cases[i].set[k + 1], 1);
+        int rank = -1, size = -1;
+        const char *how = NULL;
+        tutti_status_t st = tutti__launcher_rank(&rank, &size, &how);
+        if (cases[i].rank < 0) {
+            ck_assert_msg(st == TUTTI_ERR_BOOTSTRAP, "case %zu: accepted as rank %d of %d (%s)", i,
+                          rank, size, how);
+            ck_assert_msg(strstr(tutti_last_error(), cases[i].mention) != NULL, "case %zu: %s", i,
+                          tutti_last_error());
+        } else
+            ck_assert_msg(st == TUTTI_OK && rank == cases[i].rank && size == cases[i].size,
+                          "case %zu: %d, rank %d of %d: %s", i, st, rank, size, tutti_last_error());
+    }
+}
+END_TEST
+
 /* (b) rank 2 of 3 never starts: the others fail at their deadline, naming it. */
 static void rank_missing(int rank, int size)
 {
@@ -681,6 +728,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_no_server);
     tcase_add_test(tc, test_world_size_mismatch);
     tcase_add_test(tc, test_failure_report);
+    tcase_add_test(tc, test_launcher_vars);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");

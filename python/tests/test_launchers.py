@@ -126,6 +126,21 @@ class TestLaunchers(unittest.TestCase):
             tutti_torch.setup_env_from_launcher({"PMI_RANK": "4", "PMI_SIZE": "4"})
         with self.assertRaises(ValueError):
             tutti_torch.setup_env_from_launcher({"RANK": "x"})
+        # RANK without WORLD_SIZE (torch refuses it) is not made a job of one rank
+        env = {"RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+        with self.assertRaisesRegex(ValueError, "WORLD_SIZE is not"):
+            tutti_torch.setup_env_from_launcher(env)
+        self.assertNotIn("WORLD_SIZE", env)
+        # a nested mpirun's leaked variables: MPICH's and Open MPI's disagree
+        env = {"PMI_RANK": "0", "PMI_SIZE": "1", "OMPI_COMM_WORLD_RANK": "1",
+               "OMPI_COMM_WORLD_SIZE": "2"}
+        with self.assertRaisesRegex(ValueError, "disagree"):
+            tutti_torch.setup_env_from_launcher(env)
+        self.assertNotIn("RANK", env)
+        # ... and agree: fine
+        env = {"PMI_RANK": "1", "PMI_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
+               "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 2, 0))
 
 
 if __name__ == "__main__":

@@ -29,12 +29,19 @@ __all__ = ["BackendTutti", "Options", "setup_env_from_launcher", "monitored_barr
 BACKEND = "tutti"
 __version__ = _version()
 
-# Launcher variables per field, in order of precedence: torchrun's own first, then MPICH / Intel
-# MPI (PMI_*, MPI_LOCALRANKID), Open MPI (OMPI_COMM_WORLD_*), MVAPICH (MV2_COMM_WORLD_*).
-_RANK_VARS = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
-_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-_LOCAL_VARS = ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK",
-               "MV2_COMM_WORLD_LOCAL_RANK")
+# Launchers' variables (rank, size, local rank), in order of precedence: torchrun's own first,
+# then MPICH / Intel MPI (PMI_*, MPI_LOCALRANKID), Open MPI (OMPI_COMM_WORLD_*), MVAPICH
+# (MV2_COMM_WORLD_*). A rank and a size always come from the same launcher.
+_LAUNCHERS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+              ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+              ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+              ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"))
+_RANK_VARS = tuple(f[0] for f in _LAUNCHERS)
+_SIZE_VARS = tuple(f[1] for f in _LAUNCHERS)
+
+
+def _launcher_vars(env):
+    return {k: env[k] for k in _RANK_VARS + _SIZE_VARS if k in env}
 
 
 def _first_int(env, names, default):
@@ -55,12 +62,33 @@ def setup_env_from_launcher(environ=None):
     no launcher started is rank 0 of 1. environ: the mapping to read and update (os.environ).
     """
     env = os.environ if environ is None else environ
-    rank = _first_int(env, _RANK_VARS, 0)
-    size = _first_int(env, _SIZE_VARS, 1)
-    local = _first_int(env, _LOCAL_VARS, 0)
+    found = []  # (rank, size, local, names) of each launcher whose variables are set
+    for rname, sname, lname in _LAUNCHERS:
+        r, s = _first_int(env, (rname,), None), _first_int(env, (sname,), None)
+        if r is None and s is None:
+            continue
+        if r is None or s is None:
+            # torch, given RANK without WORLD_SIZE, refuses: never make it a job of one rank
+            have, missing = (rname, sname) if s is None else (sname, rname)
+            raise ValueError("tutti_torch: %s is set but %s is not: set both (launcher "
+                             "variables: %s)" % (have, missing, _launcher_vars(env)))
+        found.append((r, s, _first_int(env, (lname,), None), "%s/%s" % (rname, sname)))
+    if not found:
+        rank, size, local = 0, 1, 0
+    else:
+        rank, size, local, names = found[0]
+        # Two MPI launchers that disagree: one's variables leaked in from an outer mpirun.
+        for r, s, _, other in found[1:]:
+            if names != "RANK/WORLD_SIZE" and (r, s) != (rank, size):
+                raise ValueError("tutti_torch: two launchers' variables disagree: %s say rank %d "
+                                 "of %d, %s say rank %d of %d: one set leaked in from an outer "
+                                 "launcher; unset the outer one's, or set RANK and WORLD_SIZE"
+                                 % (names, rank, size, other, r, s))
+        if local is None:
+            local = _first_int(env, ("LOCAL_RANK",), 0)
     if not 0 <= rank < size:
         raise ValueError("tutti_torch: rank %d is outside world size %d (launcher variables: %s)"
-                         % (rank, size, {k: env[k] for k in _RANK_VARS + _SIZE_VARS if k in env}))
+                         % (rank, size, _launcher_vars(env)))
     env.setdefault("RANK", str(rank))
     env.setdefault("WORLD_SIZE", str(size))
     env.setdefault("LOCAL_RANK", str(local))
@@ -121,5 +149,8 @@ register()
 if any(os.environ.get(v) for v in _RANK_VARS + _SIZE_VARS):
     try:
         setup_env_from_launcher()
-    except ValueError:
-        pass  # inconsistent launcher variables: init_process_group reports them in its own words
+    except ValueError as e:
+        # the environment is left as it was: init_process_group fails in its own words; say why
+        import warnings
+
+        warnings.warn(str(e), RuntimeWarning, stacklevel=2)

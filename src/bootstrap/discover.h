@@ -10,7 +10,8 @@
 /* tutti__launcher_rank reads the rank and size from the first launcher whose variables are set
  * (RANK/WORLD_SIZE, PMI_RANK/PMI_SIZE, OMPI_COMM_WORLD_RANK/SIZE, SLURM_PROCID/SLURM_NTASKS;
  * none: rank 0 of 1). *how names the variables read, for messages. A pair that does not make
- * 0 <= rank < size is TUTTI_ERR_BOOTSTRAP naming both values. */
+ * 0 <= rank < size, or PMI_* and OMPI_COMM_WORLD_* that disagree, is TUTTI_ERR_BOOTSTRAP naming
+ * the values. */
 tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how);
 
 /* Where the ranks of a job run. */

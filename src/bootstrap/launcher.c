@@ -17,7 +17,11 @@ static bool env_int(const char *name, long *out)
     return true;
 }
 
-/* Launchers in the order of the design card: torchrun, MPICH/Intel MPI, Open MPI, Slurm. */
+/* Launchers in the order of the design card: torchrun, MPICH/Intel MPI, Open MPI, Slurm. The
+ * first set wins (torchrun inside mpirun or srun, mpirun inside an sbatch script), but the two
+ * MPI launchers' variables must agree where both are set: one of them leaked in from an outer
+ * launcher (mpirun.mpich -n 1 around mpirun.openmpi -n 2 gave every rank PMI_RANK=0,
+ * PMI_SIZE=1), and trusting either silently could make each rank a job of its own. */
 tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
 {
     static const char *const pairs[][3] = {
@@ -37,6 +41,15 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
                                     "size (need 0 <= rank < size); fix the launcher's environment",
                                     pairs[i][0], tutti__env_get(pairs[i][0]) ? tutti__env_get(pairs[i][0]) : "",
                                     pairs[i][1], tutti__env_get(pairs[i][1]) ? tutti__env_get(pairs[i][1]) : "");
+        long r2 = 0, s2 = 0;
+        if ((i == 1 || i == 2) && env_int(pairs[3 - i][0], &r2) && env_int(pairs[3 - i][1], &s2) &&
+            (r2 != r || s2 != s))
+            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                    "bootstrap: two launchers' variables disagree: %s say rank %ld "
+                                    "of %ld, %s say rank %ld of %ld: one set leaked in from an outer "
+                                    "launcher (an mpirun inside another); unset the outer one's, or "
+                                    "set RANK and WORLD_SIZE, which win",
+                                    pairs[i][2], r, s, pairs[3 - i][2], r2, s2);
         *rank = (int)r;
         *size = (int)s;
         *how = pairs[i][2];

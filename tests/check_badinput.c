@@ -597,8 +597,14 @@ static int port_in_use_rank(int rank, int size, void *arg)
 {
     (void)rank;
     (void)size;
-    (void)arg;
+    /* under torchrun (its agent's store on MASTER_PORT) tutti's store takes the next odd port:
+     * that one in use must be named, with TUTTI_STORE_PORT, not MASTER_PORT alone */
+    bool agent = arg != NULL;
     int port = atoi(getenv("MASTER_PORT"));
+    if (agent) {
+        setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+        port += port % 2 == 0 ? 1 : 2;
+    }
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
@@ -621,7 +627,10 @@ static int port_in_use_rank(int rank, int size, void *arg)
     if (st == TUTTI_OK)
         tutti_comm_destroy(comm);
     if (!th_mentions_number(msg, (unsigned long long)port))
-        bad = th_fail("MASTER_PORT=%d in use: the error does not name the port: \"%s\"", port, msg);
+        bad = th_fail("port %d in use: the error does not name the port: \"%s\"", port, msg);
+    if (agent && strstr(msg, "TUTTI_STORE_PORT") == NULL)
+        bad = th_fail("port %d in use under torchrun: the error does not say that it was derived "
+                      "from MASTER_PORT, or name TUTTI_STORE_PORT: \"%s\"", port, msg);
     if (dt > 5)
         bad = th_fail("MASTER_PORT=%d in use: failing took %.1f s", port, dt);
     return bad;
@@ -632,7 +641,9 @@ START_TEST(test_port_in_use)
     th_opts_t o = TH_OPTS_INIT;
     o.timeout_s = 20;
     o.rank_timeout_s = 3;
-    ck_assert_msg(th_run_opts(1, &o, port_in_use_rank, NULL) == 0, "port in use: see stderr");
+    static int agent = 1;
+    ck_assert_msg(th_run_opts(1, &o, port_in_use_rank, _i ? &agent : NULL) == 0,
+                  "port in use%s: see stderr", _i ? " (torchrun's next odd port)" : "");
 }
 END_TEST
 
@@ -898,7 +909,7 @@ static Suite *badinput_suite(void)
     tc = tcase_create("bootstrap");
     tcase_set_timeout(tc, 40);
     tcase_add_loop_test(tc, test_forked_child, 0, 2);
-    tcase_add_test(tc, test_port_in_use);
+    tcase_add_loop_test(tc, test_port_in_use, 0, 2);
     tcase_add_loop_test(tc, test_missing_rank, 0, 4);
     tcase_add_test(tc, test_master_addr_unset);
     tcase_add_test(tc, test_size_differs);

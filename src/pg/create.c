@@ -299,16 +299,30 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
         return init_solo(&cfg, comm);
     }
     const char *addr = tutti__env_get("MASTER_ADDR");
-    long port = 29500;
+    long port = 29500, master_port = 29500;
     tutti_status_t st = store_port(&port);
     if (st < 0)
         return st;
+    if (tutti__env_get("TUTTI_STORE_PORT") != NULL ||
+        tutti__env_long("MASTER_PORT", 1, 65535, &master_port) < 0)
+        master_port = port;
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld (secret: %s)", rank,
                size, how, addr, port, auth.source);
     double deadline = tutti__now() + cfg.timeout;
     tutti__store_t *store = NULL;
     st = tutti__store_open(rank, size, addr, (int)port, &auth, deadline, &store);
     memset(&auth, 0, sizeof auth);
+    if (st < 0 && port != master_port) {
+        /* The port in the error is not the one the user gave: say where it came from. */
+        char *e = tutti__tls_error();
+        size_t used = strlen(e);
+        snprintf(e + used, TUTTI__ERRLEN - used,
+                 "; under torchrun tutti's store uses port %ld, the next odd port after "
+                 "MASTER_PORT %ld (which torchrun's agent store holds): another job may hold "
+                 "port %ld (one started with MASTER_PORT=%ld?); set TUTTI_STORE_PORT to a free "
+                 "port",
+                 port, master_port, port, port);
+    }
     if (st < 0 && rank != 0 && getenv("MASTER_ADDR") == NULL) {
         /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. */
         char *e = tutti__tls_error();

@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,7 @@ def run_backend_tasks(a, names):
         open(jsonl, "w").close()
         t0 = time.monotonic()
         procs = []
+        tmps = []  # the shards' scratch directories, removed once they are done
         shards = [names[i::a.jobs] for i in range(a.jobs)]
         for i, shard in enumerate(shards):
             if not shard:
@@ -123,11 +125,14 @@ def run_backend_tasks(a, names):
             procs.append((subprocess.Popen(cmd, env=env_for(a, backend, tmp), stdout=log,
                                            stderr=subprocess.STDOUT, start_new_session=True),
                           part, log, shard))
+            tmps.append(tmp)
         got = {}
         stuck = []
         for p, part, log, shard in procs:
             rc = p.wait()
             log.close()
+            tmp = tmps.pop(0)
+            shutil.rmtree(tmp, ignore_errors=True)
             with open(log.name, errors="replace") as f:
                 stuck += [ln.strip() for ln in f if "still alive" in ln]
             with open(part) as f:

@@ -785,6 +785,35 @@ START_TEST(test_secret_file)
 }
 END_TEST
 
+/* XDG_RUNTIME_DIR that is another user's (`su` keeps the caller's): the file goes to
+ * /tmp/tutti-<uid> instead, where this user's readers look too (the writer used to fail, and
+ * the other ranks waited for their timeout). Needs root, to give the directory away. */
+START_TEST(test_secret_file_foreign_xdg)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "check_rendezvous: not root, foreign XDG_RUNTIME_DIR not tried\n");
+        return;
+    }
+    ck_assert_int_eq(chown(xdg, 65534, 65534), 0);
+    tutti__auth_t a;
+    ck_assert_int_eq(tutti__auth_from_env(NULL, &a), TUTTI_OK);
+    memset(a.key, 0x5a, sizeof a.key);
+    a.have_key = true;
+    char path[640], want[64];
+    ck_assert_msg(tutti__secret_file_write("127.0.0.1", 4243, &a, path, sizeof path) == TUTTI_OK,
+                  "%s", tutti_last_error());
+    snprintf(want, sizeof want, "/tmp/tutti-%u/", (unsigned)geteuid());
+    ck_assert_msg(strncmp(path, want, strlen(want)) == 0, "the file went to %s", path);
+    tutti__auth_t b = a;
+    b.have_key = false;
+    memset(b.key, 0, sizeof b.key);
+    ck_assert_msg(tutti__secret_file_read("127.0.0.1", 4243, 1, &b) == TUTTI_OK &&
+                      memcmp(a.key, b.key, sizeof a.key) == 0,
+                  "a reader did not find it: %s", tutti_last_error());
+    tutti__secret_file_remove(path);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("rendezvous");
@@ -802,6 +831,7 @@ static Suite *suite(void)
     tc = tcase_create("host_file");
     tcase_add_checked_fixture(tc, xdg_setup, xdg_teardown);
     tcase_add_test(tc, test_secret_file);
+    tcase_add_test(tc, test_secret_file_foreign_xdg);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -47,11 +47,16 @@ static unsigned long long proc_start(int pid, int *ppid)
     return start;
 }
 
-/* dir_path names this user's private directory for the file. */
+/* dir_path names this user's private directory for the file: in XDG_RUNTIME_DIR when that is
+ * this user's (`su` keeps the caller's, which the new user cannot write: the writer failed and
+ * the other ranks waited for their timeout), else in /tmp. Writer and readers of one host and
+ * user decide alike. */
 static void dir_path(char *dir, size_t cap)
 {
     const char *xdg = tutti__env_get("XDG_RUNTIME_DIR");
-    if (xdg != NULL && xdg[0] == '/')
+    struct stat sb;
+    if (xdg != NULL && xdg[0] == '/' && stat(xdg, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+        sb.st_uid == geteuid())
         snprintf(dir, cap, "%s/tutti", xdg);
     else
         snprintf(dir, cap, "/tmp/tutti-%u", (unsigned)geteuid());
@@ -95,10 +100,12 @@ static int open_dir(char *dir, size_t cap)
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
+        int err = errno;
         tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                         "bootstrap: cannot open %s for this job's secret: %s (a symbolic link "
-                         "is refused); remove it, or set TUTTI_JOB_TOKEN for every rank",
-                         dir, strerror(errno));
+                         "bootstrap: cannot open %s for this job's secret: %s%s; remove it, or "
+                         "set TUTTI_JOB_TOKEN for every rank",
+                         dir, strerror(err),
+                         err == ELOOP || err == ENOTDIR ? " (a symbolic link is refused)" : "");
         if (fd >= 0)
             close(fd);
         return -1;

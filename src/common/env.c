@@ -61,7 +61,7 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "else a secret rank 0 leaves for the ranks of its host in a file only its user can read "
      "(docs/security.md)"},
     {"XDG_RUNTIME_DIR", NULL,
-     "where rank 0 leaves that file (`$XDG_RUNTIME_DIR/tutti/`); unset: `/tmp/tutti-<uid>/`"},
+     "where rank 0 leaves that file (`$XDG_RUNTIME_DIR/tutti/`); unset, or not this user's (`su`): `/tmp/tutti-<uid>/`"},
     {"OMPI_MCA_orte_precondition_transports", NULL,
      "Open MPI's per-job random key: the job's secret when `TUTTI_JOB_TOKEN` is unset"},
     {"OMPI_MCA_ess_base_jobid", NULL,

@@ -589,9 +589,7 @@ tutti_status_t tutti__store_doomed(void *ctx)
     /* The store is rank 0's, but its value is read as untrusted as any other: a known status
      * or "a peer failed", and the text as far as it goes. */
     uint32_t neg = tutti__wire_get32((const uint8_t *)text);
-    tutti_status_t why = neg == (uint32_t)-TUTTI_ERR_BOOTSTRAP ? TUTTI_ERR_BOOTSTRAP
-                         : neg == (uint32_t)-TUTTI_ERR_TIMEOUT ? TUTTI_ERR_TIMEOUT
-                                                               : TUTTI_ERR_PEER_FAILED;
+    tutti_status_t why = tutti__wire_relayed_status(neg);
     if (vlen > sizeof text - 1)
         vlen = sizeof text - 1;
     text[vlen] = '\0';

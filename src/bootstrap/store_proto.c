@@ -237,9 +237,7 @@ static void failed(tutti__store_core_t *k, tutti__sconn_t *c, const uint8_t *bod
     for (size_t i = 0; i < n; i++)
         text[i] = body[i] >= 0x20 && body[i] < 0x7f ? (char)body[i] : '?';
     text[n] = '\0';
-    tutti_status_t st = c->a == (uint32_t)-TUTTI_ERR_BOOTSTRAP   ? TUTTI_ERR_BOOTSTRAP
-                        : c->a == (uint32_t)-TUTTI_ERR_TIMEOUT ? TUTTI_ERR_TIMEOUT
-                                                               : TUTTI_ERR_PEER_FAILED;
+    tutti_status_t st = tutti__wire_relayed_status(c->a);
     doom(k, st, "rank %d's creation failed: %s", c->rank, n ? text : "(it gave no reason)");
     mark_done(k, c->rank);
 }

@@ -62,6 +62,17 @@ enum {
 #define TUTTI__WIRE_HELLO_MAC (TUTTI__WIRE_HELLO_NONCE + TUTTI__AUTH_NONCE)
 #define TUTTI__WIRE_HELLO_BODY (TUTTI__WIRE_HELLO_MAC + 32)
 
+/* tutti__wire_relayed_status is the status with which a rank fails on hearing that another's
+ * creation failed with the status whose negation is neg (a number another process sent): the
+ * same for the rendezvous' own failures, BOOTSTRAP and TIMEOUT (its failed as this one's would
+ * have), else PEER_FAILED. */
+static inline tutti_status_t tutti__wire_relayed_status(uint32_t neg)
+{
+    return neg == (uint32_t)-TUTTI_ERR_BOOTSTRAP ? TUTTI_ERR_BOOTSTRAP
+           : neg == (uint32_t)-TUTTI_ERR_TIMEOUT ? TUTTI_ERR_TIMEOUT
+                                                 : TUTTI_ERR_PEER_FAILED;
+}
+
 /* tutti__wire_put_hdr writes a header into p (TUTTI__WIRE_HDR bytes). */
 static inline void tutti__wire_put_hdr(uint8_t *p, uint32_t type, uint32_t a, uint32_t b)
 {

@@ -78,9 +78,7 @@ static tutti_status_t split_cancelled(void *ctx)
             if (m[k] < 0x20 || m[k] >= 0x7f)
                 m[k] = '?';
         m[len] = '\0';
-        st = neg == (uint32_t)-TUTTI_ERR_BOOTSTRAP ? TUTTI_ERR_BOOTSTRAP
-             : neg == (uint32_t)-TUTTI_ERR_TIMEOUT ? TUTTI_ERR_TIMEOUT
-                                                   : TUTTI_ERR_PEER_FAILED;
+        st = tutti__wire_relayed_status(neg);
         tutti__set_error(st, "rank %d of the parent could not take its part (its error: %s)", r,
                          (const char *)m + SPLIT_MAIL_HDR);
         break;

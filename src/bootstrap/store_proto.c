@@ -234,9 +234,7 @@ static void failed(tutti__store_core_t *k, tutti__sconn_t *c, const uint8_t *bod
 {
     char text[TUTTI__WIRE_ERRTEXT_MAX];
     size_t n = c->b < sizeof text - 1 ? c->b : sizeof text - 1;
-    for (size_t i = 0; i < n; i++)
-        text[i] = body[i] >= 0x20 && body[i] < 0x7f ? (char)body[i] : '?';
-    text[n] = '\0';
+    tutti__wire_printable(text, body, n);
     tutti_status_t st = tutti__wire_relayed_status(c->a);
     doom(k, st, "rank %d's creation failed: %s", c->rank, n ? text : "(it gave no reason)");
     mark_done(k, c->rank);

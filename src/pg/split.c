@@ -46,6 +46,8 @@ typedef struct split_watch {
     int nmembers;
     uint64_t split;        /* parent->splits of this call */
     bool told;             /* this rank's failure came from another's: do not pass it on */
+    uint8_t *mail;         /* a member's mail, as read (the parent's mail cap), made once */
+    char *text;            /* its text made printable (the cap + 1) */
 } split_watch_t;
 
 static tutti_status_t split_cancelled(void *ctx)
@@ -62,7 +64,11 @@ static tutti_status_t split_cancelled(void *ctx)
     int dead = -1;
     (void)tutti__live_check_now(live, &dead); /* reads the links: mail comes with it */
     size_t cap = tutti__live_mail_cap(live);
-    uint8_t *m = malloc(cap + 1);
+    if (w->mail == NULL) { /* asked every 50-200 ms while the creation waits: made once */
+        w->mail = malloc(cap);
+        w->text = malloc(cap + 1);
+    }
+    uint8_t *m = w->text != NULL ? w->mail : NULL;
     for (int i = 0; m != NULL && i < w->nmembers; i++) {
         int r = w->members[i];
         size_t len = 0;
@@ -73,17 +79,12 @@ static tutti_status_t split_cancelled(void *ctx)
         uint64_t split = ((uint64_t)tutti__wire_get32(m) << 32) | tutti__wire_get32(m + 4);
         if (split != w->split)
             continue; /* an earlier split's */
-        uint32_t neg = tutti__wire_get32(m + 8);
-        for (size_t k = SPLIT_MAIL_HDR; k < len; k++) /* another process's text: printable */
-            if (m[k] < 0x20 || m[k] >= 0x7f)
-                m[k] = '?';
-        m[len] = '\0';
-        st = tutti__wire_relayed_status(neg);
+        tutti__wire_printable(w->text, m + SPLIT_MAIL_HDR, len - SPLIT_MAIL_HDR);
+        st = tutti__wire_relayed_status(tutti__wire_get32(m + 8));
         tutti__set_error(st, "rank %d of the parent could not take its part (its error: %s)", r,
-                         (const char *)m + SPLIT_MAIL_HDR);
+                         w->text);
         break;
     }
-    free(m);
     if (st == TUTTI_OK)
         for (int i = 0; i < w->nmembers; i++)
             if (w->members[i] != w->parent->rank && tutti__live_dead(live, w->members[i])) {
@@ -265,6 +266,8 @@ done:
     free(all);
     free(rvs);
     free(members);
+    free(watch.mail);
+    free(watch.text);
     return st;
 }
 

@@ -16,8 +16,8 @@ Open MPI passes across nodes only the variables named with -x (and, as root, wan
 --allow-run-as-root; on a machine without ssh, OMPI_MCA_plm=isolated):
     mpirun.openmpi -n 2 -x MASTER_PORT=29600 -x PYTHONPATH python examples/torch_ddp.py
 Without a launcher, set the variables torchrun would, one process per rank:
-    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29600 python examples/torch_ddp.py &
-    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29600 python examples/torch_ddp.py
+    RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29600 python examples/torch_ddp.py &
+    RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29600 python examples/torch_ddp.py
 """
 import argparse
 import datetime

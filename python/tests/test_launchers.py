@@ -119,8 +119,21 @@ class TestLaunchers(unittest.TestCase):
         self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 2, 0))
         self.assertEqual(env["MASTER_PORT"], "1234")  # kept
         # torchrun's own variables win over an outer launcher's
-        env = {"RANK": "0", "WORLD_SIZE": "2", "PMI_RANK": "5", "PMI_SIZE": "8"}
-        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (0, 2, 0))
+        env = {"RANK": "0", "WORLD_SIZE": "2", "PMI_RANK": "5", "PMI_SIZE": "8",
+               "MPI_LOCALRANKID": "5"}
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (0, 2, None))
+        self.assertNotIn("LOCAL_RANK", env)  # the outer launcher's local rank is not this one's
+        # RANK and WORLD_SIZE by hand: the local rank is not known, and not made 0 on every rank
+        env = {"RANK": "1", "WORLD_SIZE": "2"}
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 2, None))
+        self.assertNotIn("LOCAL_RANK", env)
+        env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 2, 1))
+        # MPICH without MPI_LOCALRANKID: the local rank of the Open MPI variables that agree
+        env = {"PMI_RANK": "1", "PMI_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
+               "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 2, 1))
+        self.assertEqual(env["LOCAL_RANK"], "1")
         self.assertEqual(tutti_torch.setup_env_from_launcher({}), (0, 1, 0))
         with self.assertRaises(ValueError):
             tutti_torch.setup_env_from_launcher({"PMI_RANK": "4", "PMI_SIZE": "4"})
@@ -138,8 +151,8 @@ class TestLaunchers(unittest.TestCase):
             tutti_torch.setup_env_from_launcher(env)
         self.assertNotIn("RANK", env)
         # ... and agree: fine
-        env = {"PMI_RANK": "1", "PMI_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
-               "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+        env = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0",
+               "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
         self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 2, 0))
 
 

@@ -59,7 +59,9 @@ def setup_env_from_launcher(environ=None):
     """Sets RANK, WORLD_SIZE and LOCAL_RANK (and MASTER_ADDR=127.0.0.1, MASTER_PORT=29500 where
     unset) from whichever launcher started this process, so that init_method "env://" works under
     mpirun too. Variables already set are kept. Returns (rank, world_size, local_rank); a process
-    no launcher started is rank 0 of 1. environ: the mapping to read and update (os.environ).
+    no launcher started is rank 0 of 1; local_rank is None (and LOCAL_RANK stays unset) when no
+    launcher's variables give it, as when RANK and WORLD_SIZE alone are set by hand. environ:
+    the mapping to read and update (os.environ).
     """
     env = os.environ if environ is None else environ
     found = []  # (rank, size, local, names) of each launcher whose variables are set
@@ -77,21 +79,28 @@ def setup_env_from_launcher(environ=None):
         rank, size, local = 0, 1, 0
     else:
         rank, size, local, names = found[0]
+        if local is None:
+            local = _first_int(env, ("LOCAL_RANK",), None)
         # Two MPI launchers that disagree: one's variables leaked in from an outer mpirun.
-        for r, s, _, other in found[1:]:
+        for r, s, l, other in found[1:]:
             if names != "RANK/WORLD_SIZE" and (r, s) != (rank, size):
                 raise ValueError("tutti_torch: two launchers' variables disagree: %s say rank %d "
                                  "of %d, %s say rank %d of %d: one set leaked in from an outer "
                                  "launcher; unset the outer one's, or set RANK and WORLD_SIZE"
                                  % (names, rank, size, other, r, s))
-        if local is None:
-            local = _first_int(env, ("LOCAL_RANK",), 0)
+            if local is None and (r, s) == (rank, size):
+                local = l  # a launcher that agrees may be the one that knows the local rank
+        if local is None and size == 1:
+            local = 0
     if not 0 <= rank < size:
         raise ValueError("tutti_torch: rank %d is outside world size %d (launcher variables: %s)"
                          % (rank, size, _launcher_vars(env)))
     env.setdefault("RANK", str(rank))
     env.setdefault("WORLD_SIZE", str(size))
-    env.setdefault("LOCAL_RANK", str(local))
+    if local is not None:
+        # No launcher said it (RANK and WORLD_SIZE set by hand): left unset rather than
+        # guessed, since 0 on every rank would make each one its node's first process.
+        env.setdefault("LOCAL_RANK", str(local))
     env.setdefault("MASTER_ADDR", "127.0.0.1")
     env.setdefault("MASTER_PORT", "29500")
     return rank, size, local

@@ -91,7 +91,7 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "bf16 reduction kernel: `scalar`, `avx2`, `avx512f` or `avx512bf` (AVX512_BF16); unset: the "
      "fastest this CPU runs; one the CPU lacks fails communicator creation"},
     {"CCL_FP16", NULL,
-     "fp16 reduction kernel: `scalar`, `f16c` (AVX2+F16C), `avx512f` or `avx512fp16` "
+     "fp16 reduction kernel: `scalar`, `f16c` (AVX2+F16C; `avx2` names the same), `avx512f` or `avx512fp16` "
      "(AVX512_FP16); unset: the fastest this CPU runs; one the CPU lacks fails communicator "
      "creation"},
     {"CCL_LOG_LEVEL", "warn",

@@ -1,9 +1,12 @@
 /* check_create.c: creating communicators: from several threads of one process at once (a race
- * shows under ThreadSanitizer, which scripts/test.sh runs this suite under), and worker
- * affinity lists that must be refused (a trailing or doubled comma). */
+ * shows under ThreadSanitizer, which scripts/test.sh runs this suite under), worker affinity
+ * lists that must be refused (a trailing or doubled comma), and what loading the library leaves
+ * of the process's signal handlers (libfabric's PSM dependency takes them). */
 #include <check.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +163,29 @@ START_TEST(test_affinity_commas)
 }
 END_TEST
 
+/* Loading libtutti (and so libfabric, and on Debian libinfinipath) must leave the signals as a
+ * program had them: no handler of libinfinipath's or libpsm's (which write a *.btr file and
+ * exit(1) instead of dying of the signal). (That a program then dies of SIGTERM is checked on
+ * tutti-bench by check_bench_cli.sh: Check's runner has SIGTERM and SIGINT handlers of its own.) */
+START_TEST(test_signals_left_alone)
+{
+    ck_assert(tutti_version() != NULL); /* the library is loaded (and linked: see meson) */
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction a;
+        if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &a) != 0)
+            continue;
+        void *h = (a.sa_flags & SA_SIGINFO) ? (void *)a.sa_sigaction : (void *)a.sa_handler;
+        Dl_info info;
+        if (h == (void *)SIG_DFL || h == (void *)SIG_IGN || dladdr(h, &info) == 0 ||
+            info.dli_fname == NULL)
+            continue;
+        ck_assert_msg(strstr(info.dli_fname, "libinfinipath") == NULL &&
+                          strstr(info.dli_fname, "libpsm") == NULL,
+                      "signal %d (%s) is handled by %s", sig, strsignal(sig), info.dli_fname);
+    }
+}
+END_TEST
+
 static Suite *create_suite(void)
 {
     Suite *s = suite_create("create");
@@ -167,6 +193,7 @@ static Suite *create_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_threads_create);
     tcase_add_test(tc, test_affinity_commas);
+    tcase_add_test(tc, test_signals_left_alone);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,12 +1,17 @@
 """test_launchers.py: dist.init_process_group("tutti") under real launchers: torchrun
 (`python -m torch.distributed.run --nproc_per_node 2`), MPICH's mpirun (examples/torch_ddp.py,
 ranks from PMI_RANK / PMI_SIZE) and Open MPI's mpirun (OMPI_COMM_WORLD_*), plus the mapping of
-launcher variables itself (setup_env_from_launcher); and a C program (tutti-bench) under
-torchrun, whose agent holds MASTER_PORT.
+launcher variables itself (setup_env_from_launcher); a C program (tutti-bench) under
+torchrun, whose agent holds MASTER_PORT; and what a launcher's SIGTERM and a user's Ctrl-C do
+to a process that imported tutti_torch.
 """
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -106,6 +111,48 @@ class TestLaunchers(unittest.TestCase):
                harness.PY, self.script, "--worker", "launched", "openmpi"]
         res = self.launch(cmd, env)
         self.assertEqual(res.out.count("under openmpi"), 2, harness.report([res]))
+
+    def test_signals(self):
+        """Importing tutti_torch leaves Python's signal handling as it was: Ctrl-C raises
+        KeyboardInterrupt and SIGTERM kills the process (as torchrun's agent expects when it
+        stops a rank), with nothing written to the working directory. Debian's libfabric loads
+        libinfinipath, whose handlers called exit(1) there and left a *.btr file."""
+        script = ("import sys, time\n"
+                  "import tutti_torch\n"
+                  "try:\n"
+                  "    print('ready', flush=True)\n"
+                  "    time.sleep(60)\n"
+                  "except KeyboardInterrupt:\n"
+                  "    print('KeyboardInterrupt', flush=True)\n"
+                  "    sys.exit(7)\n")
+        env = clean_env()
+        env.pop("IPATH_NO_BACKTRACE", None)
+        env.pop("HFI_NO_BACKTRACE", None)
+        # the process runs in a directory of its own: a relative PYTHONPATH would not find it
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(d) for d in
+                                            env.get("PYTHONPATH", "").split(os.pathsep) if d)
+        with tempfile.TemporaryDirectory() as cwd:
+            for sig, want_rc, want_out in ((signal.SIGINT, 7, "KeyboardInterrupt"),
+                                           (signal.SIGTERM, -signal.SIGTERM, "")):
+                p = subprocess.Popen([harness.PY, "-c", script], cwd=cwd, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    first = p.stdout.readline().strip()
+                    if first != "ready":
+                        p.kill()
+                        self.fail("the script did not start: %r %r" % (first, p.stderr.read()))
+                    time.sleep(0.2)
+                    p.send_signal(sig)
+                    out, err = p.communicate(timeout=60)
+                finally:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                self.assertEqual(p.returncode, want_rc,
+                                 "%s: exit %s (want %s); stdout %r stderr %r"
+                                 % (sig.name, p.returncode, want_rc, out, err[-2000:]))
+                self.assertIn(want_out, out)
+                self.assertEqual(os.listdir(cwd), [], "%s left files behind" % sig.name)
 
     def test_setup_env_from_launcher(self):
         import tutti_torch

@@ -17,11 +17,27 @@ Written for torch 2.13 (tested with 2.13.0), the torch it was built against; see
 docs/pytorch.md.
 """
 import os
+import signal
+import threading
 
 import torch  # noqa: F401  (loads libtorch and its pybind11 types before the extension)
 import torch.distributed as dist
 
-from ._C import BackendTutti, Options, version as _version
+# Debian's libfabric, which libtutti links, loads libinfinipath, whose library constructor
+# replaces the process's SIGINT, SIGTERM, SIGSEGV, ... handlers (Ctrl-C then exits with status 1
+# and no KeyboardInterrupt, a *.btr file lands in the working directory, and a SIGTERM that comes
+# while Python exits can deadlock) unless these are set before it loads. libtutti puts such
+# handlers back to the default, which for an interpreter is not its own: so set them here first.
+os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
+os.environ.setdefault("HFI_NO_BACKTRACE", "1")
+
+from ._C import BackendTutti, Options, version as _version  # noqa: E402
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler and \
+        threading.current_thread() is threading.main_thread():
+    # libfabric loaded earlier by another module (mpi4py's MPICH) took SIGINT before the
+    # variables above could help, and libtutti reset it to the default: Python's back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 __all__ = ["BackendTutti", "Options", "setup_env_from_launcher", "monitored_barrier",
            "register", "BACKEND", "__version__"]

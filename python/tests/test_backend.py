@@ -485,6 +485,39 @@ def w_options():
     print("rank %d: options ok" % rank)
 
 
+def w_debug_detail():
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL (set by the test): torch wraps the group in its checking
+    wrapper, which needs sequence numbers: collectives run and count alike on every rank, and
+    a collective whose shape differs between ranks fails on every rank with torch's "Detected
+    mismatch" instead of running."""
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init()
+    world = dist.group.WORLD._get_backend(torch.device("cpu"))
+    assert type(world).__name__ == "_ProcessGroupWrapper", type(world).__name__
+    t = torch.arange(4.0) + rank
+    dist.all_reduce(t)
+    same(torch, t, torch.arange(4.0) * n + sum(range(n)), "allreduce under DETAIL")
+    outs = [torch.zeros(2) for _ in range(n)]
+    dist.all_gather(outs, torch.full((2,), float(rank)))
+    for r in range(n):
+        same(torch, outs[r], torch.full((2,), float(r)), "all_gather under DETAIL")
+    seq = world._get_sequence_number_for_group()
+    dist.barrier()
+    assert world._get_sequence_number_for_group() > seq, "the barrier was not counted"
+    seqs = [None] * n
+    dist.all_gather_object(seqs, world._get_sequence_number_for_group())
+    assert len(set(seqs)) == 1, "sequence numbers differ across ranks: %s" % seqs
+    try:
+        dist.all_reduce(torch.ones(5 + rank))
+        raise AssertionError("a collective of different shapes ran under DETAIL")
+    except RuntimeError as e:
+        assert "Detected mismatch between collectives" in str(e), str(e)
+    dist.destroy_process_group()
+    print("rank %d: debug detail ok" % rank)
+
+
 # ---------------------------------------------------------------- test side
 
 class TestBackend(harness.RankTest):
@@ -516,13 +549,19 @@ class TestBackend(harness.RankTest):
     def test_options(self):
         self.assertIn("options ok", self.ranks("options", 2, timeout=150)[0].out)
 
+    def test_debug_detail(self):
+        res = self.ranks("debug_detail", 2, timeout=150,
+                         env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+        self.assertIn("debug detail ok", res[0].out)
+
 
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         sys.exit(harness.worker_main({"premul": w_premul, "coalescing": w_coalescing,
                                       "groups": w_groups, "timeouts": w_timeouts,
                                       "monitored": w_monitored, "refusals": w_refusals,
-                                      "options": w_options}))
+                                      "options": w_options,
+                                      "debug_detail": w_debug_detail}))
     import unittest
 
     unittest.main()

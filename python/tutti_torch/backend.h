@@ -155,6 +155,11 @@ class BackendTutti : public c10d::Backend {
     // ---- barriers (backend.cpp) ----
     WorkPtr barrier(const c10d::BarrierOptions &opts = c10d::BarrierOptions()) override;
     void monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks = false) override;
+    // Sequence numbers (TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper compares them across ranks
+    // before each collective): every rank's group starts at 0, as Gloo's does, and counts the
+    // collectives it accepted.
+    void setSequenceNumberForGroup() override {}
+    uint64_t getSequenceNumberForGroup() override { return seq_.load(std::memory_order_acquire); }
 
     // ---- point to point (p2p.cpp) ----
     WorkPtr send(std::vector<at::Tensor> &tensors, int dstRank, int tag) override;
@@ -197,6 +202,7 @@ class BackendTutti : public c10d::Backend {
     c10::intrusive_ptr<Work> coalesced_work_;
 
     uint64_t monitored_seq_ = 0; // monitoredBarrier calls so far (their store keys)
+    std::atomic<uint64_t> seq_{0}; // collectives accepted by launch (getSequenceNumberForGroup)
 };
 
 } // namespace tutti_torch

@@ -278,8 +278,10 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         } else if (now - c->left_seen > LEFT_GRACE_S)
             return fail(c, TUTTI_ERR_PEER_FAILED,
                         "rank %d destroyed its communicator while this rank still waited for it "
-                        "here: every rank must post the same collectives, in the same order, "
-                        "before it destroys the communicator",
+                        "here, so it will not join this call: it failed or exited (its own "
+                        "output says why), or it finished without this call (every rank must "
+                        "post the same collectives, in the same order, before it destroys the "
+                        "communicator)",
                         missing[i]);
         break;
     }

@@ -33,11 +33,15 @@ os.environ.setdefault("HFI_NO_BACKTRACE", "1")
 
 from ._C import BackendTutti, Options, version as _version  # noqa: E402
 
-if signal.getsignal(signal.SIGINT) is signal.default_int_handler and \
-        threading.current_thread() is threading.main_thread():
-    # libfabric loaded earlier by another module (mpi4py's MPICH) took SIGINT before the
-    # variables above could help, and libtutti reset it to the default: Python's back.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+if threading.current_thread() is threading.main_thread():
+    # libfabric loaded earlier by another module (mpi4py's MPICH) took these before the
+    # variables above could help, and libtutti reset them to the default: where Python has a
+    # handler of its own (KeyboardInterrupt's, or one set with signal.signal), put it back.
+    for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGABRT, signal.SIGBUS, signal.SIGILL,
+                 signal.SIGSEGV):
+        _handler = signal.getsignal(_sig)
+        if callable(_handler):
+            signal.signal(_sig, _handler)
 
 __all__ = ["BackendTutti", "Options", "setup_env_from_launcher", "monitored_barrier",
            "register", "BACKEND", "__version__"]

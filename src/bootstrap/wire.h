@@ -73,9 +73,9 @@ static inline tutti_status_t tutti__wire_relayed_status(uint32_t neg)
                                                  : TUTTI_ERR_PEER_FAILED;
 }
 
-/* tutti__wire_printable copies n bytes that another process sent into dst (n + 1 bytes), each
- * byte outside printable ASCII made '?', and ends it with '\0': its text goes into an error
- * message, where a control byte could rewrite what the terminal shows. */
+/* tutti__wire_printable copies n bytes that another process sent into dst (n + 1 bytes; dst
+ * may be src itself), each byte outside printable ASCII made '?', and ends it with '\0': its
+ * text goes into an error message, where a control byte could rewrite what the terminal shows. */
 static inline void tutti__wire_printable(char *dst, const uint8_t *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)

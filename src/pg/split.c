@@ -46,8 +46,7 @@ typedef struct split_watch {
     int nmembers;
     uint64_t split;        /* parent->splits of this call */
     bool told;             /* this rank's failure came from another's: do not pass it on */
-    uint8_t *mail;         /* a member's mail, as read (the parent's mail cap), made once */
-    char *text;            /* its text made printable (the cap + 1) */
+    uint8_t *mail;         /* a member's mail, as read (the parent's mail cap + 1), made once */
 } split_watch_t;
 
 static tutti_status_t split_cancelled(void *ctx)
@@ -64,11 +63,9 @@ static tutti_status_t split_cancelled(void *ctx)
     int dead = -1;
     (void)tutti__live_check_now(live, &dead); /* reads the links: mail comes with it */
     size_t cap = tutti__live_mail_cap(live);
-    if (w->mail == NULL) { /* asked every 50-200 ms while the creation waits: made once */
-        w->mail = malloc(cap);
-        w->text = malloc(cap + 1);
-    }
-    uint8_t *m = w->text != NULL ? w->mail : NULL;
+    if (w->mail == NULL) /* asked every 50-200 ms while the creation waits: made once */
+        w->mail = malloc(cap + 1);
+    uint8_t *m = w->mail;
     for (int i = 0; m != NULL && i < w->nmembers; i++) {
         int r = w->members[i];
         size_t len = 0;
@@ -79,10 +76,11 @@ static tutti_status_t split_cancelled(void *ctx)
         uint64_t split = ((uint64_t)tutti__wire_get32(m) << 32) | tutti__wire_get32(m + 4);
         if (split != w->split)
             continue; /* an earlier split's */
-        tutti__wire_printable(w->text, m + SPLIT_MAIL_HDR, len - SPLIT_MAIL_HDR);
+        char *text = (char *)m + SPLIT_MAIL_HDR; /* made printable in place */
+        tutti__wire_printable(text, m + SPLIT_MAIL_HDR, len - SPLIT_MAIL_HDR);
         st = tutti__wire_relayed_status(tutti__wire_get32(m + 8));
         tutti__set_error(st, "rank %d of the parent could not take its part (its error: %s)", r,
-                         w->text);
+                         text);
         break;
     }
     if (st == TUTTI_OK)
@@ -267,7 +265,6 @@ done:
     free(rvs);
     free(members);
     free(watch.mail);
-    free(watch.text);
     return st;
 }
 

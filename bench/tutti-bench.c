@@ -57,7 +57,8 @@ static void usage(FILE *f)
             "  -a ALGO    algorithm override, oneCCL syntax: \"ring\" or \"tree:0-16384;ring:16385-max\"\n"
             "  -c         check every result bit for bit (avg: within 1 ulp) and exit 1 on the\n"
             "             first wrong element\n"
-            "Launch with mpirun.mpich, mpirun.openmpi, or RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT.\n",
+            "Launch with mpirun.mpich, mpirun.openmpi, torchrun --no-python, srun, or\n"
+            "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT.\n",
             TIME_BUDGET_S);
 }
 

@@ -23,6 +23,7 @@
 typedef struct shared {
     volatile int ready[MAXR];
     volatile double kill_time; /* tutti__now() when the victim was killed (0: not yet) */
+    volatile int go;           /* start flag of processes that must race */
     struct {
         volatile int failed;
         int status;
@@ -355,6 +356,59 @@ START_TEST(test_port_in_use)
 }
 END_TEST
 
+/* Two jobs' rank 0s start on one port at the same moment (two srun steps without MASTER_PORT):
+ * the loser must fail without touching the winner's secret file, so that the winner's rank 1
+ * still proves the secret. (Both may bind, since SO_REUSEADDR lets sockets share a port until
+ * one listens; the loser wrote its file over the winner's before its listen failed, then
+ * removed it: the winner's ranks found no secret, and the winner waited out its timeout.) */
+static void rank0_racer(int idx, int size)
+{
+    (void)size;
+    int rank = idx;
+    while (!sh->go)
+        ;
+    tutti__store_t *s = NULL;
+    tutti_status_t st = tutti__store_open(0, 2, "127.0.0.1", port, &auth, tutti__now() + 10.0, &s);
+    if (st != TUTTI_OK) {
+        REQUIRE(strstr(tutti_last_error(), "in use") != NULL, "the loser: %s", tutti_last_error());
+        sh->ready[idx] = 2;
+        return;
+    }
+    sh->ready[idx] = 1;
+    for (double t0 = tutti__now(); !sh->ready[2] && tutti__now() - t0 < 10.0;)
+        tutti__sleep_us(1000);
+    tutti__store_close_now(s);
+}
+
+static void rank1_joiner(int idx, int size)
+{
+    (void)size;
+    int rank = idx;
+    tutti__store_t *s = NULL;
+    REQUIRE_OK(tutti__store_open(1, 2, "localhost", port, &auth, tutti__now() + 5.0, &s));
+    sh->ready[2] = 1;
+    tutti__store_close(s);
+}
+
+START_TEST(test_two_rank0s)
+{
+    use_auth(TUTTI__AUTH_HOST);
+    for (int trial = 0; trial < 12; trial++) {
+        memset((void *)sh, 0, sizeof *sh);
+        port = free_port();
+        pid_t pids[3] = {spawn(rank0_racer, 0, 2), spawn(rank0_racer, 1, 2), 0};
+        sh->go = 1;
+        for (double t0 = tutti__now(); (!sh->ready[0] || !sh->ready[1]) && tutti__now() - t0 < 10.0;)
+            tutti__sleep_us(1000);
+        ck_assert_msg(sh->ready[0] + sh->ready[1] == 3, "trial %d: rank 0s ended %d and %d", trial,
+                      sh->ready[0], sh->ready[1]);
+        pids[2] = spawn(rank1_joiner, 2, 2);
+        int ranks[3] = {0, 1, 2};
+        reap(pids, ranks, 3);
+    }
+}
+END_TEST
+
 START_TEST(test_no_server)
 {
     tutti__store_t *s = NULL;
@@ -453,7 +507,7 @@ START_TEST(test_launcher_vars)
 {
     static const char *const all[] = {"RANK", "WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
                                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                      "SLURM_PROCID", "SLURM_NTASKS"};
+                                      "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"};
     static const struct {
         const char *set[8]; /* NAME, VALUE pairs */
         int rank, size;     /* -1: refused */
@@ -467,8 +521,12 @@ START_TEST(test_launcher_vars)
          1, 2, NULL},
         {{"RANK", "1", "WORLD_SIZE", "2", "PMI_RANK", "0", "PMI_SIZE", "1"}, 1, 2, NULL},
         {{"OMPI_COMM_WORLD_RANK", "3", "OMPI_COMM_WORLD_SIZE", "4", "SLURM_PROCID", "0",
-          "SLURM_NTASKS", "8"}, 3, 4, NULL},
-        {{"SLURM_PROCID", "2", "SLURM_NTASKS", "3"}, 2, 3, NULL},
+          "SLURM_STEP_NUM_TASKS", "8"}, 3, 4, NULL},
+        {{"SLURM_PROCID", "2", "SLURM_STEP_NUM_TASKS", "3", "SLURM_NTASKS", "4"}, 2, 3, NULL},
+        /* a batch script's own environment, and an salloc shell's: not srun's tasks */
+        {{"SLURM_PROCID", "0", "SLURM_NTASKS", "3"}, 0, 1, NULL},
+        {{"SLURM_NTASKS", "2"}, 0, 1, NULL},
+        {{"SLURM_PROCID", "3", "SLURM_STEP_NUM_TASKS", "3"}, -1, -1, "SLURM_STEP_NUM_TASKS"},
         {{"RANK", "1"}, -1, -1, "WORLD_SIZE"},
         {{"PMI_SIZE", "2"}, -1, -1, "PMI_RANK"},
     };
@@ -489,6 +547,65 @@ START_TEST(test_launcher_vars)
             ck_assert_msg(st == TUTTI_OK && rank == cases[i].rank && size == cases[i].size,
                           "case %zu: %d, rank %d of %d: %s", i, st, rank, size, tutti_last_error());
     }
+}
+END_TEST
+
+/* Where a Slurm step meets when the user set no MASTER_ADDR/MASTER_PORT: a port of the job's
+ * and step's own, on the step's first node when it spans several. */
+START_TEST(test_slurm_store)
+{
+    static const struct {
+        const char *list, *first; /* NULL: refused */
+    } lists[] = {
+        {"vm", "vm"},
+        {"node[07-09,12],gpu1", "node07"},
+        {"node[12,07-09]", "node12"},
+        {"rack[1-2]-n[3-4],x", "rack1-n3"},
+        {"a,b[1-3]", "a"},
+        {"n[5]", "n5"},
+        {"n[]", NULL},
+        {"n[a-b]", NULL},
+        {"n[1-2", NULL},
+        {"n]1[", NULL},
+        {"", NULL},
+        {",x", NULL},
+        {"a b", NULL},
+        {"n[[1]]", NULL},
+    };
+    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+        char out[64] = "?";
+        bool ok = tutti__hostlist_first(lists[i].list, out, sizeof out);
+        ck_assert_msg(lists[i].first ? ok && strcmp(out, lists[i].first) == 0 : !ok,
+                      "\"%s\" gave %s \"%s\"", lists[i].list, ok ? "" : "(refused)", out);
+    }
+    char small[4];
+    ck_assert(!tutti__hostlist_first("node[07-09]", small, sizeof small));
+
+    char addr[64];
+    long port = 0;
+    setenv("SLURM_JOB_ID", "123456", 1);
+    setenv("SLURM_STEP_ID", "3", 1);
+    setenv("SLURM_STEP_NUM_NODES", "1", 1);
+    setenv("SLURM_STEP_NODELIST", "vm", 1);
+    ck_assert_int_eq(tutti__slurm_store(addr, sizeof addr, &port), TUTTI_OK);
+    ck_assert_int_eq(port, 20000 + 456 * 10 + 3);
+    ck_assert_str_eq(addr, ""); /* one node: loopback */
+    setenv("SLURM_STEP_NUM_NODES", "4", 1);
+    setenv("SLURM_STEP_NODELIST", "cn[0101-0104]", 1);
+    ck_assert_int_eq(tutti__slurm_store(addr, sizeof addr, &port), TUTTI_OK);
+    ck_assert_str_eq(addr, "cn0101");
+    ck_assert_int_eq(tutti__slurm_store(NULL, 0, &port), TUTTI_OK); /* MASTER_ADDR was set */
+    setenv("SLURM_STEP_NODELIST", "cn[0101-", 1);
+    ck_assert_int_eq(tutti__slurm_store(addr, sizeof addr, &port), TUTTI_ERR_BOOTSTRAP);
+    ck_assert_msg(strstr(tutti_last_error(), "MASTER_ADDR") != NULL, "%s", tutti_last_error());
+    setenv("SLURM_STEP_ID", "-1", 1); /* a hostile value still gives a port in range */
+    setenv("SLURM_JOB_ID", "x", 1);
+    ck_assert_int_eq(tutti__slurm_store(NULL, 0, &port), TUTTI_OK);
+    ck_assert_int_eq(port, 20000);
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_STEP_ID");
+    unsetenv("SLURM_STEP_NUM_NODES");
+    unsetenv("SLURM_STEP_NODELIST");
 }
 END_TEST
 
@@ -725,10 +842,12 @@ static Suite *suite(void)
     tcase_add_test(tc, test_store_semantics);
     tcase_add_test(tc, test_failing_oob);
     tcase_add_test(tc, test_port_in_use);
+    tcase_add_test(tc, test_two_rank0s);
     tcase_add_test(tc, test_no_server);
     tcase_add_test(tc, test_world_size_mismatch);
     tcase_add_test(tc, test_failure_report);
     tcase_add_test(tc, test_launcher_vars);
+    tcase_add_test(tc, test_slurm_store);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");

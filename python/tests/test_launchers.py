@@ -202,6 +202,49 @@ class TestLaunchers(unittest.TestCase):
                "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
         self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 2, 0))
 
+    def test_setup_env_from_slurm(self):
+        """srun's tasks: rank, size and local rank from Slurm, and a store port of the job's own
+        (libtutti's choice, so a C program and torch in one step meet alike); a batch script or
+        salloc shell, whose SLURM_PROCID=0 / SLURM_NTASKS are not a step's, is not launched."""
+        import tutti_torch
+
+        step = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "3", "SLURM_NTASKS": "3",
+                "SLURM_LOCALID": "1", "SLURM_JOB_ID": "4321", "SLURM_STEP_ID": "2",
+                "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "vm"}
+        env = dict(step)
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 3, 1))
+        self.assertEqual((env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]), ("1", "3", "1"))
+        self.assertEqual((env["MASTER_ADDR"], env["MASTER_PORT"]), ("127.0.0.1", str(20000 + 3212)))
+        # across nodes: the step's first node, unless MASTER_ADDR is set
+        env = dict(step, SLURM_STEP_NUM_NODES="2", SLURM_STEP_NODELIST="cn[07-08,11],gpu1")
+        tutti_torch.setup_env_from_launcher(env)
+        self.assertEqual(env["MASTER_ADDR"], "cn07")
+        env = dict(step, SLURM_STEP_NUM_NODES="2", SLURM_STEP_NODELIST="cn[07-",
+                   MASTER_ADDR="head", MASTER_PORT="777")
+        tutti_torch.setup_env_from_launcher(env)
+        self.assertEqual((env["MASTER_ADDR"], env["MASTER_PORT"]), ("head", "777"))
+        with self.assertRaisesRegex(ValueError, "MASTER_ADDR"):
+            tutti_torch.setup_env_from_launcher(dict(step, SLURM_STEP_NUM_NODES="2",
+                                                     SLURM_STEP_NODELIST="cn[07-"))
+        for hosts, first in (("vm", "vm"), ("rack[1-2]-n[3-4],x", "rack1-n3"), ("n[12,07]", "n12"),
+                             ("n[]", None), ("n[1-2", None), ("n]1[", None), ("", None),
+                             (",x", None), ("a b", None), ("n[[1]]", None)):
+            self.assertEqual(tutti_torch._hostlist_first(hosts), first, hosts)
+        # torchrun or mpirun inside an srun step: theirs win, and Slurm's may differ
+        env = dict(step, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_PORT="29400")
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (0, 2, 0))
+        self.assertEqual(env["MASTER_PORT"], "29400")
+        env = dict(step, PMI_RANK="3", PMI_SIZE="4")
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env)[:2], (3, 4))
+        self.assertEqual(env["MASTER_PORT"], "29500")
+        # a batch script run without srun, and an salloc shell: one process, with a warning
+        for env in ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9"},
+                    {"SLURM_NTASKS": "2"}):
+            self.assertFalse(tutti_torch._launched(env))
+            with self.assertWarnsRegex(RuntimeWarning, "srun"):
+                self.assertEqual(tutti_torch.setup_env_from_launcher(env), (0, 1, 0))
+        self.assertTrue(tutti_torch._launched(step))
+
 
 if __name__ == "__main__":
     if "--worker" in sys.argv:

@@ -17,6 +17,7 @@ Written for torch 2.13 (tested with 2.13.0), the torch it was built against; see
 docs/pytorch.md.
 """
 import os
+import re
 import signal
 import threading
 
@@ -51,17 +52,61 @@ __version__ = _version()
 
 # Launchers' variables (rank, size, local rank), in order of precedence: torchrun's own first,
 # then MPICH / Intel MPI (PMI_*, MPI_LOCALRANKID), Open MPI (OMPI_COMM_WORLD_*), MVAPICH
-# (MV2_COMM_WORLD_*). A rank and a size always come from the same launcher.
+# (MV2_COMM_WORLD_*), Slurm's srun. A rank and a size always come from the same launcher.
+# Slurm's size is the step's: a batch script or an salloc shell has SLURM_PROCID=0 and
+# SLURM_NTASKS too, but no SLURM_STEP_NUM_TASKS, and a process started there without srun is
+# not rank 0 of a job (libtutti reads them alike: src/bootstrap/launcher.c).
+_SLURM = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID")
 _LAUNCHERS = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
               ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
               ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-              ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"))
+              ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
+              _SLURM)
 _RANK_VARS = tuple(f[0] for f in _LAUNCHERS)
 _SIZE_VARS = tuple(f[1] for f in _LAUNCHERS)
 
 
 def _launcher_vars(env):
     return {k: env[k] for k in _RANK_VARS + _SIZE_VARS if k in env}
+
+
+def _launched(env):
+    """Whether some launcher's variables are set (Slurm's only in a task of an srun step)."""
+    return any(env.get(r) or env.get(s) for r, s, _ in _LAUNCHERS
+               if (r, s) != _SLURM[:2] or env.get(_SLURM[1]))
+
+
+def _hostlist_first(hosts):
+    """The first host of a Slurm host list ("node[07-09,12],gpu1" gives "node07",
+    "rack[1-2]-n[3-4]" gives "rack1-n3"); None for one it cannot read. The same reading as
+    libtutti's tutti__hostlist_first."""
+    first = re.match(r"(?:[^,\[\]]|\[[^\[\]]*\])*", hosts).group(0)  # up to a ',' outside [ ]
+    host = r"[^\[\]\s,]*(?:\[\d+(?:[-,][^\[\]]*)?\][^\[\]\s,]*)*"
+    if first == "" or hosts[len(first):len(first) + 1] not in ("", ",") or \
+            not re.fullmatch(host, first):
+        return None
+    return re.sub(r"\[(\d+)[^\]]*\]", r"\1", first)
+
+
+def _slurm_store(env, want_addr):
+    """(MASTER_ADDR or None, MASTER_PORT) for a Slurm step, as libtutti picks them: a port of
+    the job and step's own, so that jobs sharing a node do not meet on one; the first node of
+    the step when it spans several, where srun's block and cyclic distributions put rank 0."""
+    def num(name):
+        try:
+            return max(int(env.get(name, "0")), 0)
+        except ValueError:
+            return 0
+    port = 20000 + (num("SLURM_JOB_ID") % 1000) * 10 + num("SLURM_STEP_ID") % 10
+    addr = None
+    if want_addr and num("SLURM_STEP_NUM_NODES") > 1:
+        addr = _hostlist_first(env.get("SLURM_STEP_NODELIST", ""))
+        if addr is None:
+            raise ValueError("tutti_torch: a Slurm step on %s nodes whose SLURM_STEP_NODELIST=%r "
+                             "names no first node: set MASTER_ADDR to rank 0's host"
+                             % (env.get("SLURM_STEP_NUM_NODES"),
+                                env.get("SLURM_STEP_NODELIST", "")))
+    return addr, port
 
 
 def _first_int(env, names, default):
@@ -86,6 +131,8 @@ def setup_env_from_launcher(environ=None):
     env = os.environ if environ is None else environ
     found = []  # (rank, size, local, names) of each launcher whose variables are set
     for rname, sname, lname in _LAUNCHERS:
+        if (rname, sname) == _SLURM[:2] and not env.get(sname):
+            continue  # not a task of an srun step
         r, s = _first_int(env, (rname,), None), _first_int(env, (sname,), None)
         if r is None and s is None:
             continue
@@ -97,13 +144,21 @@ def setup_env_from_launcher(environ=None):
         found.append((r, s, _first_int(env, (lname,), None), "%s/%s" % (rname, sname)))
     if not found:
         rank, size, local = 0, 1, 0
+        if _first_int(env, ("SLURM_NTASKS",), 1) > 1:
+            import warnings
+
+            warnings.warn("tutti_torch: SLURM_NTASKS=%s, but this process is not a task of an "
+                          "srun step (no SLURM_STEP_NUM_TASKS: a batch script or an salloc "
+                          "shell), so it runs as a single rank; start the ranks with srun"
+                          % env["SLURM_NTASKS"], RuntimeWarning, stacklevel=2)
     else:
         rank, size, local, names = found[0]
         if local is None:
             local = _first_int(env, ("LOCAL_RANK",), None)
         # Two MPI launchers that disagree: one's variables leaked in from an outer mpirun.
         for r, s, l, other in found[1:]:
-            if names != "RANK/WORLD_SIZE" and (r, s) != (rank, size):
+            # Slurm's stay set around an mpirun or torchrun inside an srun step
+            if names != "RANK/WORLD_SIZE" and other != "%s/%s" % _SLURM[:2] and (r, s) != (rank, size):
                 raise ValueError("tutti_torch: two launchers' variables disagree: %s say rank %d "
                                  "of %d, %s say rank %d of %d: one set leaked in from an outer "
                                  "launcher; unset the outer one's, or set RANK and WORLD_SIZE"
@@ -121,8 +176,14 @@ def setup_env_from_launcher(environ=None):
         # No launcher said it (RANK and WORLD_SIZE set by hand): left unset rather than
         # guessed, since 0 on every rank would make each one its node's first process.
         env.setdefault("LOCAL_RANK", str(local))
-    env.setdefault("MASTER_ADDR", "127.0.0.1")
-    env.setdefault("MASTER_PORT", "29500")
+    addr, port = "127.0.0.1", 29500
+    if found and found[0][3] == "%s/%s" % _SLURM[:2] and size > 1:
+        slurm_addr, port = _slurm_store(env, want_addr=not env.get("MASTER_ADDR"))
+        addr = slurm_addr or addr
+    if not env.get("MASTER_ADDR"):
+        env["MASTER_ADDR"] = addr
+    if not env.get("MASTER_PORT"):
+        env["MASTER_PORT"] = str(port)
     return rank, size, local
 
 
@@ -175,7 +236,7 @@ register()
 
 # Only under a launcher: a process nobody launched keeps its environment as it is, so that an
 # "env://" init without RANK fails as it would without this import.
-if any(os.environ.get(v) for v in _RANK_VARS + _SIZE_VARS):
+if _launched(os.environ):
     try:
         setup_env_from_launcher()
     except ValueError as e:

@@ -14,6 +14,23 @@
  * the values. */
 tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how);
 
+/* tutti__launcher_is_slurm tells whether how (from tutti__launcher_rank) says the rank came from
+ * a Slurm step (srun). */
+bool tutti__launcher_is_slurm(const char *how);
+
+/* tutti__slurm_store writes where a Slurm step's store goes when MASTER_ADDR and MASTER_PORT
+ * are unset: port 20000 + 10 x (SLURM_JOB_ID mod 1000) + SLURM_STEP_ID mod 10, so that jobs
+ * sharing a node, and steps of a job that run at once, do not meet on one port; addr the first
+ * node of SLURM_STEP_NODELIST when the step spans several nodes (rank 0's under srun's block
+ * and cyclic distributions), else "" (the default, loopback); addr NULL: the port only. A
+ * list it cannot read is TUTTI_ERR_BOOTSTRAP saying to set MASTER_ADDR. */
+tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port);
+
+/* tutti__hostlist_first writes the first host of a Slurm host list ("node[07-09,12],gpu1" gives
+ * "node07"; "rack[1-2]-n[3-4]" gives "rack1-n3"); false for one it cannot read or that does not
+ * fit cap. */
+bool tutti__hostlist_first(const char *list, char *out, size_t cap);
+
 /* Where the ranks of a job run. */
 typedef struct tutti__nodes {
     int nnodes;         /* nodes, numbered by their lowest rank */

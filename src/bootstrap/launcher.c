@@ -1,6 +1,8 @@
 /* launcher.c: the rank and size that a launcher (torchrun, MPICH's or Intel MPI's Hydra, Open MPI,
- * Slurm) gave this process through its environment. */
+ * Slurm) gave this process through its environment, and where a Slurm step's store goes. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "discover.h"
 
@@ -17,20 +19,27 @@ static bool env_int(const char *name, long *out)
     return true;
 }
 
+static const char slurm_how[] = "SLURM_PROCID/SLURM_STEP_NUM_TASKS";
+
 /* Launchers in the order of the design card: torchrun, MPICH/Intel MPI, Open MPI, Slurm. The
  * first set wins (torchrun inside mpirun or srun, mpirun inside an sbatch script), but the two
  * MPI launchers' variables must agree where both are set: one of them leaked in from an outer
  * launcher (mpirun.mpich -n 1 around mpirun.openmpi -n 2 gave every rank PMI_RANK=0,
- * PMI_SIZE=1), and trusting either silently could make each rank a job of its own. */
+ * PMI_SIZE=1), and trusting either silently could make each rank a job of its own. Slurm's
+ * size is the step's (SLURM_STEP_NUM_TASKS, which only srun sets): a batch script or an salloc
+ * shell also has SLURM_PROCID=0 and SLURM_NTASKS, and a program run there without srun is one
+ * process, not rank 0 of a job whose other ranks never start. */
 tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
 {
     static const char *const pairs[][3] = {
         {"RANK", "WORLD_SIZE", "RANK/WORLD_SIZE"},
         {"PMI_RANK", "PMI_SIZE", "PMI_RANK/PMI_SIZE"},
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK/SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_PROCID/SLURM_NTASKS"},
+        {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", slurm_how},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        if (i == 3 && tutti__env_get("SLURM_STEP_NUM_TASKS") == NULL)
+            continue; /* not a task of an srun step */
         long r = 0, s = 0;
         bool hr = env_int(pairs[i][0], &r), hs = env_int(pairs[i][1], &s);
         if (!hr && !hs && tutti__env_get(pairs[i][0]) == NULL && tutti__env_get(pairs[i][1]) == NULL)
@@ -58,5 +67,77 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
     *rank = 0;
     *size = 1;
     *how = "no launcher variables: a single rank";
+    long tasks = 0;
+    if (env_int("SLURM_NTASKS", &tasks) && tasks > 1)
+        TUTTI__LOG(TUTTI__LOG_WARN,
+                   "SLURM_NTASKS=%ld, but this process is not a task of an srun step (no "
+                   "SLURM_STEP_NUM_TASKS: a batch script or an salloc shell), so it runs as a "
+                   "single rank; start the ranks with srun",
+                   tasks);
+    return TUTTI_OK;
+}
+
+bool tutti__launcher_is_slurm(const char *how) { return how == slurm_how; }
+
+bool tutti__hostlist_first(const char *list, char *out, size_t cap)
+{
+    size_t n = 0;
+    bool in = false, took = false; /* inside [...]; the bracket's first host is copied */
+    for (const char *p = list; *p != '\0' && (in || *p != ','); p++) {
+        char ch = *p;
+        if (ch == '[') {
+            if (in)
+                return false;
+            in = true;
+            took = false;
+            continue;
+        }
+        if (ch == ']') {
+            if (!in || !took)
+                return false;
+            in = false;
+            continue;
+        }
+        if (in) {
+            if (took || ch == '-' || ch == ',') {
+                took = true; /* the first item of a bracket ends at its '-' or ',' */
+                continue;
+            }
+            if (ch < '0' || ch > '9')
+                return false;
+        } else if (ch == ' ')
+            return false;
+        if (n + 1 >= cap)
+            return false;
+        out[n++] = ch;
+        if (in && (p[1] == '-' || p[1] == ',' || p[1] == ']'))
+            took = true;
+    }
+    out[n] = '\0';
+    return !in && n > 0;
+}
+
+tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port)
+{
+    long job = 0, step = 0, nodes = 1;
+    if (!env_int("SLURM_JOB_ID", &job) || job < 0)
+        job = 0;
+    if (!env_int("SLURM_STEP_ID", &step) || step < 0)
+        step = 0;
+    /* Jobs that share a node, and steps of one job that run at once, get different ports:
+     * 1000 jobs in a row and 10 steps of each before two meet. Below Linux's ephemeral range. */
+    *port = 20000 + (job % 1000) * 10 + step % 10;
+    if (addr == NULL)
+        return TUTTI_OK;
+    addr[0] = '\0';
+    if (env_int("SLURM_STEP_NUM_NODES", &nodes) && nodes > 1) {
+        const char *list = tutti__env_get("SLURM_STEP_NODELIST");
+        if (list == NULL || !tutti__hostlist_first(list, addr, cap))
+            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                    "bootstrap: a Slurm step on %ld nodes, and its node list "
+                                    "SLURM_STEP_NODELIST=\"%s\" does not name a first node: set "
+                                    "MASTER_ADDR to rank 0's host",
+                                    nodes, list ? list : "");
+    }
     return TUTTI_OK;
 }

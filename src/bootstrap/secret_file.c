@@ -210,10 +210,11 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
     if (fd < 0)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: rank %d is on the host of the rendezvous store at "
-                                "%s:%d, but finds no secret of its job in %s/%s (%s): are the "
-                                "ranks in different containers, or under different "
-                                "XDG_RUNTIME_DIR? Set TUTTI_JOB_TOKEN to the same random value "
-                                "for every rank",
+                                "%s:%d, but finds no secret of its job in %s/%s (%s): is that "
+                                "store another job's, one whose ranks had all joined (two jobs "
+                                "on one MASTER_PORT: give each its own)? Or are the ranks in "
+                                "different containers, or under different XDG_RUNTIME_DIR (set "
+                                "TUTTI_JOB_TOKEN to the same random value for every rank)?",
                                 rank, ip, port, dir, name, strerror(errno));
     struct stat sb;
     char text[FILE_MAX];

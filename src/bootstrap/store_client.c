@@ -518,6 +518,7 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
     double start = tutti__now();
     char why[256] = "connection refused";
     unsigned pause_ms = 20;
+    bool told = false;
     for (;;) {
         bool fatal = false, retry = false;
         s->fd = try_connect(addr, port, srcp, deadline, why, sizeof why, &fatal);
@@ -554,6 +555,16 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
                                   "%.3g s (%s): %s",
                                   rank, addr, port, deadline - start, why, hint);
             goto fail;
+        }
+        if (!told && tutti__now() - start >= 30.0) {
+            /* The deadline may be minutes away (TUTTI_TIMEOUT, 300 s by default): say once
+             * why this rank is quiet, since a rank 0 that died before it served is the usual
+             * cause, and a launcher that leaves the other ranks running says nothing. */
+            told = true;
+            TUTTI__LOG(TUTTI__LOG_WARN,
+                       "rank %d has tried for 30 s to reach the rendezvous store at %s:%d (%s); "
+                       "trying for %.0f s more: is rank 0 running?",
+                       rank, addr, port, why, left);
         }
         /* Refused is normal while rank 0 starts; retry at a pace that costs rank 0 nothing. */
         tutti__sleep_us((unsigned)((left * 1000.0 < pause_ms ? left * 1000.0 : pause_ms) * 1000.0));

@@ -334,10 +334,16 @@ tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, cons
         goto fail;
     }
     /* SO_REUSEADDR lets a quick rerun bind while the last run's connections sit in TIME_WAIT;
-     * a live listener on the port still makes bind fail, as it should. */
+     * a live listener on the port still makes bind fail, as it should. But two sockets that
+     * both set it may bind one port while neither listens yet (two jobs' rank 0s starting at
+     * once): the loser finds out only at listen, and must not have touched the winner's
+     * secret file before that. */
     int one = 1;
     setsockopt(sv->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(sv->lfd, (const struct sockaddr *)bind_to, sizeof *bind_to) < 0) {
+    int rc = bind(sv->lfd, (const struct sockaddr *)bind_to, sizeof *bind_to);
+    if (rc == 0)
+        rc = listen(sv->lfd, 4096);
+    if (rc < 0) {
         if (errno == EADDRINUSE)
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank 0 cannot serve the rendezvous store on %s port %d: address "
@@ -358,19 +364,14 @@ tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, cons
     socklen_t sl = sizeof sa;
     if (getsockname(sv->lfd, (struct sockaddr *)&sa, &sl) == 0)
         sv->core.port = port = ntohs(sa.sin_port); /* port 0: the one the kernel picked */
-    /* A HOST job's secret is on disk before anyone can connect, so a rank that reached the
-     * store finds it. */
+    /* A HOST job's secret is on disk before the store says anything: a rank that connects now
+     * waits in the backlog until the serving thread, started below, sends its challenge, and
+     * reads the file only after that. */
     if (auth->mode == TUTTI__AUTH_HOST)
         TUTTI__CHECK_GOTO(tutti__secret_file_write(name_ip, port, auth, sv->secret_path,
                                                    sizeof sv->secret_path),
                           st, fail);
-    if (listen(sv->lfd, 4096) < 0) {
-        st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                              "rank 0 cannot listen on port %d for the rendezvous store: %s",
-                              port, strerror(errno));
-        goto fail;
-    }
-    int rc = pthread_create(&sv->thr, NULL, serve, sv);
+    rc = pthread_create(&sv->thr, NULL, serve, sv);
     if (rc != 0) {
         st = tutti__set_error(TUTTI_ERR_SYSTEM,
                               "rank 0 cannot start the rendezvous store's thread: %s",

@@ -43,10 +43,11 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"MASTER_ADDR", "127.0.0.1",
      "host of rank 0's rendezvous store, which listens on that address only (a host name that "
      "resolves to a loopback address other than `localhost`'s: on every interface); a job of one "
-     "rank serves no store"},
+     "rank serves no store; under srun, unset, the step's first node when it spans several"},
     {"MASTER_PORT", "29500",
      "TCP port of rank 0's rendezvous store (under torchrun, whose agent serves its own store "
-     "there, tutti's listens on the next odd port: see `TUTTI_STORE_PORT`)"},
+     "there, tutti's listens on the next odd port: see `TUTTI_STORE_PORT`; under srun, unset, "
+     "one of the job's own: see `SLURM_JOB_ID`)"},
     {"TUTTI_STORE_PORT", NULL,
      "TCP port of rank 0's rendezvous store, the same on every rank; unset: `MASTER_PORT`, or "
      "the next odd port above it where `TORCHELASTIC_USE_AGENT_STORE` is `True` (a C program "
@@ -66,8 +67,12 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "Open MPI's per-job random key: the job's secret when `TUTTI_JOB_TOKEN` is unset"},
     {"OMPI_MCA_ess_base_jobid", NULL,
      "Open MPI's job id: part of the job's identity at the rendezvous (another job is refused)"},
-    {"SLURM_JOB_ID", NULL, "Slurm's job id: part of the job's identity at the rendezvous"},
-    {"SLURM_STEP_ID", NULL, "Slurm's step id: part of the job's identity at the rendezvous"},
+    {"SLURM_JOB_ID", NULL,
+     "Slurm's job id: part of the job's identity at the rendezvous; under srun with "
+     "`MASTER_PORT` unset, the store's port is 20000 + 10 x (job id mod 1000) + step id mod 10"},
+    {"SLURM_STEP_ID", NULL,
+     "Slurm's step id: part of the job's identity at the rendezvous, and of the store's port "
+     "under srun"},
     {"TORCHELASTIC_RUN_ID", NULL,
      "torchrun's run id (`--rdzv-id`; its default `none` is ignored): part of the job's identity "
      "at the rendezvous"},
@@ -78,8 +83,17 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"PMI_SIZE", NULL, "number of ranks (MPICH Hydra, Intel MPI)"},
     {"OMPI_COMM_WORLD_RANK", NULL, "rank (Open MPI)"},
     {"OMPI_COMM_WORLD_SIZE", NULL, "number of ranks (Open MPI)"},
-    {"SLURM_PROCID", NULL, "rank (Slurm srun)"},
-    {"SLURM_NTASKS", NULL, "number of ranks (Slurm srun)"},
+    {"SLURM_PROCID", NULL, "rank (a task of a Slurm `srun` step)"},
+    {"SLURM_STEP_NUM_TASKS", NULL,
+     "number of ranks (a Slurm `srun` step; a batch script or an `salloc` shell has none, and "
+     "a program run there without srun is a single rank)"},
+    {"SLURM_NTASKS", NULL,
+     "read only to warn that a program run without srun in an allocation of several tasks is a "
+     "single rank"},
+    {"SLURM_STEP_NUM_NODES", NULL,
+     "nodes of the srun step: more than one, and `MASTER_ADDR` unset, puts the store on the "
+     "first node of `SLURM_STEP_NODELIST`"},
+    {"SLURM_STEP_NODELIST", NULL, "the srun step's nodes, as a Slurm host list (`node[01-04]`)"},
     {"CCL_ALLREDUCE", NULL, "allreduce algorithm override, e.g. `tree:0-16384;ring:16385-max`"},
     {"CCL_ALLGATHER", NULL, "allgather(v) algorithm override"},
     {"CCL_ALLTOALL", NULL, "alltoall(v) algorithm override"},

@@ -173,6 +173,15 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         /* After the agreement: "auto" pins only where the whole node is oversubscribed. */
         TUTTI__CHECK_GOTO(agree_oversubscribed(c, bs), st, fail);
         place_caller(c);
+        TUTTI__LOG(TUTTI__LOG_INFO,
+                   "rank %d: %d rank(s) on this node, %d core(s) this one may use; %s "
+                   "oversubscribed (the node: %s), so waits %s; calling thread's core %d, first "
+                   "worker's %d (-1: not pinned)",
+                   rank, c->nodes.local_size, c->nodes.ncpus,
+                   c->threads.oversubscribed ? "is" : "not",
+                   c->threads.node_oversubscribed ? "yes" : "no",
+                   c->threads.oversubscribed ? "yield the core at once" : "spin first",
+                   c->threads.caller, c->nslices > 0 ? c->threads.workers[0] : -1);
     }
     c->net.oversubscribed = c->threads.oversubscribed;
     c->net.round_bytes = c->threads.node_oversubscribed ? 0 : tutti__round_bytes();
@@ -251,6 +260,13 @@ static tutti_status_t init_solo(const tutti__config_t *cfg, tutti_comm_t **comm)
     return st;
 }
 
+/* set: the variable is in the environment, not empty (tutti__env_get gives defaults). */
+static bool set(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0';
+}
+
 /* store_port: where rank 0's rendezvous store listens. TUTTI_STORE_PORT if set, else
  * MASTER_PORT; but torchrun's agent already serves torch's own store at MASTER_PORT (and says
  * so with TORCHELASTIC_USE_AGENT_STORE), so a C program under torchrun would find its port
@@ -300,10 +316,26 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     }
     const char *addr = tutti__env_get("MASTER_ADDR");
     long port = 29500, master_port = 29500;
-    tutti_status_t st = store_port(&port);
+    char slurm_addr[256] = "";
+    long slurm_port = 0;
+    if (tutti__launcher_is_slurm(how)) {
+        /* srun gives no rendezvous address: unless the user set one, each job and step gets a
+         * port of its own, and a step across nodes meets on its first node. */
+        TUTTI__CHECK(tutti__slurm_store(set("MASTER_ADDR") ? NULL : slurm_addr,
+                                        sizeof slurm_addr, &slurm_port));
+        if (slurm_addr[0] != '\0')
+            addr = slurm_addr;
+        if (set("MASTER_PORT") || set("TUTTI_STORE_PORT"))
+            slurm_port = 0;
+    }
+    tutti_status_t st = TUTTI_OK;
+    if (slurm_port != 0)
+        port = slurm_port;
+    else
+        st = store_port(&port);
     if (st < 0)
         return st;
-    if (tutti__env_get("TUTTI_STORE_PORT") != NULL ||
+    if (slurm_port != 0 || tutti__env_get("TUTTI_STORE_PORT") != NULL ||
         tutti__env_long("MASTER_PORT", 1, 65535, &master_port) < 0)
         master_port = port;
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld (secret: %s)", rank,
@@ -323,13 +355,21 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                  "port",
                  port, master_port, port, port);
     }
-    if (st < 0 && rank != 0 && getenv("MASTER_ADDR") == NULL) {
-        /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. */
+    if (st < 0 && rank != 0 && !set("MASTER_ADDR") && !tutti__launcher_is_slurm(how)) {
+        /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. (A Slurm step
+         * knows whether it spans nodes, and has its first node's name then.) */
         char *e = tutti__tls_error();
         size_t used = strlen(e);
         snprintf(e + used, TUTTI__ERRLEN - used,
                  "; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store only "
                  "from its own host: set MASTER_ADDR to rank 0's host for a job across nodes",
+                 addr);
+    } else if (st < 0 && slurm_addr[0] != '\0') {
+        char *e = tutti__tls_error();
+        size_t used = strlen(e);
+        snprintf(e + used, TUTTI__ERRLEN - used,
+                 "; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs under srun's "
+                 "block and cyclic distributions: with another, set MASTER_ADDR to rank 0's host",
                  addr);
     }
     if (st < 0)

@@ -100,6 +100,11 @@ static void parse_args(int argc, char **argv, opts_t *o, void (*usage)(FILE *), 
     /* designators in declaration order: ccl-bench.cpp includes this file as C++ */
     *o = (opts_t){.coll = C_COUNT, .dtype = D_FP32, .op = O_SUM, .min_bytes = 8,
                   .max_bytes = 4u << 20, .factor = 2, .iters = 100, .warmup = 10};
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--help") == 0) { /* what users type first */
+            usage(stdout);
+            exit(0);
+        }
     int c;
     while ((c = getopt(argc, argv, "b:e:f:i:x:d:o:a:ch")) != -1) {
         switch (c) {

@@ -8,10 +8,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # python3-dev, python3-venv: the venv and Python.h for the PyTorch backend (torch itself, with
 # its C++ headers, and meson-python come from PyPI into .venv); clang and libclang-rt-14-dev
-# (libFuzzer's runtime): the fuzz build of scripts/test.sh
+# (libFuzzer's runtime): the fuzz build of scripts/test.sh; slurm-wlm and munge: tests/slurm.sh
+# runs the ranks under a Slurm of its own
 packages=(build-essential meson ninja-build pkg-config libfabric-dev libfabric-bin libhwloc-dev
           check mpich libmpich-dev openmpi-bin libopenmpi-dev iproute2 procps nftables
-          python3-dev python3-venv clang libclang-rt-14-dev)
+          python3-dev python3-venv clang libclang-rt-14-dev slurm-wlm munge)
 
 installed() {
     [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]

@@ -37,6 +37,10 @@ expect 2 "unknown dtype" -- "$bench" allreduce -d bogus
 expect 2 "-i" -- "$bench" allreduce -i 0
 expect 2 "-f" -- "$bench" allreduce -f 1
 expect 2 "unknown collective" -- "$bench" bogus
+# the help, however asked for (--help was "invalid option -- '-'", exit 2)
+expect 0 "usage: tutti-bench" -- "$bench" -h
+expect 0 "usage: tutti-bench" -- "$bench" --help
+expect 0 "srun" -- "$bench" allreduce --help
 
 lm=$src/bench/launch-matrix
 expect 2 "unknown dtype" -- "$lm" -d bogus

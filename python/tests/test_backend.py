@@ -518,6 +518,45 @@ def w_debug_detail():
     print("rank %d: debug detail ok" % rank)
 
 
+def w_reinit(mode="env"):
+    """init_process_group, collectives on the group and on two new groups, monitored_barrier,
+    destroy_process_group: five times in one process, on the same MASTER_PORT ("env": torch's
+    env:// store, a new server in rank 0 each time; under torchrun, its agent's store, which
+    outlives the groups) or on one TCPStore the script keeps ("store"). Failed before
+    2026-11-28: a rank that left destroy first reached rank 0's closing server ("Broken pipe"),
+    and a store that outlived a group still held its keys, which the next group of the same name
+    read (an earlier group's addresses: "cannot reach rank 0")."""
+    import torch
+    import torch.distributed as dist
+
+    import tutti_torch
+
+    store = None
+    if mode == "store":
+        rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), size, rank == 0,
+                              timeout=datetime.timedelta(seconds=60))
+    for cycle in range(5):
+        if store is None:
+            rank, size = harness.init()
+        else:
+            rank, size = harness.init(store=store, rank=rank, world_size=size)
+        t = torch.full((1000,), float(rank + 1 + cycle))
+        dist.all_reduce(t)
+        assert t[0].item() == size * (size + 1) / 2 + size * cycle, (cycle, t[0])
+        everyone = dist.new_group(list(range(size)))
+        firsts = dist.new_group([0, 1])
+        t = torch.ones(4)
+        dist.all_reduce(t, group=everyone)
+        assert t[0].item() == size, t
+        if rank < 2:
+            dist.all_reduce(t, group=firsts)
+            assert t[0].item() == 2 * size, t
+        tutti_torch.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+        dist.destroy_process_group()
+    print("reinit (%s) ok" % mode)
+
+
 # ---------------------------------------------------------------- test side
 
 class TestBackend(harness.RankTest):
@@ -549,6 +588,11 @@ class TestBackend(harness.RankTest):
     def test_options(self):
         self.assertIn("options ok", self.ranks("options", 2, timeout=150)[0].out)
 
+    def test_reinit_same_port(self):
+        self.assertIn("reinit (env) ok", self.ranks("reinit", 2, timeout=150)[0].out)
+        res = self.ranks("reinit", 3, timeout=150, args=("store",))
+        self.assertIn("reinit (store) ok", res[0].out)
+
     def test_debug_detail(self):
         res = self.ranks("debug_detail", 2, timeout=150,
                          env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
@@ -561,7 +605,8 @@ if __name__ == "__main__":
                                       "groups": w_groups, "timeouts": w_timeouts,
                                       "monitored": w_monitored, "refusals": w_refusals,
                                       "options": w_options,
-                                      "debug_detail": w_debug_detail}))
+                                      "debug_detail": w_debug_detail,
+                                      "reinit": w_reinit}))
     import unittest
 
     unittest.main()

@@ -187,6 +187,10 @@ def setup_env_from_launcher(environ=None):
     return rank, size, local
 
 
+_generations = {}  # group name: groups of that name this process made (_create)
+_generations_lock = threading.Lock()
+
+
 def _create(dist_opts, pg_options):
     """The creator torch calls for backend "tutti" (init_process_group, new_group), with the
     extended API: dist_opts carries the group's store (already prefixed per group and device),
@@ -203,6 +207,13 @@ def _create(dist_opts, pg_options):
         options.worker_count = pg_options.worker_count
         options.transport = pg_options.transport
     options.group_name = dist_opts.group_id
+    # init_process_group creates its group before it records it as the default one
+    options._default_group = not dist.is_initialized()
+    # torch reuses group names after destroy_process_group; every rank of a group makes it the
+    # same number of times, so this count is the same on each (backend.cpp: keys of its own)
+    with _generations_lock:
+        options._generation = _generations.get(dist_opts.group_id, 0)
+        _generations[dist_opts.group_id] = options._generation + 1
     options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
     return BackendTutti(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)
 

@@ -8,8 +8,16 @@
 #include <stdexcept>
 #include <thread>
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "errors.h"
 #include "store_oob.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace tutti_torch {
 
@@ -37,6 +45,13 @@ BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int ran
         refuse("init", "the Store is None");
     if (!options_)
         options_ = c10::make_intrusive<Options>();
+    // torch names the groups alike again after destroy_process_group ("0", "1", ...), and a
+    // store that outlives them (torchrun's agent store, a caller's own) still holds the keys
+    // of the last group of that name: each one made again in this process meets under keys of
+    // its own, or it would read the last one's addresses.
+    if (options_->generation > 0)
+        store_ = c10::make_intrusive<c10d::PrefixStore>(
+            "tutti/again" + std::to_string(options_->generation) + "/", store_);
     tutti_comm_config_t cfg = config_of(*options_);
     try {
         comm_ = make_comm(store_.get(), "tutti/coll/", rank, size, cfg);
@@ -46,6 +61,7 @@ BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int ran
     }
     init();
     set_group_note();
+    open_store_probe();
 }
 
 BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -74,6 +90,30 @@ void BackendTutti::set_group_note()
     group_note_ = s + "; the ranks named here are group ranks: group rank i is the i-th of them)";
 }
 
+// connect_to opens a TCP connection to host:port within ms milliseconds; -1 if it cannot.
+static int connect_to(const std::string &host, uint16_t port, int ms)
+{
+    struct addrinfo hints = {}, *ai = nullptr;
+    hints.ai_socktype = SOCK_STREAM;
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &ai) != 0 || ai == nullptr)
+        return -1;
+    int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS);
+    ::freeaddrinfo(ai);
+    if (ok) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        int err = 0;
+        socklen_t len = sizeof err;
+        ok = ::poll(&p, 1, ms) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+             err == 0;
+    }
+    if (!ok && fd >= 0) {
+        ::close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 // Operations still running end first, as in Gloo: a peer may be running one that this rank has
 // only queued, which tutti_comm_destroy would fail here and leave that peer waiting for it until
 // the timeout. Then the communicator goes (its threads joined: every callback has run), then
@@ -89,8 +129,49 @@ void BackendTutti::shutdown()
         std::chrono::milliseconds t = options_->timeout;
         tracker_->wait_idle(t.count() > 0 ? t : std::chrono::milliseconds(300000));
         destroy();
+        await_store_server_gone();
     }
     tracker_->drain();
+}
+
+// On a rank other than 0, the default group's store is a client of the TCPStore server in rank
+// 0's process (env://, tcp://, or the caller's own TCPStore), which closes only once rank 0's
+// destroy_process_group has returned. A rank that left its own destroy first and called
+// init_process_group again on the same MASTER_PORT connected to that closing server, and its
+// first store request failed ("Broken pipe"); Gloo's slower destroy hid the race. So such a
+// rank keeps an idle connection of its own to that server from creation on, and at shutdown
+// waits, up to 1 s, until the server closes it. (Asking through torch's client would log a
+// warning with a stack trace when the server goes; connecting at shutdown could reach rank
+// 0's next server already.) Not under torchrun, whose agent's store outlives the groups, and
+// not for other groups: their store is the default group's, which stays.
+void BackendTutti::open_store_probe()
+{
+    const char *agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (!options_->default_group || getRank() == 0 ||
+        (agent != nullptr && (std::string(agent) == "True" || std::string(agent) == "1")))
+        return;
+    c10::intrusive_ptr<c10d::Store> base = store_;
+    if (auto *prefixed = dynamic_cast<c10d::PrefixStore *>(base.get()))
+        base = prefixed->getUnderlyingNonPrefixStore();
+    if (auto *tcp = dynamic_cast<c10d::TCPStore *>(base.get()))
+        store_probe_ = connect_to(tcp->getHost(), tcp->getPort(), 200);
+}
+
+void BackendTutti::await_store_server_gone()
+{
+    if (store_probe_ < 0)
+        return;
+    struct pollfd p = {store_probe_, POLLIN | POLLRDHUP, 0};
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    int n;
+    do { // ends when the server closes (or fails) the connection, or after 1 s: rank 0 keeps
+         // its store, or has not destroyed its group yet
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            end - std::chrono::steady_clock::now());
+        n = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    } while (n < 0 && errno == EINTR);
+    ::close(store_probe_);
+    store_probe_ = -1;
 }
 
 // abort fails everything queued or running at once (TUTTI_ERR_ABORTED), and every later call
@@ -176,6 +257,7 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
     if (!member)
         return nullptr;
     auto options = c10::make_intrusive<Options>(*options_);
+    options->default_group = false;
     if (opts) {
         options->timeout = opts->timeout;
         options->group_name = opts->group_name;
@@ -224,6 +306,7 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
                        "died too; list every dead rank (their errors name them)");
     }
     auto options = c10::make_intrusive<Options>(*options_);
+    options->default_group = false;
     if (opts_override) {
         options->timeout = opts_override->timeout;
         auto *mine = dynamic_cast<Options *>(opts_override.get());

@@ -74,6 +74,8 @@ class BackendTutti : public c10d::Backend {
         long inline_max = 0;
         int worker_count = 0;  // tutti's worker threads; 0: CCL_WORKER_COUNT or 1
         std::string transport; // "auto", "shm", "ofi"; "": TUTTI_TRANSPORT or auto
+        bool default_group = false; // init_process_group's group (set by tutti_torch's creator)
+        long generation = 0; // groups of this name this process made before (tutti_torch's creator)
     };
 
     // A group of size ranks that meets through store (init_process_group, new_group).
@@ -185,10 +187,13 @@ class BackendTutti : public c10d::Backend {
     WorkPtr receive(const std::string &op, c10d::OpType type, std::vector<at::Tensor> &tensors,
                     int peer, int tag);
     void destroy();
+    void open_store_probe();
+    void await_store_server_gone();
     void set_group_note();
     std::string group_note_; // "" on WORLD's group; else which global ranks it holds
 
     c10::intrusive_ptr<c10d::Store> store_; // monitoredBarrier's meeting place
+    int store_probe_ = -1; // an idle connection to rank 0's TCPStore server (open_store_probe)
     c10::intrusive_ptr<Options> options_;
     std::shared_ptr<Tracker> tracker_ = std::make_shared<Tracker>();
     // The group's one communicator: its collectives run in its queue, its sends and receives

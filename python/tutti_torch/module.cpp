@@ -35,6 +35,10 @@ PYBIND11_MODULE(_C, m)
                        "peers joined); 0: TUTTI_INLINE_MAX if set, else never; -1: never")
         .def_readwrite("worker_count", &BackendTutti::Options::worker_count,
                        "tutti's worker threads per communicator; 0: CCL_WORKER_COUNT or 1")
+        .def_readwrite("_default_group", &BackendTutti::Options::default_group,
+                       "set by tutti_torch's creator for init_process_group's group")
+        .def_readwrite("_generation", &BackendTutti::Options::generation,
+                       "set by tutti_torch's creator: groups of this name made before")
         .def_readwrite("transport", &BackendTutti::Options::transport,
                        "\"auto\", \"shm\" or \"ofi\"; \"\": TUTTI_TRANSPORT or auto");
 

@@ -230,7 +230,8 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     }
     TUTTI__CHECK_GOTO(tutti__obs_open(c, bs), st, fail);
     TUTTI__LOG(TUTTI__LOG_INFO,
-               "rank %d/%d: %d node(s) of %d to %d rank(s), %d here, shm %s, ofi %s; interface "
+               "rank %d/%d: %d node(s) with %d to %d rank(s) each, %d on this one; shm %s, "
+               "ofi %s; interface "
                "%s (%s%s); hierarchical algorithms %s",
                rank, size, c->nodes.nnodes, c->net.topo.ppn_min, c->net.topo.ppn_max,
                c->nodes.local_size, c->net.links.shm ? "yes" : "no",
@@ -355,7 +356,8 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                  "port",
                  port, master_port, port, port);
     }
-    if (st < 0 && rank != 0 && !set("MASTER_ADDR") && !tutti__launcher_is_slurm(how)) {
+    if (st < 0 && rank != 0 && !set("MASTER_ADDR") && !tutti__launcher_is_slurm(how) &&
+        strstr(tutti__tls_error(), "could not reach") != NULL) {
         /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. (A Slurm step
          * knows whether it spans nodes, and has its first node's name then.) */
         char *e = tutti__tls_error();
@@ -364,7 +366,8 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                  "; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store only "
                  "from its own host: set MASTER_ADDR to rank 0's host for a job across nodes",
                  addr);
-    } else if (st < 0 && slurm_addr[0] != '\0') {
+    } else if (st < 0 && slurm_addr[0] != '\0' &&
+               strstr(tutti__tls_error(), "could not reach") != NULL) {
         char *e = tutti__tls_error();
         size_t used = strlen(e);
         snprintf(e + used, TUTTI__ERRLEN - used,

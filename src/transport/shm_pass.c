@@ -211,10 +211,10 @@ tutti_status_t tutti__shm_pass_fetch(const seg_pub_t *pub, int my_local, int lea
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "shm: cannot reach rank %d (this node's lowest rank) for the "
                                 "shared segment: %s: it died, or runs in another network "
-                                "namespace, or the address came from an earlier group's keys "
-                                "left in the same store (torch: init_process_group again on "
-                                "the same MASTER_PORT while the old store was still up; use a "
-                                "new port)",
+                                "namespace, or the address came from an earlier "
+                                "communicator's keys left in the same store (a store reused "
+                                "for a second communicator: give each keys of its own, e.g. "
+                                "a prefix)",
                                 leader, strerror(err));
     pid_t pid = 0;
     tutti_status_t st = TUTTI_OK;

@@ -557,6 +557,54 @@ def w_reinit(mode="env"):
     print("reinit (%s) ok" % mode)
 
 
+def w_group_ends():
+    """Groups ending in orders that wait on each other (a 120 s timeout, so that waiting for
+    it fails the test's own limit). (a) Rank 0 raises with a second group alive, in a step where
+    rank 1 is in an allreduce of the default group; rank 0's `finally` destroys every group,
+    the subgroup first (torch's order): rank 1's allreduce must fail saying rank 0 destroyed
+    its communicator. Before 2026-11-28 rank 0 waited in the subgroup's destroy for rank 1,
+    which waited in the allreduce for rank 0: both until the timeout (Gloo: 0.3 s). (b) Two
+    groups destroyed in opposite orders on the two ranks (each waited for the other until the
+    timeout), then a destroy followed by a collective on one rank and the other way round."""
+    import torch
+    import torch.distributed as dist
+
+    rank, size = harness.init(timeout_s=120)
+    sub = dist.new_group(list(range(size)))
+    try:
+        for step in range(10):
+            if rank == 0 and step == 2:
+                raise ValueError("a bug on rank 0")
+            dist.all_reduce(torch.ones(1000), group=sub if step % 2 else None)
+        raise AssertionError("rank %d: no step failed" % rank)
+    except ValueError:
+        assert rank == 0
+    except RuntimeError as e:
+        assert rank != 0 and "rank 0 destroyed its communicator" in str(e), e
+    finally:
+        dist.destroy_process_group()
+
+    rank, size = harness.init(timeout_s=120)
+    g1, g2 = dist.new_group([0, 1]), dist.new_group([0, 1])
+    for g in (g1, g2):
+        t = torch.ones(4)
+        dist.all_reduce(t, group=g)
+        assert t[0].item() == 2, t
+    for g in ((g1, g2) if rank == 0 else (g2, g1)):
+        dist.destroy_process_group(g)
+    g3 = dist.new_group([0, 1])
+    t = torch.ones(4)
+    if rank == 0:
+        dist.destroy_process_group(g3)
+        dist.all_reduce(t)
+    else:
+        dist.all_reduce(t)
+        dist.destroy_process_group(g3)
+    assert t[0].item() == 2, t
+    dist.destroy_process_group()
+    print("group ends ok")
+
+
 # ---------------------------------------------------------------- test side
 
 class TestBackend(harness.RankTest):
@@ -593,6 +641,9 @@ class TestBackend(harness.RankTest):
         res = self.ranks("reinit", 3, timeout=150, args=("store",))
         self.assertIn("reinit (store) ok", res[0].out)
 
+    def test_group_ends(self):
+        self.assertIn("group ends ok", self.ranks("group_ends", 2, timeout=100)[0].out)
+
     def test_debug_detail(self):
         res = self.ranks("debug_detail", 2, timeout=150,
                          env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
@@ -606,7 +657,7 @@ if __name__ == "__main__":
                                       "monitored": w_monitored, "refusals": w_refusals,
                                       "options": w_options,
                                       "debug_detail": w_debug_detail,
-                                      "reinit": w_reinit}))
+                                      "reinit": w_reinit, "group_ends": w_group_ends}))
     import unittest
 
     unittest.main()

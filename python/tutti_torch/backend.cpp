@@ -90,6 +90,9 @@ void BackendTutti::set_group_note()
     group_note_ = s + "; the ranks named here are group ranks: group rank i is the i-th of them)";
 }
 
+// How long the end of a group waits for the peers to end it too (destroy).
+static constexpr double kDestroyWaitS = 2.0;
+
 // connect_to opens a TCP connection to host:port within ms milliseconds; -1 if it cannot.
 static int connect_to(const std::string &host, uint16_t port, int ms)
 {
@@ -186,10 +189,24 @@ void BackendTutti::abort()
         tutti_comm_abort(comm_);
 }
 
+// tutti_comm_destroy waits until the peers have destroyed the communicator too (up to its
+// timeout), so that none still needs this rank. torch's groups end in an order of torch's, at
+// exit or in a `finally`, while other ranks may still run a collective of another group that
+// waits for this rank: a rank that raised, with a second group (FSDP's and DeviceMesh's),
+// waited in the destroy of one group while its peer waited for it in the other, each until
+// the timeout (30 min by default; Gloo's peers failed at once). So a group's end waits for the
+// peers 2 s at most (its own timeout if shorter), as long as data already sent takes to drain;
+// after that this rank goes, and a peer still waiting for it is told so (its call fails, "rank
+// N destroyed its communicator").
 void BackendTutti::destroy()
 {
-    if (comm_ != nullptr)
+    if (comm_ != nullptr) {
+        double limit = static_cast<double>(options_->timeout.count()) / 1e3;
+        if (!(limit > 0.0 && limit < kDestroyWaitS))
+            limit = kDestroyWaitS;
+        tutti_comm_set_timeout(comm_, limit);
         tutti_comm_destroy(comm_);
+    }
     comm_ = nullptr;
 }
 

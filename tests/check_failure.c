@@ -359,6 +359,35 @@ START_TEST(test_left)
 }
 END_TEST
 
+/* Rank 0's own creation fails after the rendezvous (a setting only it has wrong): every rank
+ * fails soon, with rank 0's reason, instead of all at the deadline (60 s, past the harness's
+ * 30 s) with rank 1 told that rank 0 "never arrived". Rank 0 closed its store as a success,
+ * and its server then served the others until the deadline. */
+static int rank0_fails_body(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    if (rank == 0)
+        setenv("CCL_WORKER_AFFINITY", "0,1,7,1", 1); /* 4 cores for 2 threads */
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("rank %d: created, although rank 0's CCL_WORKER_AFFINITY is wrong", rank);
+    }
+    const char *msg = tutti_last_error();
+    fprintf(stderr, "[rank 0 fails] rank %d: %s\n", rank, msg);
+    if (strstr(msg, "CCL_WORKER_AFFINITY") == NULL)
+        return th_fail("rank %d's error does not carry rank 0's reason: \"%s\"", rank, msg);
+    return 0;
+}
+
+START_TEST(test_rank0_fails)
+{
+    run_pair(_i, rank0_fails_body, 30, "rank 0's creation failing");
+}
+END_TEST
+
 /* Regression: a collective whose ranks pass different counts fails on both ranks, and nothing
  * it posted stays behind. Rank 0 allreduces 600001 fp32 and rank 1 600000 with two workers and
  * the ring algorithm, so each of the two slices runs its own ring; the first receive to see a
@@ -425,6 +454,7 @@ static Suite *failure_suite(void)
     tcase_set_timeout(tc, 40);
     tcase_add_loop_test(tc, test_timeout, 0, 3);
     tcase_add_loop_test(tc, test_left, 0, 2);
+    tcase_add_loop_test(tc, test_rank0_fails, 0, 2);
     tcase_add_loop_test(tc, test_call_timeout, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("mismatch");

@@ -383,7 +383,10 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                              .oob = tutti__store_oob(store), .where = where,
                              .cancelled = tutti__store_doomed, .cancel_ctx = store};
     st = tutti__comm_create(rank, size, &bs, store, &cfg, NULL, comm);
-    if (st < 0 && rank != 0) /* rank 0 serves the store: its own end tells the others */
+    /* A failure is recorded in the store, rank 0's too: the others' waits ask for it and fail
+     * at once with its text. (Rank 0's plain close left its server serving them until the
+     * deadline, and they reported rank 0 as never arrived.) */
+    if (st < 0)
         tutti__store_close_failed(store, st);
     else
         tutti__store_close(store); /* keeps a failure's text */

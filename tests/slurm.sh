@@ -249,6 +249,17 @@ launch() {
     rc=$?
 }
 out() { echo "$tmp/$1.out" "$tmp/$1.err"; }
+# verdict WHAT DONE FILE...: "ok - WHAT: DONE" when $why is empty, else "not ok - WHAT: $why"
+# with the files' last lines
+verdict() {
+    local what=$1 done=$2
+    shift 2
+    if [ -z "$why" ]; then
+        ok "$what: $done"
+    else
+        bad "$what: ${why#; }" "$@"
+    fi
+}
 
 # 1: srun -n 2, ranks from the step's variables.
 CCL_LOG_LEVEL=info launch c1 srun -n 2 "$bench" allreduce -b 8 -e 64K -f 8 -c
@@ -259,12 +270,8 @@ for r in 0 1; do
     grep -q "rank $r of 2 (SLURM_PROCID/SLURM_STEP_NUM_TASKS)" "$tmp/c1.err" ||
         why="$why; no \"rank $r of 2 (SLURM_PROCID/SLURM_STEP_NUM_TASKS)\" in the info log"
 done
-if [ -z "$why" ]; then
-    ok "srun -n 2 tutti-bench allreduce -c: 2 ranks from SLURM_PROCID/SLURM_STEP_NUM_TASKS"
-else
-    # shellcheck disable=SC2046
-    bad "srun -n 2 tutti-bench allreduce -c: ${why#; }" $(out c1)
-fi
+# shellcheck disable=SC2046
+verdict "srun -n 2 tutti-bench allreduce -c" "2 ranks from SLURM_PROCID/SLURM_STEP_NUM_TASKS" $(out c1)
 
 # 2: CPU binding: a core each (not oversubscribed), and none.
 for bind in cores none; do
@@ -317,12 +324,9 @@ else
             why="$why; rank $r logs no \"rendezvous at 127.0.0.1:$want\" (job $job, step $step)"
     done
 fi
-if [ -z "$why" ]; then
-    ok "salloc, second srun step: the store at 127.0.0.1:$want, the port of job $job step $step"
-else
-    # shellcheck disable=SC2046
-    bad "salloc, second srun step, the store's port: ${why#; }" $(out c3)
-fi
+# shellcheck disable=SC2046
+verdict "salloc, second srun step" "the store at 127.0.0.1:$want, the port of job $job step $step" \
+    $(out c3)
 
 # 4: two 2-rank steps of one allocation at the same moment, no MASTER_PORT. --overlap lets them
 # share the allocation's 2 CPUs; each rank waits at a gate until all 4 have started, so both
@@ -361,12 +365,10 @@ if [ "$(wc -l <<<"$pa")" != 1 ] || [ "$(wc -l <<<"$pb")" != 1 ] || [ -z "$pa" ] 
 elif [ "$pa" = "$pb" ]; then
     why="$why; both steps' stores: ${pa#rendezvous at }"
 fi
-if [ -z "$why" ]; then
-    ok "two 2-rank steps at once (srun --overlap): both work, stores at ${pa#rendezvous at } and ${pb#rendezvous at }"
-else
-    # shellcheck disable=SC2046
-    bad "two 2-rank steps at once: ${why#; }" $(out c4) "$tmp/c4a.out" "$tmp/c4a.err" "$tmp/c4b.out" "$tmp/c4b.err"
-fi
+# shellcheck disable=SC2046
+verdict "two 2-rank steps at once (srun --overlap)" \
+    "both work, stores at ${pa#rendezvous at } and ${pb#rendezvous at }" \
+    $(out c4) "$tmp/c4a.out" "$tmp/c4a.err" "$tmp/c4b.out" "$tmp/c4b.err"
 
 # 5: a batch script of 2 tasks that runs tutti-bench itself, without srun: one rank, warned.
 cat >"$tmp/c5.sh" <<SH
@@ -378,12 +380,8 @@ why=""
 [ "$rc" = 0 ] || why="exit $rc"
 grep -q 'ranks 1 ' "$tmp/c5job.out" 2>/dev/null || why="$why; no \"ranks 1\" header"
 grep -qi 'warn.*srun' "$tmp/c5job.err" 2>/dev/null || why="$why; no warning that mentions srun"
-if [ -z "$why" ]; then
-    ok "sbatch -n 2, tutti-bench without srun: a single rank, with a warning about srun"
-else
-    # shellcheck disable=SC2046
-    bad "sbatch -n 2, tutti-bench without srun: ${why#; }" $(out c5) "$tmp/c5job.out" "$tmp/c5job.err"
-fi
+# shellcheck disable=SC2046
+verdict "sbatch -n 2, tutti-bench without srun" "a single rank, with a warning about srun" $(out c5) "$tmp/c5job.out" "$tmp/c5job.err"
 
 # 6: PyTorch over tutti under srun (when the build has tutti_torch).
 py=$root/.venv/bin/python
@@ -403,12 +401,8 @@ else
     [ "$rc" = 0 ] || why="exit $rc"
     grep -q '2 ranks, backend tutti' "$tmp/c6ddp.out" || why="$why; no \"2 ranks, backend tutti\""
     grep -q 'replicas identical: yes' "$tmp/c6ddp.out" || why="$why; no \"replicas identical: yes\""
-    if [ -z "$why" ]; then
-        ok "srun -n 2 examples/torch_ddp.py: 2 ranks, backend tutti, replicas identical"
-    else
-        # shellcheck disable=SC2046
-        bad "srun -n 2 examples/torch_ddp.py: ${why#; }" $(out c6ddp)
-    fi
+    # shellcheck disable=SC2046
+    verdict "srun -n 2 examples/torch_ddp.py" "2 ranks, backend tutti, replicas identical" $(out c6ddp)
 
     cat >"$tmp/c6.py" <<'PY'
 import os
@@ -435,12 +429,8 @@ PY
     why=""
     [ "$rc" = 0 ] || why="exit $rc"
     [ "$(grep -c ': GOOD$' "$tmp/c6pg.out")" = 2 ] || why="$why; not both ranks GOOD"
-    if [ -z "$why" ]; then
-        ok "srun -n 2 init_process_group(\"tutti\"): all_reduce sums to 2, LOCAL_RANK = SLURM_LOCALID"
-    else
-        # shellcheck disable=SC2046
-        bad "srun -n 2 init_process_group(\"tutti\"): ${why#; }" $(out c6pg)
-    fi
+    # shellcheck disable=SC2046
+    verdict "srun -n 2 init_process_group(\"tutti\")" "all_reduce sums to 2, LOCAL_RANK = SLURM_LOCALID" $(out c6pg)
     limit=60
 fi
 
@@ -476,12 +466,8 @@ elif [ "$r0" = 0 ] || [ "$r0" -gt 128 ]; then
 fi
 grep -qi 'rank 1' "$tmp/c7r0.err" 2>/dev/null || why="$why; rank 0's error does not name rank 1"
 grep -qE '^ +size +avg_us' "$tmp/c7r0.out" 2>/dev/null || why="$why; rank 0 never got to its table"
-if [ -z "$why" ]; then
-    ok "srun -n 2, rank 1 SIGKILLed mid-run: rank 0 exits $r0 naming rank 1"
-else
-    # shellcheck disable=SC2046
-    bad "srun -n 2, rank 1 SIGKILLed mid-run: ${why#; }" $(out c7) "$tmp/c7r0.out" "$tmp/c7r0.err"
-fi
+# shellcheck disable=SC2046
+verdict "srun -n 2, rank 1 SIGKILLed mid-run" "rank 0 exits $r0 naming rank 1" $(out c7) "$tmp/c7r0.out" "$tmp/c7r0.err"
 
 echo "1..$n"
 exit "$fail"

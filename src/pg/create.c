@@ -3,6 +3,7 @@
  * the environment (tutti_comm_init_env) or over a caller's store (tutti_comm_init). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -269,20 +270,26 @@ static bool set(const char *name)
 }
 
 /* store_port: where rank 0's rendezvous store listens. TUTTI_STORE_PORT if set, else
- * MASTER_PORT; but torchrun's agent already serves torch's own store at MASTER_PORT (and says
- * so with TORCHELASTIC_USE_AGENT_STORE), so a C program under torchrun would find its port
- * taken on rank 0's host: tutti then takes the next odd port above it, alike on every rank.
- * Odd, because Linux gives connect()'s local ports even numbers first (and bind(0)'s, which is
- * how torchrun picks MASTER_PORT when not told, odd ones): the even port after an automatic
- * MASTER_PORT was found held by some process's outgoing connection on a busy machine. */
-static tutti_status_t store_port(long *port)
+ * MASTER_PORT; with neither, a Slurm step's own port (tutti__slurm_store), else 29500. But
+ * torchrun's agent already serves torch's own store at MASTER_PORT (and says so with
+ * TORCHELASTIC_USE_AGENT_STORE), so a C program under torchrun would find its port taken on
+ * rank 0's host: tutti then takes the next odd port above it, alike on every rank. Odd,
+ * because Linux gives connect()'s local ports even numbers first (and bind(0)'s, which is how
+ * torchrun picks MASTER_PORT when not told, odd ones): the even port after an automatic
+ * MASTER_PORT was found held by some process's outgoing connection on a busy machine. *given
+ * is the port the user gave (MASTER_PORT where the agent moved it, else *port). */
+static tutti_status_t store_port(const char *how, long *port, long *given)
 {
-    if (tutti__env_get("TUTTI_STORE_PORT") != NULL)
-        return tutti__env_long("TUTTI_STORE_PORT", 1, 65535, port);
-    TUTTI__CHECK(tutti__env_long("MASTER_PORT", 1, 65535, port));
+    if (set("TUTTI_STORE_PORT"))
+        TUTTI__CHECK(tutti__env_long("TUTTI_STORE_PORT", 1, 65535, port));
+    else if (!set("MASTER_PORT") && tutti__launcher_is_slurm(how))
+        TUTTI__CHECK(tutti__slurm_store(NULL, 0, port));
+    else
+        TUTTI__CHECK(tutti__env_long("MASTER_PORT", 1, 65535, port));
+    *given = *port;
     const char *agent = tutti__env_get("TORCHELASTIC_USE_AGENT_STORE");
-    if (agent != NULL && (strcmp(agent, "True") == 0 || strcmp(agent, "true") == 0 ||
-                          strcmp(agent, "1") == 0)) {
+    if (!set("TUTTI_STORE_PORT") && agent != NULL &&
+        (strcmp(agent, "True") == 0 || strcmp(agent, "true") == 0 || strcmp(agent, "1") == 0)) {
         long next = *port + (*port % 2 == 0 ? 1 : 2);
         if (next > 65535)
             return tutti__set_error(TUTTI_ERR_INVALID_ARG,
@@ -293,6 +300,18 @@ static tutti_status_t store_port(long *port)
         *port = next;
     }
     return TUTTI_OK;
+}
+
+/* append_hint adds to this thread's error text (a failed store open's) what may have caused it. */
+static void append_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void append_hint(const char *fmt, ...)
+{
+    char *e = tutti__tls_error();
+    size_t used = strlen(e);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e + used, TUTTI__ERRLEN - used, fmt, ap);
+    va_end(ap);
 }
 
 TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, tutti_comm_t **comm)
@@ -316,65 +335,41 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
         return init_solo(&cfg, comm);
     }
     const char *addr = tutti__env_get("MASTER_ADDR");
-    long port = 29500, master_port = 29500;
     char slurm_addr[256] = "";
-    long slurm_port = 0;
-    if (tutti__launcher_is_slurm(how)) {
-        /* srun gives no rendezvous address: unless the user set one, each job and step gets a
-         * port of its own, and a step across nodes meets on its first node. */
-        TUTTI__CHECK(tutti__slurm_store(set("MASTER_ADDR") ? NULL : slurm_addr,
-                                        sizeof slurm_addr, &slurm_port));
+    if (tutti__launcher_is_slurm(how) && !set("MASTER_ADDR")) {
+        /* srun gives no rendezvous address: a step across nodes meets on its first node. */
+        long unused;
+        TUTTI__CHECK(tutti__slurm_store(slurm_addr, sizeof slurm_addr, &unused));
         if (slurm_addr[0] != '\0')
             addr = slurm_addr;
-        if (set("MASTER_PORT") || set("TUTTI_STORE_PORT"))
-            slurm_port = 0;
     }
-    tutti_status_t st = TUTTI_OK;
-    if (slurm_port != 0)
-        port = slurm_port;
-    else
-        st = store_port(&port);
-    if (st < 0)
-        return st;
-    if (slurm_port != 0 || tutti__env_get("TUTTI_STORE_PORT") != NULL ||
-        tutti__env_long("MASTER_PORT", 1, 65535, &master_port) < 0)
-        master_port = port;
+    long port = 29500, given = 29500;
+    TUTTI__CHECK(store_port(how, &port, &given));
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld (secret: %s)", rank,
                size, how, addr, port, auth.source);
     double deadline = tutti__now() + cfg.timeout;
     tutti__store_t *store = NULL;
-    st = tutti__store_open(rank, size, addr, (int)port, &auth, deadline, &store);
+    tutti_status_t st = tutti__store_open(rank, size, addr, (int)port, &auth, deadline, &store);
     memset(&auth, 0, sizeof auth);
-    if (st < 0 && port != master_port) {
-        /* The port in the error is not the one the user gave: say where it came from. */
-        char *e = tutti__tls_error();
-        size_t used = strlen(e);
-        snprintf(e + used, TUTTI__ERRLEN - used,
-                 "; under torchrun tutti's store uses port %ld, the next odd port after "
-                 "MASTER_PORT %ld (which torchrun's agent store holds): another job may hold "
-                 "port %ld (one started with MASTER_PORT=%ld?); set TUTTI_STORE_PORT to a free "
-                 "port",
-                 port, master_port, port, port);
-    }
-    if (st < 0 && rank != 0 && !set("MASTER_ADDR") && !tutti__launcher_is_slurm(how) &&
-        strstr(tutti__tls_error(), "could not reach") != NULL) {
-        /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. (A Slurm step
-         * knows whether it spans nodes, and has its first node's name then.) */
-        char *e = tutti__tls_error();
-        size_t used = strlen(e);
-        snprintf(e + used, TUTTI__ERRLEN - used,
-                 "; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store only "
-                 "from its own host: set MASTER_ADDR to rank 0's host for a job across nodes",
-                 addr);
-    } else if (st < 0 && slurm_addr[0] != '\0' &&
-               strstr(tutti__tls_error(), "could not reach") != NULL) {
-        char *e = tutti__tls_error();
-        size_t used = strlen(e);
-        snprintf(e + used, TUTTI__ERRLEN - used,
-                 "; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs under srun's "
-                 "block and cyclic distributions: with another, set MASTER_ADDR to rank 0's host",
-                 addr);
-    }
+    bool unreached = st < 0 && strstr(tutti__tls_error(), "could not reach") != NULL;
+    if (st < 0 && port != given) /* the port in the error is not the one the user gave */
+        append_hint("; under torchrun tutti's store uses port %ld, the next odd port after "
+                    "MASTER_PORT %ld (which torchrun's agent store holds): another job may hold "
+                    "port %ld (one started with MASTER_PORT=%ld?); set TUTTI_STORE_PORT to a "
+                    "free port",
+                    port, given, port, port);
+    /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. (A Slurm step
+     * knows whether it spans nodes, and has its first node's name then.) */
+    if (unreached && rank != 0 && !set("MASTER_ADDR") && !tutti__launcher_is_slurm(how))
+        append_hint("; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store "
+                    "only from its own host: set MASTER_ADDR to rank 0's host for a job across "
+                    "nodes",
+                    addr);
+    else if (unreached && slurm_addr[0] != '\0')
+        append_hint("; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs under "
+                    "srun's block and cyclic distributions: with another, set MASTER_ADDR to "
+                    "rank 0's host",
+                    addr);
     if (st < 0)
         return st;
     char where[128];

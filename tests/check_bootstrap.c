@@ -609,6 +609,41 @@ START_TEST(test_slurm_store)
 }
 END_TEST
 
+/* A store port of the job's own under mpirun with MASTER_PORT unset: from Open MPI's job id
+ * (the same number tutti_torch computes: test_launchers test_setup_env_job_port), from Hydra's
+ * proxy only where every rank is on this node and one is found (this test runs under none). */
+START_TEST(test_launcher_port)
+{
+    long port = 0;
+    const char *what = NULL;
+    static const char ompi[] = "OMPI_COMM_WORLD_RANK/SIZE", hydra[] = "PMI_RANK/PMI_SIZE";
+    ck_assert(!tutti__launcher_port(ompi, &port, &what)); /* no job id */
+    setenv("OMPI_MCA_ess_base_jobid", "2110783489", 1);
+    ck_assert(tutti__launcher_port(ompi, &port, &what));
+    ck_assert_int_eq(port, 31122);
+    ck_assert_msg(strstr(what, "OMPI_MCA_ess_base_jobid") != NULL, "%s", what);
+    setenv("OMPI_MCA_ess_base_jobid", "2110783490", 1);
+    ck_assert(tutti__launcher_port(ompi, &port, &what));
+    ck_assert_int_ne(port, 31122);
+    setenv("OMPI_MCA_ess_base_jobid", "", 1);
+    setenv("PMIX_NAMESPACE", "prterun-vm-77@1", 1);
+    ck_assert(tutti__launcher_port(ompi, &port, &what));
+    ck_assert(port >= TUTTI__JOB_PORT_BASE && port < TUTTI__JOB_PORT_BASE + TUTTI__JOB_PORTS);
+    ck_assert_msg(strstr(what, "PMIX_NAMESPACE") != NULL, "%s", what);
+    unsetenv("OMPI_MCA_ess_base_jobid");
+    unsetenv("PMIX_NAMESPACE");
+    setenv("PMI_SIZE", "2", 1);
+    ck_assert(!tutti__launcher_port(hydra, &port, &what)); /* no MPI_LOCALNRANKS */
+    setenv("MPI_LOCALNRANKS", "1", 1);
+    ck_assert(!tutti__launcher_port(hydra, &port, &what)); /* ranks on other nodes */
+    setenv("MPI_LOCALNRANKS", "2", 1);
+    ck_assert(!tutti__launcher_port(hydra, &port, &what)); /* no hydra_pmi_proxy above us */
+    unsetenv("MPI_LOCALNRANKS");
+    unsetenv("PMI_SIZE");
+    ck_assert(!tutti__launcher_port("RANK/WORLD_SIZE", &port, &what));
+}
+END_TEST
+
 /* (b) rank 2 of 3 never starts: the others fail at their deadline, naming it. */
 static void rank_missing(int rank, int size)
 {
@@ -848,6 +883,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_failure_report);
     tcase_add_test(tc, test_launcher_vars);
     tcase_add_test(tc, test_slurm_store);
+    tcase_add_test(tc, test_launcher_port);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");

@@ -50,8 +50,9 @@ def w_launched(expect_launcher):
     assert isinstance(backend, tutti_torch.BackendTutti), backend
     dist.barrier()
     dist.destroy_process_group()
-    print("rank %d of %d under %s (%s): ok" % (rank, size, expect_launcher,
-                                               type(backend).__name__))
+    print("rank %d of %d under %s (%s) port %s: ok" % (rank, size, expect_launcher,
+                                                       type(backend).__name__,
+                                                       os.environ["MASTER_PORT"]))
 
 
 class TestLaunchers(unittest.TestCase):
@@ -74,10 +75,7 @@ class TestLaunchers(unittest.TestCase):
     def test_torchrun_c_program(self):
         """A C program under torchrun (--no-python): torchrun's agent serves torch's store at
         MASTER_PORT, so tutti's own store must go elsewhere (the next odd port), on every node."""
-        build = os.path.dirname(os.path.abspath(os.environ["PYTHONPATH"].split(os.pathsep)[0]))
-        bench = os.path.join(build, "bench", "tutti-bench")
-        if not os.access(bench, os.X_OK):
-            self.skipTest("no %s" % bench)
+        bench = self.bench()
         even = harness.free_port()
         even += even % 2  # torchrun picks odd ports itself; a user's --master_port may be even
         for n, port in ((3, None), (2, even)):
@@ -111,6 +109,60 @@ class TestLaunchers(unittest.TestCase):
                harness.PY, self.script, "--worker", "launched", "openmpi"]
         res = self.launch(cmd, env)
         self.assertEqual(res.out.count("under openmpi"), 2, harness.report([res]))
+
+    def bench(self):
+        build = os.path.dirname(os.path.abspath(os.environ["PYTHONPATH"].split(os.pathsep)[0]))
+        bench = os.path.join(build, "bench", "tutti-bench")
+        if not os.access(bench, os.X_OK):
+            self.skipTest("no %s" % bench)
+        return bench
+
+    @unittest.skipUnless(shutil.which("mpirun.mpich") and shutil.which("mpirun.openmpi"),
+                         "no mpirun.mpich or mpirun.openmpi")
+    def test_two_jobs_default_port(self):
+        """Jobs started at once on one node by mpirun with no MASTER_PORT each meet on a port of
+        their own (from the Hydra proxy's pid, from Open MPI's job id), the same for torch's
+        store (setup_env_from_launcher) as for libtutti's: on the shared default 29500 the
+        second job's rank 0 failed (address in use) and its other ranks with it."""
+        env = clean_env(CCL_LOG_LEVEL="info")
+        env.pop("MASTER_PORT", None)
+        if not shutil.which("ssh") and not shutil.which("rsh"):
+            env["OMPI_MCA_plm"] = "isolated"
+        ompi = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+                "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "CCL_LOG_LEVEL"]
+        py = [harness.PY, self.script, "--worker", "launched"]
+        c = [self.bench(), "allgather", "-b", "8", "-e", "64K", "-i", "50"]
+        cmds = [["mpirun.mpich", "-n", "2"] + py + ["mpich"],
+                ["mpirun.mpich", "-n", "2"] + py + ["mpich"],
+                ompi + py + ["openmpi"],
+                ["mpirun.mpich", "-n", "2"] + c,
+                ["mpirun.mpich", "-n", "2"] + c,
+                ompi + c]
+        procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True) for cmd in cmds]
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=180)[0])
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    os.killpg(q.pid, signal.SIGKILL)
+                self.fail("hung: %s" % p.args)
+            self.assertEqual(p.returncode, 0, "%s:\n%s" % (p.args, outs[-1]))
+        import re
+        ports = []
+        for cmd, out in zip(cmds, outs):
+            if cmd[-1] in ("mpich", "openmpi"):
+                got = re.findall(r"under \w+ \(BackendTutti\) port (\d+): ok", out)
+            else:
+                got = re.findall(r"the store takes port (\d+), the job's own", out)
+            self.assertEqual(len(got), 2, "%s:\n%s" % (cmd, out))
+            self.assertEqual(got[0], got[1], "ranks of one job disagree: %s" % out)
+            self.assertTrue(30000 <= int(got[0]) < 32000, got)
+            ports.append(int(got[0]))
+        # the two Hydra jobs of each kind run under different proxies
+        self.assertNotEqual(ports[0], ports[1], ports)
+        self.assertNotEqual(ports[3], ports[4], ports)
 
     def test_signals(self):
         """Importing tutti_torch leaves Python's signal handling as it was: Ctrl-C raises
@@ -244,6 +296,37 @@ class TestLaunchers(unittest.TestCase):
             with self.assertWarnsRegex(RuntimeWarning, "srun"):
                 self.assertEqual(tutti_torch.setup_env_from_launcher(env), (0, 1, 0))
         self.assertTrue(tutti_torch._launched(step))
+
+    def test_setup_env_job_port(self):
+        """Under mpirun with MASTER_PORT unset: Open MPI's job id gives a port of the job's own
+        (libtutti's hash); Hydra's ranks get one only from the proxy they descend from (not this
+        test's process) and only when all of them share the node; a set MASTER_PORT wins."""
+        import tutti_torch
+
+        ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_MCA_ess_base_jobid": "2110783489"}
+        env = dict(ompi)
+        tutti_torch.setup_env_from_launcher(env)
+        first = int(env["MASTER_PORT"])
+        self.assertEqual(first, 31122)  # libtutti's too (check_bootstrap test_launcher_port)
+        env = dict(ompi, OMPI_MCA_ess_base_jobid="2110783490")
+        tutti_torch.setup_env_from_launcher(env)
+        self.assertNotEqual(int(env["MASTER_PORT"]), first)
+        env = dict(ompi, OMPI_MCA_ess_base_jobid="", PMIX_NAMESPACE="prterun-vm-77@1")
+        tutti_torch.setup_env_from_launcher(env)
+        self.assertTrue(30000 <= int(env["MASTER_PORT"]) < 32000, env["MASTER_PORT"])
+        env = dict(ompi, MASTER_PORT="29600")
+        tutti_torch.setup_env_from_launcher(env)
+        self.assertEqual(env["MASTER_PORT"], "29600")
+        env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}  # no job id
+        tutti_torch.setup_env_from_launcher(env)
+        self.assertEqual(env["MASTER_PORT"], "29500")
+        for local in ("2", "1", None):  # not under a Hydra proxy here, or not all local
+            env = {"PMI_RANK": "0", "PMI_SIZE": "2"}
+            if local:
+                env["MPI_LOCALNRANKS"] = local
+            tutti_torch.setup_env_from_launcher(env)
+            self.assertEqual(env["MASTER_PORT"], "29500")
 
 
 if __name__ == "__main__":

@@ -109,6 +109,51 @@ def _slurm_store(env, want_addr):
     return addr, port
 
 
+_JOB_PORT_BASE, _JOB_PORTS = 30000, 2000  # libtutti's TUTTI__JOB_PORT_BASE / TUTTI__JOB_PORTS
+
+
+def _hydra_proxy_pid():
+    """The pid of the Hydra proxy (MPICH's hydra_pmi_proxy, Intel MPI's pmi_proxy) this process
+    descends from, through whatever wrapper sits between; 0 if none is seen."""
+    pid = os.getppid()
+    for _ in range(8):
+        if pid <= 1:
+            break
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                stat = f.read(512).decode("ascii", "replace")
+        except OSError:
+            return 0
+        # "pid (comm) state ppid ...": comm ends at the last ')'
+        comm = stat[stat.find("(") + 1:stat.rfind(")")]
+        if comm in ("hydra_pmi_proxy", "pmi_proxy"):
+            return pid
+        try:
+            pid = int(stat[stat.rfind(")") + 1:].split()[1])
+        except (IndexError, ValueError):
+            return 0
+    return 0
+
+
+def _launcher_port(env, names):
+    """A store port of the job's own for a job the launcher names (names: its rank/size
+    variables), as libtutti picks it (tutti__launcher_port), so that two jobs of one node do not
+    meet on 29500; None where the launcher names no job."""
+    if names == "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE":
+        job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE")
+        if not job:
+            return None
+        h = 2166136261
+        for b in job.encode():
+            h = ((h ^ b) * 16777619) & 0xffffffff  # FNV-1a, as libtutti
+        return _JOB_PORT_BASE + h % _JOB_PORTS
+    if names == "PMI_RANK/PMI_SIZE" and env.get("MPI_LOCALNRANKS") and \
+            env.get("MPI_LOCALNRANKS") == env.get("PMI_SIZE"):
+        proxy = _hydra_proxy_pid()  # every rank on this node: its proxy names the job
+        return _JOB_PORT_BASE + proxy % _JOB_PORTS if proxy else None
+    return None
+
+
 def _first_int(env, names, default):
     for name in names:
         value = env.get(name, "")
@@ -121,9 +166,11 @@ def _first_int(env, names, default):
 
 
 def setup_env_from_launcher(environ=None):
-    """Sets RANK, WORLD_SIZE and LOCAL_RANK (and MASTER_ADDR=127.0.0.1, MASTER_PORT=29500 where
+    """Sets RANK, WORLD_SIZE and LOCAL_RANK (and MASTER_ADDR=127.0.0.1 and MASTER_PORT where
     unset) from whichever launcher started this process, so that init_method "env://" works under
-    mpirun too. Variables already set are kept. Returns (rank, world_size, local_rank); a process
+    mpirun too. The port is one of the job's own where the launcher names the job (srun, Open
+    MPI's mpirun, Hydra's with every rank on this node; as libtutti's store picks it), else
+    29500, so that two jobs started on one node at once do not meet on one port. Variables already set are kept. Returns (rank, world_size, local_rank); a process
     no launcher started is rank 0 of 1; local_rank is None (and LOCAL_RANK stays unset) when no
     launcher's variables give it, as when RANK and WORLD_SIZE alone are set by hand. environ:
     the mapping to read and update (os.environ).
@@ -180,6 +227,8 @@ def setup_env_from_launcher(environ=None):
     if found and found[0][3] == "%s/%s" % _SLURM[:2] and size > 1:
         slurm_addr, port = _slurm_store(env, want_addr=not env.get("MASTER_ADDR"))
         addr = slurm_addr or addr
+    elif found and size > 1 and not env.get("MASTER_PORT"):
+        port = _launcher_port(env, found[0][3]) or port
     if not env.get("MASTER_ADDR"):
         env["MASTER_ADDR"] = addr
     if not env.get("MASTER_PORT"):

@@ -26,6 +26,18 @@ bool tutti__launcher_is_slurm(const char *how);
  * list it cannot read is TUTTI_ERR_BOOTSTRAP saying to set MASTER_ADDR. */
 tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port);
 
+/* tutti__launcher_port writes a store port of the job's own, for a job whose launcher names it
+ * and whose user set no MASTER_PORT, so that two jobs of one node do not meet on 29500: a Slurm
+ * step's (tutti__slurm_store); TUTTI__JOB_PORT_BASE + a hash of Open MPI's job id
+ * (OMPI_MCA_ess_base_jobid, or PMIX_NAMESPACE) mod TUTTI__JOB_PORTS; for Hydra (MPICH, Intel
+ * MPI), whose ranks carry no job id, only when all of them run on this node (MPI_LOCALNRANKS
+ * equals PMI_SIZE), the base + the pid of the Hydra proxy they descend from mod TUTTI__JOB_PORTS.
+ * *what names the source, for messages. false: no such port (the caller's default stands). The
+ * range lies between Slurm's ports (20000-29999) and Linux's ephemeral ones (from 32768). */
+#define TUTTI__JOB_PORT_BASE 30000
+#define TUTTI__JOB_PORTS 2000
+bool tutti__launcher_port(const char *how, long *port, const char **what);
+
 /* tutti__hostlist_first writes the first host of a Slurm host list ("node[07-09,12],gpu1" gives
  * "node07"; "rack[1-2]-n[3-4]" gives "rack1-n3"); false for one it cannot read or that does not
  * fit cap. */

@@ -1,8 +1,10 @@
 /* launcher.c: the rank and size that a launcher (torchrun, MPICH's or Intel MPI's Hydra, Open MPI,
- * Slurm) gave this process through its environment, and where a Slurm step's store goes. */
+ * Slurm) gave this process through its environment, and the store port of a job that such a
+ * launcher names (a Slurm step's address too). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "discover.h"
 
@@ -140,4 +142,79 @@ tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port)
                                     nodes, list ? list : "");
     }
     return TUTTI_OK;
+}
+
+/* The Hydra proxy (MPICH's hydra_pmi_proxy, Intel MPI's pmi_proxy) above this process: every
+ * rank that one mpiexec starts on a node descends from the same one, through whatever wrapper
+ * (a shell script, timeout) sits between. 0 if none within a few generations, or /proc hides
+ * them (another PID namespace). */
+static long hydra_proxy_pid(void)
+{
+    long pid = (long)getppid();
+    for (int depth = 0; depth < 8 && pid > 1; depth++) {
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            return 0;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        /* "pid (comm) state ppid ...": comm may hold spaces and parentheses; it ends at the
+         * last ')'. */
+        char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+        if (open == NULL || close == NULL || close < open)
+            return 0;
+        *close = '\0';
+        const char *comm = open + 1;
+        if (strcmp(comm, "hydra_pmi_proxy") == 0 || strcmp(comm, "pmi_proxy") == 0)
+            return pid;
+        long parent = 0;
+        char state;
+        if (sscanf(close + 1, " %c %ld", &state, &parent) != 2)
+            return 0;
+        pid = parent;
+    }
+    return 0;
+}
+
+/* FNV-1a: spreads a launcher's job name over the port range alike on every rank. */
+static unsigned long name_hash(const char *s)
+{
+    unsigned long h = 2166136261ul;
+    for (; *s != '\0'; s++)
+        h = ((h ^ (unsigned char)*s) * 16777619ul) & 0xfffffffful;
+    return h;
+}
+
+bool tutti__launcher_port(const char *how, long *port, const char **what)
+{
+    if (tutti__launcher_is_slurm(how)) {
+        *what = "SLURM_JOB_ID and SLURM_STEP_ID";
+        return tutti__slurm_store(NULL, 0, port) == TUTTI_OK;
+    }
+    if (strcmp(how, "OMPI_COMM_WORLD_RANK/SIZE") == 0) {
+        const char *id = tutti__env_get("OMPI_MCA_ess_base_jobid");
+        *what = "Open MPI's job id OMPI_MCA_ess_base_jobid";
+        if (id == NULL || id[0] == '\0') {
+            id = tutti__env_get("PMIX_NAMESPACE"); /* Open MPI 5 (PRRTE) */
+            *what = "Open MPI's job name PMIX_NAMESPACE";
+        }
+        if (id == NULL || id[0] == '\0')
+            return false;
+        *port = TUTTI__JOB_PORT_BASE + (long)(name_hash(id) % TUTTI__JOB_PORTS);
+        return true;
+    }
+    if (strcmp(how, "PMI_RANK/PMI_SIZE") == 0) {
+        /* Hydra names no job. On one node its proxy does; across nodes each node has its own,
+         * and the port must be the same everywhere. */
+        long local = 0, size = 0, proxy;
+        if (!env_int("MPI_LOCALNRANKS", &local) || !env_int("PMI_SIZE", &size) || local != size ||
+            (proxy = hydra_proxy_pid()) == 0)
+            return false;
+        *what = "the pid of Hydra's proxy, whose ranks all run on this node";
+        *port = TUTTI__JOB_PORT_BASE + proxy % TUTTI__JOB_PORTS;
+        return true;
+    }
+    return false;
 }

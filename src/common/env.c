@@ -46,8 +46,12 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "rank serves no store; under srun, unset, the step's first node when it spans several"},
     {"MASTER_PORT", "29500",
      "TCP port of rank 0's rendezvous store (under torchrun, whose agent serves its own store "
-     "there, tutti's listens on the next odd port: see `TUTTI_STORE_PORT`; under srun, unset, "
-     "one of the job's own: see `SLURM_JOB_ID`)"},
+     "there, tutti's listens on the next odd port: see `TUTTI_STORE_PORT`); unset, a port of "
+     "the job's own where the launcher names the job: under srun see `SLURM_JOB_ID`; under Open "
+     "MPI 30000 + a hash of its job id (`OMPI_MCA_ess_base_jobid`, else `PMIX_NAMESPACE`) mod "
+     "2000; under Hydra (MPICH, Intel MPI) with every rank on one node (`MPI_LOCALNRANKS` = "
+     "`PMI_SIZE`), 30000 + the pid of the Hydra proxy the ranks descend from mod 2000; else "
+     "29500"},
     {"TUTTI_STORE_PORT", NULL,
      "TCP port of rank 0's rendezvous store, the same on every rank; unset: `MASTER_PORT`, or "
      "the next odd port above it where `TORCHELASTIC_USE_AGENT_STORE` is `True` (a C program "
@@ -66,7 +70,11 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"OMPI_MCA_orte_precondition_transports", NULL,
      "Open MPI's per-job random key: the job's secret when `TUTTI_JOB_TOKEN` is unset"},
     {"OMPI_MCA_ess_base_jobid", NULL,
-     "Open MPI's job id: part of the job's identity at the rendezvous (another job is refused)"},
+     "Open MPI's job id: part of the job's identity at the rendezvous (another job is refused), "
+     "and of the store's port when `MASTER_PORT` is unset"},
+    {"PMIX_NAMESPACE", NULL,
+     "the job's PMIx name (Open MPI 5): the store's port under Open MPI when "
+     "`OMPI_MCA_ess_base_jobid` is unset and `MASTER_PORT` too (see `MASTER_PORT`)"},
     {"SLURM_JOB_ID", NULL,
      "Slurm's job id: part of the job's identity at the rendezvous; under srun with "
      "`MASTER_PORT` unset, the store's port is 20000 + 10 x (job id mod 1000) + step id mod 10"},
@@ -81,6 +89,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"WORLD_SIZE", NULL, "number of ranks (torchrun)"},
     {"PMI_RANK", NULL, "rank (MPICH Hydra, Intel MPI)"},
     {"PMI_SIZE", NULL, "number of ranks (MPICH Hydra, Intel MPI)"},
+    {"MPI_LOCALNRANKS", NULL,
+     "ranks on this node (MPICH Hydra, Intel MPI): when it equals `PMI_SIZE` and `MASTER_PORT` "
+     "is unset, the store's port is derived from the job's Hydra proxy (see `MASTER_PORT`)"},
     {"OMPI_COMM_WORLD_RANK", NULL, "rank (Open MPI)"},
     {"OMPI_COMM_WORLD_SIZE", NULL, "number of ranks (Open MPI)"},
     {"SLURM_PROCID", NULL, "rank (a task of a Slurm `srun` step)"},

@@ -270,7 +270,8 @@ static bool set(const char *name)
 }
 
 /* store_port: where rank 0's rendezvous store listens. TUTTI_STORE_PORT if set, else
- * MASTER_PORT; with neither, a Slurm step's own port (tutti__slurm_store), else 29500. But
+ * MASTER_PORT; with neither, a port of the job's own where the launcher names the job
+ * (tutti__launcher_port: Slurm, Open MPI, Hydra on one node), else 29500. But
  * torchrun's agent already serves torch's own store at MASTER_PORT (and says so with
  * TORCHELASTIC_USE_AGENT_STORE), so a C program under torchrun would find its port taken on
  * rank 0's host: tutti then takes the next odd port above it, alike on every rank. Odd,
@@ -280,10 +281,12 @@ static bool set(const char *name)
  * is the port the user gave (MASTER_PORT where the agent moved it, else *port). */
 static tutti_status_t store_port(const char *how, long *port, long *given)
 {
+    const char *what = NULL;
     if (set("TUTTI_STORE_PORT"))
         TUTTI__CHECK(tutti__env_long("TUTTI_STORE_PORT", 1, 65535, port));
-    else if (!set("MASTER_PORT") && tutti__launcher_is_slurm(how))
-        TUTTI__CHECK(tutti__slurm_store(NULL, 0, port));
+    else if (!set("MASTER_PORT") && tutti__launcher_port(how, port, &what))
+        TUTTI__LOG(TUTTI__LOG_INFO, "MASTER_PORT is unset: the store takes port %ld, the job's "
+                   "own (from %s)", *port, what);
     else
         TUTTI__CHECK(tutti__env_long("MASTER_PORT", 1, 65535, port));
     *given = *port;

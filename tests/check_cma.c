@@ -311,22 +311,55 @@ END_TEST
 
 /* ---- single copy off: refused by name, never chosen, the others still exact ---------------------- */
 
+/* What creation wrote to stderr (log lines), caught in a temporary file. */
+static char created_log[4096];
+
+static tutti_comm_t *init_caught(void)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = tmpfile();
+    if (saved < 0 || f == NULL)
+        return NULL;
+    dup2(fileno(f), 2);
+    tutti_comm_t *comm = init();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(created_log, 1, sizeof created_log - 1, f);
+    created_log[n] = '\0';
+    fclose(f);
+    return comm;
+}
+
 static int off_rank(int rank, int size, void *arg)
 {
     const char *why = arg;
-    if (strcmp(why, "ptrace") == 0) {
+    bool ptrace = strcmp(why, "ptrace") == 0;
+    if (ptrace) {
         drop_ptrace();
         prctl(PR_SET_DUMPABLE, 0);
     }
-    tutti_comm_t *comm = init();
+    tutti_comm_t *comm = init_caught();
     if (comm == NULL)
-        return 1;
+        return th_fail("%s: creation failed: %s", why, created_log);
     int rc = 0;
+    /* Said once, by the node's first rank, with the cause; not when the user turned it off. */
+    bool warned = strstr(created_log, "single copy (process_vm_readv) between the ranks of this "
+                                      "node is off") != NULL;
+    if (warned != (ptrace && rank == 0) ||
+        (warned && strstr(created_log, "ptrace rules forbid it") == NULL))
+        rc = th_fail("%s: rank %d %s warned that single copy is off: \"%s\"", why, rank,
+                     warned ? "" : "not", created_log);
+    /* A forced single-copy algorithm is refused, saying why single copy is off. */
+    const char *cause = ptrace ? "Operation not permitted" : "TUTTI_CMA=off";
     static const tutti_coll_t colls[] = {TUTTI_COLL_ALLTOALL, TUTTI_COLL_ALLGATHER,
                                          TUTTI_COLL_BCAST};
     for (int k = 0; k < 3; k++) {
         tutti_status_t st = tutti_comm_set_algorithm(comm, colls[k], "cma");
-        if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_comm_last_error(comm), "TUTTI_CMA") == NULL)
+        if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_comm_last_error(comm), cause) == NULL ||
+            strstr(tutti_comm_last_error(comm), "process_vm_readv") == NULL)
             rc = th_fail("%s: set_algorithm cma gave %s: %s", why, tutti_strerror(st),
                          tutti_comm_last_error(comm));
         static const size_t probe[] = {8, 1u << 20, 64u << 20, (size_t)1 << 34};

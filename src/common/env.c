@@ -158,7 +158,8 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "them in flight; lower it only for a provider that mishandles large messages"},
     {"TUTTI_CMA", "auto",
      "single copy between the ranks of a node with `process_vm_readv`, where the algorithms "
-     "choose it: `auto` (where every pair of local ranks may, probed at creation), `off` (never)"},
+     "choose it: `auto` (where every pair of local ranks may, probed at creation; where one may "
+     "not, a warning says why), `off` (never, silently)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
     {"TUTTI_SOCKET_IFNAME", NULL,
      "network interface for the rendezvous store's connections, the liveness mesh and ofi "

@@ -59,6 +59,13 @@ static tutti_status_t parse(tutti_comm_t *comm, tutti_coll_t coll, const char *s
                                      "%s: unknown %s algorithm \"%.*s\"; valid here: %s", origin,
                                      tutti__coll_name(coll), (int)(name_end - p), p, valid);
         const unsigned miss = a->needs & ~comm->net.caps; /* what it lacks here */
+        const tutti__window_t *w = comm->net.links.wins != NULL ? comm->net.links.wins[0] : NULL;
+        if (miss == TUTTI__NEEDS_CMA && w != NULL && w->cma_off != NULL)
+            return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
+                                     "%s: %s algorithm \"%s\" reads the other ranks' memory "
+                                     "with process_vm_readv (single copy), which is off on this "
+                                     "node: %s; valid here: %s",
+                                     origin, tutti__coll_name(coll), a->name, w->cma_off, valid);
         if (miss != 0)
             return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
                                      "%s: %s algorithm \"%s\" needs %s, which this communicator "
@@ -72,9 +79,7 @@ static tutti_status_t parse(tutti_comm_t *comm, tutti_coll_t coll, const char *s
                                            "one per node, with shared memory inside each"
                                      : miss & TUTTI__NEEDS_CMA
                                          ? "every rank on one node over shared memory, with single "
-                                           "copy (process_vm_readv) between them, which is off "
-                                           "(TUTTI_CMA=off, or ptrace rules forbid it: see "
-                                           "/proc/sys/kernel/yama/ptrace_scope)"
+                                           "copy (process_vm_readv) between them"
                                          : "ranks on several nodes, more than one on some node, "
                                            "with shared memory inside each",
                                      comm->nodes.nnodes, comm->net.topo.ppn_min,

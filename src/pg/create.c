@@ -46,6 +46,23 @@ static void reserve_small(tutti__window_t *w)
     }
 }
 
+/* A node whose ranks cannot use single copy moves large alltoalls, allgathers and broadcasts
+ * through two copies: said once per process, by the node's first rank, unless the user turned
+ * it off (a container's default profile blocks it, and nothing else would tell). */
+static void warn_single_copy_off(const tutti_comm_t *c)
+{
+    static int warned;
+    const tutti__window_t *w = c->net.links.wins != NULL ? c->net.links.wins[0] : NULL;
+    if (w == NULL || w->cma || w->cma_off == NULL || strncmp(w->cma_off, "TUTTI_CMA=off", 13) == 0 ||
+        c->nodes.local_rank != 0 || __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) != 0)
+        return;
+    TUTTI__LOG(TUTTI__LOG_WARN,
+               "single copy (process_vm_readv) between the ranks of this node is off, so large "
+               "alltoalls, allgathers and broadcasts copy twice, through shared memory: %s; "
+               "TUTTI_CMA=off says it is meant and hides this",
+               w->cma_off);
+}
+
 /* The plan is worked out alike on every local rank from the node's exchanged cpusets, but
  * also from settings each rank reads for itself (CCL_WORKER_WAIT, CCL_WORKER_AFFINITY); where
  * those differ between ranks, node_oversubscribed could too, and with it the algorithm that
@@ -195,6 +212,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
                       st, fail);
     for (int s = 0; c->net.links.node_wins != NULL && s < c->nslices; s++)
         reserve_small(c->net.links.node_wins[s]);
+    warn_single_copy_off(c);
     TUTTI__CHECK_GOTO(tutti__topo_init(&c->net.topo, rank, size, &c->nodes), st, fail);
     if (c->nodes.nnodes > 1)
         TUTTI__CHECK_GOTO(agree_node_seg(c, bs), st, fail);

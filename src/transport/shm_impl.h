@@ -54,7 +54,9 @@
 #define FLAG_PID 20u
 #define FLAG_PROBE 24u
 #define FLAG_PROBED 32u
-enum { PROBE_OK = 1, PROBE_FAILED = 2 };
+/* A rank's probe result in its FLAG_PROBED word: PROBE_OK, PROBE_OFF (TUTTI_CMA=off), or
+ * PROBE_FAILED | errno << 8 | (the local index it failed to read) << 20. */
+enum { PROBE_OK = 1, PROBE_OFF = 2, PROBE_FAILED = 3 };
 
 _Static_assert(TUTTI__CHAN_MAX <= 32, "the busy mask has one bit per channel");
 
@@ -158,6 +160,7 @@ typedef struct shm_tp {
     uint64_t probe;         /* the value other local ranks read to probe single copy */
     int32_t *pids;          /* [nlocal]: each local rank's process (the windows point here) */
     bool cma;               /* the probe worked for every pair of local ranks */
+    char cma_off[512];      /* when !cma: why (the windows point here) */
     int err_claimed;        /* base.err is written once, by the thread that claims it (shm.c) */
     int err_ready;          /* ... and read once this is set */
 } shm_tp_t;

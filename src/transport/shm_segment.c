@@ -302,6 +302,7 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
         w->me = t->my_local;
         w->cma = t->cma;
         w->pids = t->pids;
+        w->cma_off = t->cma ? NULL : t->cma_off;
     }
     return TUTTI_OK;
 }
@@ -335,14 +336,17 @@ static tutti_status_t probe_cma(shm_tp_t *t, const layout_t *L, tutti__bootstrap
     t->pids = calloc((size_t)n, sizeof *t->pids);
     if (t->pids == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "shm: out of memory");
-    int32_t ok = off ? PROBE_FAILED : PROBE_OK;
+    int32_t ok = off ? PROBE_OFF : PROBE_OK;
     for (int r = 0; r < n; r++) {
         volatile char *line = flag_line(t->base_addr, L, r);
         t->pids[r] = __atomic_load_n((int32_t *)(line + FLAG_PID), __ATOMIC_RELAXED);
         uint64_t addr = __atomic_load_n((uint64_t *)(line + FLAG_PROBE), __ATOMIC_RELAXED);
-        if (r != t->my_local && ok == PROBE_OK &&
-            !tutti__cma_probe(t->pids[r], addr, SEG_MAGIC ^ ((uint64_t)t->pids[r] << 16) ^ addr))
-            ok = PROBE_FAILED;
+        if (r != t->my_local && ok == PROBE_OK) {
+            int err = tutti__cma_probe(t->pids[r], addr,
+                                       SEG_MAGIC ^ ((uint64_t)t->pids[r] << 16) ^ addr);
+            if (err != 0)
+                ok = (int32_t)(PROBE_FAILED | ((uint32_t)err & 0xfffu) << 8 | (uint32_t)r << 20);
+        }
     }
     __atomic_store_n((int32_t *)(flag_line(t->base_addr, L, t->my_local) + FLAG_PROBED), ok,
                      __ATOMIC_RELAXED);
@@ -350,11 +354,27 @@ static tutti_status_t probe_cma(shm_tp_t *t, const layout_t *L, tutti__bootstrap
     snprintf(name, sizeof name, "shm-cma/%d", local_ranks[0]);
     TUTTI__CHECK(tutti__bs_group_barrier(bs, name, local_ranks, n));
     t->cma = true;
-    for (int r = 0; r < n; r++)
-        t->cma &= __atomic_load_n((int32_t *)(flag_line(t->base_addr, L, r) + FLAG_PROBED),
-                                  __ATOMIC_RELAXED) == PROBE_OK;
-    TUTTI__LOG(TUTTI__LOG_DEBUG, "shm: rank %d: single copy (process_vm_readv) %s", local_ranks[t->my_local],
-               t->cma ? "works between every pair of local ranks" : off ? "off (TUTTI_CMA=off)" : "refused");
+    t->cma_off[0] = '\0';
+    for (int r = 0; r < n && t->cma; r++) {
+        /* Written by another process: read as a number, never trusted as an index. */
+        uint32_t v = (uint32_t)__atomic_load_n(
+            (int32_t *)(flag_line(t->base_addr, L, r) + FLAG_PROBED), __ATOMIC_RELAXED);
+        if (v == PROBE_OK)
+            continue;
+        t->cma = false;
+        unsigned from = v >> 20, err = (v >> 8) & 0xfffu;
+        if ((v & 0xffu) == PROBE_FAILED && from < (unsigned)n && err != 0) {
+            char why[384];
+            tutti__cma_explain((int)err, why, sizeof why);
+            snprintf(t->cma_off, sizeof t->cma_off,
+                     "rank %d (pid %d) could not read rank %d's memory (pid %d): %s",
+                     local_ranks[r], (int)t->pids[r], local_ranks[from], (int)t->pids[from], why);
+        } else
+            snprintf(t->cma_off, sizeof t->cma_off, "TUTTI_CMA=off on rank %d", local_ranks[r]);
+    }
+    TUTTI__LOG(TUTTI__LOG_DEBUG, "shm: rank %d: single copy (process_vm_readv) %s%s",
+               local_ranks[t->my_local],
+               t->cma ? "works between every pair of local ranks" : "off: ", t->cma_off);
     return TUTTI_OK;
 }
 

@@ -124,6 +124,8 @@ typedef struct tutti__window {
     bool cma;           /* every local rank can read every other's memory with
                            process_vm_readv (probed at creation, the same on every rank) */
     const int32_t *pids; /* [nranks]: each rank's process, for tutti__cma_read */
+    const char *cma_off; /* when !cma: why, in words ("TUTTI_CMA=off", or who failed to read
+                            whom and why); NULL when cma */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
                            two halves it alternates between (reserved by the process group at creation) */
     uint64_t small_seq; /* small-path operations so far: their parity picks the half */
@@ -160,9 +162,12 @@ tutti_status_t tutti__cma_read(const tutti__window_t *w, int r, uint64_t remote,
                                size_t len, char *err);
 
 /* tutti__cma_probe tells whether this process can read process pid's memory: it reads the
- * 8-byte value at address addr there and compares it with want. The shm transport has every
- * pair of local ranks try once at creation. */
-bool tutti__cma_probe(int32_t pid, uint64_t addr, uint64_t want);
+ * 8-byte value at address addr there and compares it with want; 0 if that worked, else the
+ * errno (EBADMSG: read, but another value). The shm transport has every pair of local ranks
+ * try once at creation. tutti__cma_explain writes what such an errno means here and how to
+ * lift it. */
+int tutti__cma_probe(int32_t pid, uint64_t addr, uint64_t want);
+void tutti__cma_explain(int err, char *buf, size_t cap);
 
 /* ---- the ofi transport (transport/ofi.c) ---- */
 

@@ -18,11 +18,15 @@
 /* Ranks share memory when they share a host, a boot, and the same /dev/shm file system (not
  * the mount namespace: `ip netns exec` gives every process its own, over the same /dev/shm).
  * Ranks in different network namespaces count as different nodes: that is how the multi-host
- * tests run several "hosts" on one machine. */
+ * tests run several "hosts" on one machine. So do ranks in different PID namespaces (a
+ * container per rank with the host's network and IPC): shared memory between ranks rests on
+ * process ids (who holds the segment's socket, whether a peer lives, single copy), which mean
+ * other processes there. */
 typedef struct node_info {
     char host[64];
     char boot_id[40];
-    uint64_t netns, shm_dev;
+    uint64_t shm_dev;
+    uint32_t netns, pidns; /* namespaces' inode numbers: the kernel's fit 32 bits */
     int32_t pid;
     uint32_t sched_group; /* which scheduling group the kernel runs this process in (a hash) */
     tutti__cpuset_t cpus; /* the cores this process may run on; empty: it could not tell */
@@ -109,8 +113,9 @@ static void read_node_info(node_info_t *ni)
         snprintf(ni->boot_id, sizeof ni->boot_id, "!%d %llu", err,
                  (unsigned long long)rl.rlim_cur);
     }
-    ni->netns = inode_of("/proc/self/ns/net");
+    ni->netns = (uint32_t)inode_of("/proc/self/ns/net");
     ni->shm_dev = device_of("/dev/shm");
+    ni->pidns = (uint32_t)inode_of("/proc/self/ns/pid");
     ni->pid = (int32_t)getpid();
     ni->sched_group = sched_group();
     tutti__cpuset_self(&ni->cpus); /* empty when the system does not say */
@@ -119,7 +124,29 @@ static void read_node_info(node_info_t *ni)
 static bool same_node(const node_info_t *a, const node_info_t *b)
 {
     return strcmp(a->host, b->host) == 0 && strcmp(a->boot_id, b->boot_id) == 0 &&
-           a->netns == b->netns && a->shm_dev == b->shm_dev;
+           a->netns == b->netns && a->shm_dev == b->shm_dev && a->pidns == b->pidns;
+}
+
+/* Ranks that would share a node but for their PID namespaces: said once per process, since
+ * they then talk through ofi (TCP), far slower than shared memory. */
+static void warn_pidns(const node_info_t *all, int size, int rank)
+{
+    static int warned;
+    for (int r = 0; r < size; r++) {
+        const node_info_t *a = &all[rank], *b = &all[r];
+        if (a->pidns == b->pidns || strcmp(a->host, b->host) != 0 ||
+            strcmp(a->boot_id, b->boot_id) != 0 || a->netns != b->netns ||
+            a->shm_dev != b->shm_dev)
+            continue;
+        if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) == 0)
+            TUTTI__LOG(TUTTI__LOG_WARN,
+                       "rank %d shares this host and /dev/shm with rank %d, but not its PID "
+                       "namespace (a container each?): shared memory between them rests on "
+                       "process ids, so they talk through ofi (TCP on this host) instead; run "
+                       "them in one PID namespace (docker --pid=host, or one container) for "
+                       "shared memory", rank, r);
+        return;
+    }
 }
 
 tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
@@ -166,6 +193,7 @@ tutti_status_t tutti__nodes_discover(tutti__bootstrap_t *bs, tutti__nodes_t *n)
         if (n->node_of[r] < 0)
             n->node_of[r] = n->nnodes++;
     }
+    warn_pidns(all, size, rank);
     n->one_sched_group = true;
     for (int r = 0; r < size; r++)
         if (n->node_of[r] == n->node_of[rank]) {

@@ -190,6 +190,18 @@ static int unhex(const char *s, uint8_t *out, size_t n)
     return s[2 * n] == '\0' ? 0 : -1;
 }
 
+/* Whether process pid (as this process's /proc names it) runs in this process's PID
+ * namespace; true when it cannot tell. */
+static bool same_pidns(int pid)
+{
+    char path[64];
+    struct stat mine, theirs;
+    snprintf(path, sizeof path, "/proc/%d/ns/pid", pid);
+    if (stat("/proc/self/ns/pid", &mine) != 0 || stat(path, &theirs) != 0)
+        return getppid() != 0; /* a parent outside this namespace shows as 0 */
+    return mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+}
+
 tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a)
 {
     /* One descriptor at a time (a rank near its RLIMIT_NOFILE holds the store's connection
@@ -272,6 +284,13 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
     bool same = (myparent == parent && myparent_start == pstart) ||
                 (myparent == pid && myparent_start == start) || (me == pid && mystart == start) ||
                 (mysid == sid && proc_start(mysid, NULL) == sstart);
+    if (!a->launcher_id && !lid && !same && !same_pidns(pid))
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: the rendezvous store at %s:%d is served by pid %d, "
+                                "in another PID namespace than this rank's (a container each?), "
+                                "where process ids cannot show that two processes are one job: "
+                                "set TUTTI_JOB_TOKEN to the same random value for every rank",
+                                ip, port, pid);
     if (!a->launcher_id && !lid && !same)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: the rendezvous store at %s:%d is served by pid %d "

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,6 +101,51 @@ START_TEST(test_handout)
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the leader's serve: status 0x%x", st);
     /* Everyone has it: the socket is gone. */
     ck_assert_int_eq(run_ask(&pub, 2, false, -1), 1);
+    close(memfd);
+}
+END_TEST
+
+/* A leader at its limit of open files cannot accept the ranks that ask: it says so at once
+ * (the limit and what to do), where it used to poll a socket that stayed readable until its
+ * deadline and then blame the ranks for never asking. */
+START_TEST(test_handout_emfile)
+{
+    int memfd = memfd_create("test-segment", MFD_CLOEXEC);
+    ck_assert_int_ge(memfd, 0);
+    int pp[2];
+    ck_assert_int_eq(pipe(pp), 0);
+    int ranks[2] = {0, 1};
+    pid_t leader = fork();
+    if (leader == 0) {
+        alarm(20);
+        seg_pub_t mine;
+        memset(&mine, 0, sizeof mine);
+        int lfd = -1;
+        if (tutti__shm_pass_listen(&mine, &lfd) != TUTTI_OK ||
+            write(pp[1], &mine, sizeof mine) != (ssize_t)sizeof mine)
+            _exit(2);
+        struct rlimit rl;
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        while (dup(0) >= 0) /* every descriptor taken */
+            ;
+        tutti__bootstrap_t bs = {.deadline = tutti__now() + 15};
+        double t0 = tutti__now();
+        tutti_status_t st = tutti__shm_pass_serve(lfd, memfd, &mine, ranks, 2, &bs);
+        double took = tutti__now() - t0;
+        if (st == TUTTI_ERR_SYSTEM && strstr(tutti_last_error(), "ulimit -n") != NULL && took < 5)
+            _exit(0);
+        fprintf(stderr, "leader at EMFILE: %s after %.1f s: %s\n", tutti_strerror(st), took,
+                tutti_last_error());
+        _exit(1);
+    }
+    seg_pub_t pub;
+    ck_assert_int_eq(read(pp[0], &pub, sizeof pub), (ssize_t)sizeof pub);
+    ck_assert_int_eq(run_ask(&pub, 1, false, -1), 1); /* asks, gets nothing */
+    int st;
+    waitpid(leader, &st, 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the leader's serve: status 0x%x", st);
     close(memfd);
 }
 END_TEST
@@ -234,6 +280,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("segment");
     tcase_set_timeout(tc, 200);
     tcase_add_test(tc, test_handout);
+    tcase_add_test(tc, test_handout_emfile);
     tcase_add_test(tc, test_leader_killed_waiting);
     tcase_add_test(tc, test_kill_during_creation);
     suite_add_tcase(s, tc);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -173,6 +174,20 @@ tutti_status_t tutti__shm_pass_serve(int lfd, int memfd, const seg_pub_t *pub,
         npend = k;
         for (;;) {
             int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                           errno == ENOMEM)) {
+                /* The asker stays in the backlog, the socket stays readable, and poll would
+                 * return at once until the deadline: a busy wait that ends in "a rank died". */
+                struct rlimit rl = {0};
+                getrlimit(RLIMIT_NOFILE, &rl);
+                st = tutti__set_error(TUTTI_ERR_SYSTEM,
+                                      "shm: rank %d cannot take the connection of a rank of its "
+                                      "node that asks for the shared segment: %s (its limit of "
+                                      "open files, ulimit -n, is %llu): raise it",
+                                      local_ranks[0], strerror(errno),
+                                      (unsigned long long)rl.rlim_cur);
+                goto out;
+            }
             if (fd < 0)
                 break;
             pid_t pid = 0;

@@ -375,6 +375,27 @@ static int off_rank(int rank, int size, void *arg)
     return rc;
 }
 
+/* Where single copy works, or there is no one to copy from (one rank), creation says nothing
+ * at the default log level (a one-rank job warned that single copy was off, for no reason). */
+static int quiet_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = init_caught();
+    if (comm == NULL)
+        return th_fail("creation failed: %s", created_log);
+    tutti_comm_destroy(comm);
+    if (created_log[0] != '\0')
+        return th_fail("rank %d of %d: creation printed \"%s\"", rank, size, created_log);
+    return 0;
+}
+
+START_TEST(test_quiet)
+{
+    for (int n = 1; n <= 2; n++)
+        ck_assert_msg(on_shm(n, NULL, quiet_rank, NULL) == 0, "%d rank(s)", n);
+}
+END_TEST
+
 START_TEST(test_off)
 {
     ck_assert(on_shm(3, "TUTTI_CMA=off", off_rank, "TUTTI_CMA=off") == 0);
@@ -487,6 +508,7 @@ int main(void)
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_exact);
     tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_quiet);
     tcase_add_test(tc, test_off);
     tcase_add_test(tc, test_ptrace_refused);
     tcase_add_test(tc, test_bad_knob);

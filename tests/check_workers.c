@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -640,6 +642,75 @@ static int zero_post_rank(int rank, int size, void *arg)
     return rc;
 }
 
+/* Ranks given different worker counts: every rank is told so, as a bad argument naming the
+ * setting, at creation (it failed inside the shared segment's setup, reported as a bug). */
+static int count_mismatch_rank(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    setenv("CCL_WORKER_COUNT", rank == 1 ? "2" : "1", 1);
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("created with CCL_WORKER_COUNT 1 and 2 on different ranks");
+    }
+    if (st != TUTTI_ERR_INVALID_ARG || strstr(tutti_last_error(), "CCL_WORKER_COUNT") == NULL ||
+        strstr(tutti_last_error(), "rank 1 has 2") == NULL)
+        return th_fail("want invalid argument naming CCL_WORKER_COUNT and rank 1: %s: %s",
+                       tutti_strerror(st), tutti_last_error());
+    return 0;
+}
+
+START_TEST(test_count_mismatch)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 60;
+    ck_assert_msg(th_run_opts(3, &o, count_mismatch_rank, NULL) == 0, "%s: see stderr", tps[_i]);
+}
+END_TEST
+
+/* A user at its limit of processes and threads (ulimit -u, which counts all of its jobs):
+ * creation fails with that limit named, not with advice to lower a count that is already 1. */
+START_TEST(test_nproc)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "test_nproc: not root: skipped (it runs a rank as another user)\n");
+        return;
+    }
+    int pp[2];
+    ck_assert_int_eq(pipe(pp), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(30);
+        close(pp[0]);
+        /* root is not held to RLIMIT_NPROC: run as nobody, allowed one task, this one */
+        struct rlimit one = {1, 1};
+        if (setgid(65534) != 0 || setuid(65534) != 0 || setrlimit(RLIMIT_NPROC, &one) != 0)
+            _exit(2);
+        unsetenv("RANK");
+        unsetenv("WORLD_SIZE");
+        tutti_comm_t *comm = NULL;
+        tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s: %s", tutti_strerror(st), tutti_last_error());
+        ssize_t n = write(pp[1], msg, strlen(msg));
+        (void)n;
+        _exit(st == TUTTI_ERR_SYSTEM && strstr(msg, "ulimit -u: 1") != NULL ? 0 : 1);
+    }
+    close(pp[1]);
+    char msg[1200] = "";
+    ssize_t n = read(pp[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = '\0';
+    close(pp[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x: %s", status, msg);
+}
+END_TEST
+
 START_TEST(test_zero_byte_posts)
 {
     th_opts_t o = TH_OPTS_INIT;
@@ -661,6 +732,8 @@ static Suite *workers_suite(void)
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_thread_order);
     tcase_add_test(tc, test_nonblocking);
+    tcase_add_loop_test(tc, test_count_mismatch, 0, 2); /* shm, ofi */
+    tcase_add_test(tc, test_nproc);
     tcase_add_loop_test(tc, test_zero_byte_posts, 0, 4); /* {env 0, config -1} x {shm, ofi} */
     suite_add_tcase(s, tc);
     return s;

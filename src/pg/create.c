@@ -53,7 +53,7 @@ static void warn_single_copy_off(const tutti_comm_t *c)
 {
     static int warned;
     const tutti__window_t *w = c->net.links.wins != NULL ? c->net.links.wins[0] : NULL;
-    if (w == NULL || w->cma || w->cma_off == NULL || strncmp(w->cma_off, "TUTTI_CMA=off", 13) == 0 ||
+    if (w == NULL || w->cma || w->cma_off == NULL || c->nodes.local_size < 2 || strncmp(w->cma_off, "TUTTI_CMA=off", 13) == 0 ||
         c->nodes.local_rank != 0 || __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) != 0)
         return;
     TUTTI__LOG(TUTTI__LOG_WARN,
@@ -146,6 +146,27 @@ static tutti_status_t agree_node_seg(tutti_comm_t *c, tutti__bootstrap_t *bs)
     return st;
 }
 
+/* agree_workers: every rank runs one collective channel per worker slice, and a peer's channels
+ * must be there to be met: ranks given different CCL_WORKER_COUNT (or config workers) are told
+ * so, alike, before anything is built on them (they failed inside the shared segment's setup,
+ * reported as a bug in tutti, and across nodes not at all). */
+static tutti_status_t agree_workers(tutti_comm_t *c, tutti__bootstrap_t *bs)
+{
+    int32_t mine = c->nslices, *all = calloc((size_t)c->size, sizeof *all);
+    if (all == NULL)
+        return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory for %d ranks", c->size);
+    tutti_status_t st = tutti__bs_allgather(bs, &mine, sizeof mine, all);
+    for (int r = 1; st == TUTTI_OK && r < c->size; r++)
+        if (all[r] != all[0])
+            st = tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                  "the ranks disagree on their worker threads: rank 0 has %d, "
+                                  "rank %d has %d (CCL_WORKER_COUNT, or tutti_comm_config_t's "
+                                  "worker_count): give every rank the same",
+                                  (int)all[0], r, (int)all[r]);
+    free(all);
+    return st;
+}
+
 static tutti_status_t start_workers(tutti_comm_t *c)
 {
     return tutti__exec_create(c, c->threads.workers, c->cfg.worker_sleep, c->cfg.inline_max);
@@ -177,6 +198,8 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         st = tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory");
         goto fail;
     }
+    if (parent == NULL && size > 1) /* a split's child runs on its parent's slices */
+        TUTTI__CHECK_GOTO(agree_workers(c, bs), st, fail);
     TUTTI__CHECK_GOTO(tutti__nodes_discover(bs, &c->nodes), st, fail);
     /* Where the threads go, and whether waits must give the core away at once: from the cores
      * every local rank may use, not only this one's (two ranks bound to a core each are not

@@ -302,7 +302,7 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
         w->me = t->my_local;
         w->cma = t->cma;
         w->pids = t->pids;
-        w->cma_off = t->cma ? NULL : t->cma_off;
+        w->cma_off = t->cma || t->cma_off[0] == '\0' ? NULL : t->cma_off; /* "": not probed */
     }
     return TUTTI_OK;
 }

@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/bootstrap/store.h"
@@ -762,8 +763,21 @@ START_TEST(test_secret_file)
     ck_assert_int_eq(tutti__secret_file_write("127.0.0.1", 4242, &a, path, sizeof path),
                      TUTTI_ERR_BOOTSTRAP);
     ck_assert_str_eq(path, "");
+    ck_assert_msg(strstr(tutti_last_error(), "chmod 700") != NULL, "%s", tutti_last_error());
     snprintf(path, sizeof path, "%s", kept);
     ck_assert_int_eq(chmod(dir, 0700), 0);
+    /* one that another user made first (anyone can, in /tmp): this user cannot remove it, and
+     * is told what it can do instead */
+    if (geteuid() == 0) {
+        ck_assert_int_eq(chown(dir, 65534, 65534), 0);
+        ck_assert_int_eq(tutti__secret_file_write("127.0.0.1", 4242, &a, path, sizeof path),
+                         TUTTI_ERR_BOOTSTRAP);
+        ck_assert_msg(strstr(tutti_last_error(), "cannot remove it") != NULL &&
+                          strstr(tutti_last_error(), "TUTTI_JOB_TOKEN") != NULL,
+                      "%s", tutti_last_error());
+        ck_assert_int_eq(chown(dir, 0, 0), 0);
+        snprintf(path, sizeof path, "%s", kept);
+    }
 
     /* a file whose writer has exited is stale */
     pid_t w = fork();
@@ -778,6 +792,45 @@ START_TEST(test_secret_file)
     tutti__secret_file_remove(path);
     ck_assert_msg(reader(false, false, &a, msg, sizeof msg) == 1 && strstr(msg, "TUTTI_JOB_TOKEN"),
                   "no file: %s", msg);
+    /* files that killed rank 0s left are swept by the next writer, once a day old and their
+     * writer gone; a young one, or one whose writer lives, stays */
+    {
+        char live[64], text[200];
+        FILE *self = fopen("/proc/self/stat", "r");
+        unsigned long long start = 0;
+        ck_assert(self != NULL && fscanf(self, "%*d %*s %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u "
+                                               "%*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                                         &start) == 1);
+        fclose(self);
+        snprintf(live, sizeof live, "%d %llu", (int)getpid(), start);
+        static const char *const names[] = {"store-1-127.0.0.9-1111", "store-1-127.0.0.9-2222",
+                                            "store-1-127.0.0.9-3333", ".store-1-x-1.99.tmp"};
+        const char *bodies[] = {"tutti-secret-v2 999999 5", "tutti-secret-v2 999999 5", live, "x"};
+        const int days[] = {2, 0, 2, 2};
+        for (int i = 0; i < 4; i++) {
+            char f[512];
+            snprintf(f, sizeof f, "%s/%s", dir, names[i]);
+            snprintf(text, sizeof text, "%s%s", i == 2 ? "tutti-secret-v2 " : "", bodies[i]);
+            FILE *o = fopen(f, "w");
+            ck_assert(o != NULL);
+            fputs(text, o);
+            fclose(o);
+            struct timespec t[2] = {{time(NULL) - days[i] * 86400 - 60, 0},
+                                    {time(NULL) - days[i] * 86400 - 60, 0}};
+            ck_assert_int_eq(utimensat(AT_FDCWD, f, t, 0), 0);
+        }
+        ck_assert_int_eq(tutti__secret_file_write("127.0.0.1", 4242, &a, path, sizeof path),
+                         TUTTI_OK);
+        const bool kept_want[] = {false, true, true, false};
+        for (int i = 0; i < 4; i++) {
+            char f[512];
+            snprintf(f, sizeof f, "%s/%s", dir, names[i]);
+            ck_assert_msg((access(f, F_OK) == 0) == kept_want[i], "%s: %s", names[i],
+                          kept_want[i] ? "swept" : "left");
+            unlink(f);
+        }
+        tutti__secret_file_remove(path);
+    }
     /* a symbolic link in the file's place is not followed */
     ck_assert_int_eq(symlink("/etc/passwd", path), 0);
     ck_assert_msg(reader(false, false, &a, msg, sizeof msg) == 1, "a symlink was followed");

@@ -2,12 +2,14 @@
  * readable only by its user, for the ranks of its host; with it, who wrote it (process, parent
  * and session, with their start times) so that a reader can tell its own job's file from another
  * job's or a stale one. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/sha256.h"
@@ -62,24 +64,39 @@ static void dir_path(char *dir, size_t cap)
         snprintf(dir, cap, "/tmp/tutti-%u", (unsigned)geteuid());
 }
 
+/* what_to_do: the advice for a directory that cannot hold the secret. One that another user
+ * made (in /tmp anyone can make /tmp/tutti-<uid> first) this user cannot remove. */
+static const char *what_to_do(const struct stat *sb)
+{
+    return sb->st_uid != geteuid()
+               ? "another user made it, and this user cannot remove it (root can): set "
+                 "TUTTI_JOB_TOKEN to the same random value for every rank, or XDG_RUNTIME_DIR to "
+                 "a directory of this user's"
+               : "remove it, or set TUTTI_JOB_TOKEN to the same random value for every rank";
+}
+
 /* dir_ok tells whether sb (the directory's fstat or lstat) is a real directory of this user that
  * nobody else may enter; if not, the error says why. */
 static bool dir_ok(const char *dir, const struct stat *sb)
 {
     if (!S_ISDIR(sb->st_mode)) {
         tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                         "bootstrap: cannot open %s for this job's secret: %s (a symbolic link "
-                         "is refused); remove it, or set TUTTI_JOB_TOKEN for every rank",
-                         dir, strerror(S_ISLNK(sb->st_mode) ? ELOOP : ENOTDIR));
+                         "bootstrap: cannot use %s for this job's secret: %s, of uid %u (a "
+                         "symbolic link is refused); %s",
+                         dir, S_ISLNK(sb->st_mode) ? "a symbolic link" : "not a directory",
+                         (unsigned)sb->st_uid, what_to_do(sb));
         return false;
     }
     if (sb->st_uid != geteuid() || (sb->st_mode & 077) != 0) {
         tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                          "bootstrap: %s belongs to uid %u with mode %03o: a directory for this "
-                         "job's secret must be this user's (uid %u) and closed to others; "
-                         "remove it, or set TUTTI_JOB_TOKEN for every rank",
+                         "job's secret must be this user's (uid %u) and closed to others; %s",
                          dir, (unsigned)sb->st_uid, (unsigned)(sb->st_mode & 0777),
-                         (unsigned)geteuid());
+                         (unsigned)geteuid(),
+                         sb->st_uid == geteuid()
+                             ? "chmod 700 it (or remove it), or set TUTTI_JOB_TOKEN to the same "
+                               "random value for every rank"
+                             : what_to_do(sb));
         return false;
     }
     return true;
@@ -99,6 +116,10 @@ static int open_dir(char *dir, size_t cap)
     }
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat sb;
+    if (fd < 0 && (errno == ELOOP || errno == ENOTDIR) && lstat(dir, &sb) == 0) {
+        dir_ok(dir, &sb); /* not a directory: says whose it is and what to do */
+        return -1;
+    }
     if (fd < 0 || fstat(fd, &sb) != 0) {
         int err = errno;
         tutti__set_error(TUTTI_ERR_BOOTSTRAP,
@@ -127,6 +148,44 @@ static void file_name(const char *ip, int port, char *name, size_t cap)
     snprintf(name, cap, "store-%llu-%s-%d", netns, ip, port);
 }
 
+/* sweep removes the files that killed rank 0s left behind (a store's file lives only while its
+ * job meets), so that they do not pile up, one per port: those a day old whose writer this
+ * host no longer runs. Age as well as the writer: a writer in another PID namespace, over the
+ * same /tmp, is not visible from here, and its file is only minutes old while it is in use. */
+static void sweep(int dfd)
+{
+    int fd = dup(dfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    time_t old = time(NULL) - 24 * 3600;
+    struct dirent *e;
+    for (int seen = 0; seen < 1000 && (e = readdir(d)) != NULL; seen++) {
+        struct stat sb;
+        bool tmp = e->d_name[0] == '.' && strstr(e->d_name, ".tmp") != NULL;
+        if ((strncmp(e->d_name, "store-", 6) != 0 && !tmp) ||
+            fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode) ||
+            sb.st_uid != geteuid() || sb.st_mtime > old)
+            continue;
+        char text[64] = "", magic[32];
+        int pid = 0;
+        unsigned long long start = 0;
+        int ffd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (ffd >= 0) {
+            ssize_t n = read(ffd, text, sizeof text - 1);
+            text[n > 0 ? n : 0] = '\0';
+            close(ffd);
+        }
+        if (tmp || sscanf(text, "%31s %d %llu", magic, &pid, &start) != 3 ||
+            proc_start(pid, NULL) != start)
+            unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
 tutti_status_t tutti__secret_file_write(const char *ip, int port, const tutti__auth_t *a,
                                         char *path, size_t cap)
 {
@@ -135,6 +194,7 @@ tutti_status_t tutti__secret_file_write(const char *ip, int port, const tutti__a
     int dfd = open_dir(dir, sizeof dir);
     if (dfd < 0)
         return TUTTI_ERR_BOOTSTRAP;
+    sweep(dfd);
     file_name(ip, port, name, sizeof name);
     int me = (int)getpid(), parent = 0, sid = (int)getsid(0);
     unsigned long long start = proc_start(me, &parent), pstart = proc_start(parent, NULL);

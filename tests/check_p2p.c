@@ -773,13 +773,30 @@ static int left_body(int rank, int n, void *arg)
         tutti_comm_destroy(comm); /* waits for rank 0's destroy */
         return bad;
     }
+    /* posted while rank 1 is still there, for a message it never sends */
+    unsigned char any[8];
+    tutti_work_t *w = NULL;
+    tutti_status_t st = tutti_recv(any, sizeof any, TUTTI_UINT8, TUTTI_ANY_SOURCE, 32, comm, &w);
+    if (st != TUTTI_OK)
+        bad |= th_fail("posting a receive from any rank: %s", tutti_last_error());
     sleep(2); /* rank 1 has long left */
-    tutti_status_t st = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 30, comm, NULL);
+    st = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 30, comm, NULL);
     if (st != TUTTI_OK)
         bad |= th_fail("the message rank 1 sent before it left: %d (%s): %s", st,
                        tutti_strerror(st), tutti_last_error());
     else
         bad |= check(b, sizeof b, 1, 0, 950, "sent before leaving");
+    /* the receive from any rank, posted before every other rank left, ends too (it waited
+     * for the timeout) */
+    if (w != NULL) {
+        double t0 = th_now();
+        st = tutti_work_wait(w, 30.0);
+        if (st != TUTTI_ERR_PEER_FAILED || th_now() - t0 > 5 ||
+            !strstr(tutti_work_error(w), "left"))
+            bad |= th_fail("a receive from any rank when all have left: %d (%s) after %.1f s: %s",
+                           st, tutti_strerror(st), th_now() - t0, tutti_work_error(w));
+        tutti_work_free(w);
+    }
     double t0 = th_now();
     st = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 31, comm, NULL);
     const char *msg = tutti_comm_last_error(comm);

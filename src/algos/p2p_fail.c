@@ -234,6 +234,29 @@ static const char *waiting_for(const tutti__p2p_op_t *op)
     }
 }
 
+/* A receive from any rank names no peer, so no departed peer fails it: once every other rank
+ * has failed or left (its last data given the grace to arrive), nothing can match it. */
+static void fail_orphaned_any(tutti__p2p_t *e, double now)
+{
+    if (e->sweep)
+        return; /* a peer just failed: the sweep tells such receives so, and why */
+    for (int p = 0; p < e->size; p++) {
+        const tutti__p2p_peer_t *q = &e->peers[p];
+        if (p != e->rank && !q->broken &&
+            (!tutti__live_left(e->net->live, p) || q->left_seen == 0.0 ||
+             now - q->left_seen <= LEFT_GRACE_S))
+            return;
+    }
+    tutti__p2p_op_t *next;
+    for (tutti__p2p_op_t *op = e->live; op; op = next) {
+        next = op->next;
+        if (op->mpeer < 0 && op->state == R_POSTED)
+            tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
+                            "every other rank has failed or left (destroyed its communicator) "
+                            "while this receive from any rank waited, so nothing can match it");
+    }
+}
+
 void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
 {
     tutti__net_t *net = e->net;
@@ -267,6 +290,7 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
                           "receives before it destroys the communicator",
                           p);
         }
+        fail_orphaned_any(e, now);
     }
     tutti__p2p_op_t *next;
     for (tutti__p2p_op_t *op = e->live; op; op = next) {

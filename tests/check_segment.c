@@ -52,6 +52,43 @@ static int run_ask(const seg_pub_t *pub, int local, bool wrong_token, int uid)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 100;
 }
 
+/* serve_in_child: a forked leader listens, tells the parent over pp what it would publish,
+ * and serves local ranks 1..n-1 (with every descriptor taken first when starve); returns its
+ * pid. The child exits with check(status, seconds taken) or 2 if it could not listen. */
+static pid_t serve_in_child(int memfd, int n, int pp[2], bool starve,
+                            int (*check)(tutti_status_t, double))
+{
+    pid_t leader = fork();
+    if (leader != 0)
+        return leader;
+    alarm(20);
+    int ranks[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    seg_pub_t mine;
+    memset(&mine, 0, sizeof mine);
+    int lfd = -1;
+    if (tutti__shm_pass_listen(&mine, &lfd) != TUTTI_OK ||
+        write(pp[1], &mine, sizeof mine) != (ssize_t)sizeof mine)
+        _exit(2);
+    if (starve) {
+        struct rlimit rl;
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        while (dup(0) >= 0) /* every descriptor taken */
+            ;
+    }
+    tutti__bootstrap_t bs = {.deadline = tutti__now() + 15};
+    double t0 = tutti__now();
+    tutti_status_t st = tutti__shm_pass_serve(lfd, memfd, &mine, ranks, n, &bs);
+    _exit(check(st, tutti__now() - t0));
+}
+
+static int served_ok(tutti_status_t st, double took)
+{
+    (void)took;
+    return st == TUTTI_OK ? 0 : 1;
+}
+
 START_TEST(test_handout)
 {
     int memfd = memfd_create("test-segment", MFD_CLOEXEC);
@@ -61,21 +98,7 @@ START_TEST(test_handout)
      * own process, and tells the test what it would publish. */
     int pp[2];
     ck_assert_int_eq(pipe(pp), 0);
-    int ranks[3] = {0, 1, 2};
-    pid_t leader = fork();
-    if (leader == 0) {
-        alarm(20);
-        seg_pub_t mine;
-        memset(&mine, 0, sizeof mine);
-        int lfd = -1;
-        if (tutti__shm_pass_listen(&mine, &lfd) != TUTTI_OK ||
-            write(pp[1], &mine, sizeof mine) != (ssize_t)sizeof mine)
-            _exit(2);
-        tutti__bootstrap_t bs = {.deadline = tutti__now() + 15};
-        _exit(tutti__shm_pass_serve(lfd, memfd, &mine, ranks, 3, &bs) == TUTTI_OK
-                  ? 0
-                  : 1);
-    }
+    pid_t leader = serve_in_child(memfd, 3, pp, false, served_ok);
     seg_pub_t pub;
     ck_assert_int_eq(read(pp[0], &pub, sizeof pub), (ssize_t)sizeof pub);
     ck_assert_msg(strncmp(pub.sock, "tutti-", 6) == 0 && strlen(pub.sock) == 38, "socket \"%s\"",
@@ -105,6 +128,15 @@ START_TEST(test_handout)
 }
 END_TEST
 
+static int refused_at_once(tutti_status_t st, double took)
+{
+    if (st == TUTTI_ERR_SYSTEM && strstr(tutti_last_error(), "ulimit -n") != NULL && took < 5)
+        return 0;
+    fprintf(stderr, "leader at EMFILE: %s after %.1f s: %s\n", tutti_strerror(st), took,
+            tutti_last_error());
+    return 1;
+}
+
 /* A leader at its limit of open files cannot accept the ranks that ask: it says so at once
  * (the limit and what to do), where it used to poll a socket that stayed readable until its
  * deadline and then blame the ranks for never asking. */
@@ -114,32 +146,7 @@ START_TEST(test_handout_emfile)
     ck_assert_int_ge(memfd, 0);
     int pp[2];
     ck_assert_int_eq(pipe(pp), 0);
-    int ranks[2] = {0, 1};
-    pid_t leader = fork();
-    if (leader == 0) {
-        alarm(20);
-        seg_pub_t mine;
-        memset(&mine, 0, sizeof mine);
-        int lfd = -1;
-        if (tutti__shm_pass_listen(&mine, &lfd) != TUTTI_OK ||
-            write(pp[1], &mine, sizeof mine) != (ssize_t)sizeof mine)
-            _exit(2);
-        struct rlimit rl;
-        getrlimit(RLIMIT_NOFILE, &rl);
-        rl.rlim_cur = 64;
-        setrlimit(RLIMIT_NOFILE, &rl);
-        while (dup(0) >= 0) /* every descriptor taken */
-            ;
-        tutti__bootstrap_t bs = {.deadline = tutti__now() + 15};
-        double t0 = tutti__now();
-        tutti_status_t st = tutti__shm_pass_serve(lfd, memfd, &mine, ranks, 2, &bs);
-        double took = tutti__now() - t0;
-        if (st == TUTTI_ERR_SYSTEM && strstr(tutti_last_error(), "ulimit -n") != NULL && took < 5)
-            _exit(0);
-        fprintf(stderr, "leader at EMFILE: %s after %.1f s: %s\n", tutti_strerror(st), took,
-                tutti_last_error());
-        _exit(1);
-    }
+    pid_t leader = serve_in_child(memfd, 2, pp, true, refused_at_once);
     seg_pub_t pub;
     ck_assert_int_eq(read(pp[0], &pub, sizeof pub), (ssize_t)sizeof pub);
     ck_assert_int_eq(run_ask(&pub, 1, false, -1), 1); /* asks, gets nothing */

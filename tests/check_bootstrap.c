@@ -611,7 +611,8 @@ END_TEST
 
 /* A store port of the job's own under mpirun with MASTER_PORT unset: from Open MPI's job id
  * (the same number tutti_torch computes: test_launchers test_setup_env_job_port), from Hydra's
- * proxy only where every rank is on this node and one is found (this test runs under none). */
+ * only with a Hydra proxy above (this test runs under none; tests/multinode.sh and
+ * test_launchers run real ones). */
 START_TEST(test_launcher_port)
 {
     long port = 0;
@@ -633,11 +634,9 @@ START_TEST(test_launcher_port)
     unsetenv("OMPI_MCA_ess_base_jobid");
     unsetenv("PMIX_NAMESPACE");
     setenv("PMI_SIZE", "2", 1);
-    ck_assert(!tutti__launcher_port(hydra, &port, &what)); /* no MPI_LOCALNRANKS */
-    setenv("MPI_LOCALNRANKS", "1", 1);
-    ck_assert(!tutti__launcher_port(hydra, &port, &what)); /* ranks on other nodes */
-    setenv("MPI_LOCALNRANKS", "2", 1);
     ck_assert(!tutti__launcher_port(hydra, &port, &what)); /* no hydra_pmi_proxy above us */
+    setenv("MPI_LOCALNRANKS", "2", 1);
+    ck_assert(!tutti__launcher_port(hydra, &port, &what)); /* ... even with every rank here */
     unsetenv("MPI_LOCALNRANKS");
     unsetenv("PMI_SIZE");
     ck_assert(!tutti__launcher_port("RANK/WORLD_SIZE", &port, &what));

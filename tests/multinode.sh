@@ -284,6 +284,20 @@ part_launchers() {
     else
         notok "mpich -bind-to core across hosts" "$tmp/out"
     fi
+    # No MASTER_PORT: every rank, on either host, derives the same port of the job's own from
+    # the mpiexec address that Hydra gives each host's proxy.
+    local ports
+    # shellcheck disable=SC2086
+    if timeout -k 5 180 bash "$cluster" _on_host --name "$name" 0 mpiexec.mpich -launcher ssh \
+        -launcher-exec "${TUTTI_CLUSTER_STATE:-/run/tutti-cluster}/$name/ssh" \
+        -hosts 10.77.0.1:2,10.77.0.2:2 -n 4 -genv MASTER_ADDR 10.77.0.1 -genv CCL_LOG_LEVEL info \
+        "$bench" $a >"$tmp/out" 2>&1 && grep -q "ranks 4  nodes 2 " "$tmp/out" &&
+        ports=$(sed -n "s/.*the store takes port \([0-9]*\), the job's own (from the address of Hydra's mpiexec.*/\1/p" "$tmp/out") &&
+        [ "$(echo "$ports" | wc -l)" = 4 ] && [ "$(echo "$ports" | sort -u | wc -l)" = 1 ]; then
+        ok "mpich across hosts without MASTER_PORT: all 4 ranks meet on mpiexec's port $(echo "$ports" | head -1)"
+    else
+        notok "mpich across hosts without MASTER_PORT" "$tmp/out"
+    fi
 }
 
 part_train() {

@@ -121,7 +121,7 @@ class TestLaunchers(unittest.TestCase):
                          "no mpirun.mpich or mpirun.openmpi")
     def test_two_jobs_default_port(self):
         """Jobs started at once on one node by mpirun with no MASTER_PORT each meet on a port of
-        their own (from the Hydra proxy's pid, from Open MPI's job id), the same for torch's
+        their own (from Hydra's mpiexec address, from Open MPI's job id), the same for torch's
         store (setup_env_from_launcher) as for libtutti's: on the shared default 29500 the
         second job's rank 0 failed (address in use) and its other ranks with it."""
         env = clean_env(CCL_LOG_LEVEL="info")
@@ -160,7 +160,7 @@ class TestLaunchers(unittest.TestCase):
             self.assertEqual(got[0], got[1], "ranks of one job disagree: %s" % out)
             self.assertTrue(30000 <= int(got[0]) < 32000, got)
             ports.append(int(got[0]))
-        # the two Hydra jobs of each kind run under different proxies
+        # the two Hydra jobs of each kind have mpiexecs of their own
         self.assertNotEqual(ports[0], ports[1], ports)
         self.assertNotEqual(ports[3], ports[4], ports)
 
@@ -299,8 +299,8 @@ class TestLaunchers(unittest.TestCase):
 
     def test_setup_env_job_port(self):
         """Under mpirun with MASTER_PORT unset: Open MPI's job id gives a port of the job's own
-        (libtutti's hash); Hydra's ranks get one only from the proxy they descend from (not this
-        test's process) and only when all of them share the node; a set MASTER_PORT wins."""
+        (libtutti's hash); Hydra's ranks get one only from the Hydra proxy they descend from
+        (this test's process has none), whatever MPI_LOCALNRANKS says; a set MASTER_PORT wins."""
         import tutti_torch
 
         ompi = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
@@ -321,7 +321,7 @@ class TestLaunchers(unittest.TestCase):
         env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}  # no job id
         tutti_torch.setup_env_from_launcher(env)
         self.assertEqual(env["MASTER_PORT"], "29500")
-        for local in ("2", "1", None):  # not under a Hydra proxy here, or not all local
+        for local in ("2", "1", None):  # not under a Hydra proxy here
             env = {"PMI_RANK": "0", "PMI_SIZE": "2"}
             if local:
                 env["MPI_LOCALNRANKS"] = local

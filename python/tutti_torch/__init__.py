@@ -135,6 +135,27 @@ def _hydra_proxy_pid():
     return 0
 
 
+def _fnv1a(text):
+    h = 2166136261
+    for b in text.encode():
+        h = ((h ^ b) * 16777619) & 0xffffffff  # FNV-1a, as libtutti
+    return h
+
+
+def _control_port(pid):
+    """The --control-port of Hydra proxy pid (its mpiexec's host:port, the same for every
+    proxy of one mpiexec, on every node); None if it has none."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            args = f.read(4095).split(b"\0")
+    except OSError:
+        return None
+    for i, a in enumerate(args[:-1]):
+        if a == b"--control-port" and args[i + 1]:
+            return args[i + 1].decode("ascii", "replace")
+    return None
+
+
 def _launcher_port(env, names):
     """A store port of the job's own for a job the launcher names (names: its rank/size
     variables), as libtutti picks it (tutti__launcher_port), so that two jobs of one node do not
@@ -143,14 +164,15 @@ def _launcher_port(env, names):
         job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE")
         if not job:
             return None
-        h = 2166136261
-        for b in job.encode():
-            h = ((h ^ b) * 16777619) & 0xffffffff  # FNV-1a, as libtutti
-        return _JOB_PORT_BASE + h % _JOB_PORTS
-    if names == "PMI_RANK/PMI_SIZE" and env.get("MPI_LOCALNRANKS") and \
-            env.get("MPI_LOCALNRANKS") == env.get("PMI_SIZE"):
-        proxy = _hydra_proxy_pid()  # every rank on this node: its proxy names the job
-        return _JOB_PORT_BASE + proxy % _JOB_PORTS if proxy else None
+        return _JOB_PORT_BASE + _fnv1a(job) % _JOB_PORTS
+    if names == "PMI_RANK/PMI_SIZE":
+        proxy = _hydra_proxy_pid()
+        ctl = _control_port(proxy) if proxy else None
+        if ctl:  # mpiexec's address, which every proxy of the job is given
+            return _JOB_PORT_BASE + _fnv1a(ctl) % _JOB_PORTS
+        if proxy and env.get("MPI_LOCALNRANKS") and \
+                env.get("MPI_LOCALNRANKS") == env.get("PMI_SIZE"):
+            return _JOB_PORT_BASE + proxy % _JOB_PORTS  # every rank on this node: its proxy
     return None
 
 
@@ -169,8 +191,8 @@ def setup_env_from_launcher(environ=None):
     """Sets RANK, WORLD_SIZE and LOCAL_RANK (and MASTER_ADDR=127.0.0.1 and MASTER_PORT where
     unset) from whichever launcher started this process, so that init_method "env://" works under
     mpirun too. The port is one of the job's own where the launcher names the job (srun, Open
-    MPI's mpirun, Hydra's with every rank on this node; as libtutti's store picks it), else
-    29500, so that two jobs started on one node at once do not meet on one port. Variables already set are kept. Returns (rank, world_size, local_rank); a process
+    MPI's mpirun, Hydra's mpiexec through its proxy; as libtutti's store picks it), else 29500,
+    so that two jobs started on one node at once do not meet on one port. Variables already set are kept. Returns (rank, world_size, local_rank); a process
     no launcher started is rank 0 of 1; local_rank is None (and LOCAL_RANK stays unset) when no
     launcher's variables give it, as when RANK and WORLD_SIZE alone are set by hand. environ:
     the mapping to read and update (os.environ).

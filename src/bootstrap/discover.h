@@ -30,8 +30,9 @@ tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port);
  * and whose user set no MASTER_PORT, so that two jobs of one node do not meet on 29500: a Slurm
  * step's (tutti__slurm_store); TUTTI__JOB_PORT_BASE + a hash of Open MPI's job id
  * (OMPI_MCA_ess_base_jobid, or PMIX_NAMESPACE) mod TUTTI__JOB_PORTS; for Hydra (MPICH, Intel
- * MPI), whose ranks carry no job id, only when all of them run on this node (MPI_LOCALNRANKS
- * equals PMI_SIZE), the base + the pid of the Hydra proxy they descend from mod TUTTI__JOB_PORTS.
+ * MPI), whose ranks carry no job id, the base + a hash of the --control-port (mpiexec's
+ * host:port) of the Hydra proxy they descend from, the same on every node; failing that, when
+ * all ranks run on this node (MPI_LOCALNRANKS equals PMI_SIZE), the base + the proxy's pid.
  * *what names the source, for messages. false: no such port (the caller's default stands). The
  * range lies between Slurm's ports (20000-29999) and Linux's ephemeral ones (from 32768). */
 #define TUTTI__JOB_PORT_BASE 30000

@@ -178,6 +178,30 @@ static long hydra_proxy_pid(void)
     return 0;
 }
 
+/* control_port writes the value of the --control-port argument of process pid (a Hydra
+ * proxy's: its mpiexec's host:port); false if it has none. */
+static bool control_port(long pid, char *out, size_t cap)
+{
+    char path[64], args[4096];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(args, 1, sizeof args - 1, f);
+    fclose(f);
+    args[n] = '\0';
+    /* NUL-separated arguments: "--control-port" then its value */
+    for (size_t i = 0; i < n; i += strlen(args + i) + 1)
+        if (strcmp(args + i, "--control-port") == 0) {
+            size_t v = i + strlen(args + i) + 1;
+            if (v >= n || args[v] == '\0' || strlen(args + v) >= cap)
+                return false;
+            snprintf(out, cap, "%s", args + v);
+            return true;
+        }
+    return false;
+}
+
 /* FNV-1a: spreads a launcher's job name over the port range alike on every rank. */
 static unsigned long name_hash(const char *s)
 {
@@ -206,11 +230,18 @@ bool tutti__launcher_port(const char *how, long *port, const char **what)
         return true;
     }
     if (strcmp(how, "PMI_RANK/PMI_SIZE") == 0) {
-        /* Hydra names no job. On one node its proxy does; across nodes each node has its own,
-         * and the port must be the same everywhere. */
-        long local = 0, size = 0, proxy;
-        if (!env_int("MPI_LOCALNRANKS", &local) || !env_int("PMI_SIZE", &size) || local != size ||
-            (proxy = hydra_proxy_pid()) == 0)
+        /* Hydra names no job in the ranks' environment, but its proxy does: every proxy of one
+         * mpiexec, on every node, is told mpiexec's own address (--control-port host:port). */
+        long proxy = hydra_proxy_pid(), local = 0, size = 0;
+        char ctl[256];
+        if (proxy != 0 && control_port(proxy, ctl, sizeof ctl)) {
+            *what = "the address of Hydra's mpiexec, which its proxies are given";
+            *port = TUTTI__JOB_PORT_BASE + (long)(name_hash(ctl) % TUTTI__JOB_PORTS);
+            return true;
+        }
+        /* Else, on one node, the proxy itself; across nodes each has its own. */
+        if (proxy == 0 || !env_int("MPI_LOCALNRANKS", &local) || !env_int("PMI_SIZE", &size) ||
+            local != size)
             return false;
         *what = "the pid of Hydra's proxy, whose ranks all run on this node";
         *port = TUTTI__JOB_PORT_BASE + proxy % TUTTI__JOB_PORTS;

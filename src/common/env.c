@@ -49,9 +49,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "there, tutti's listens on the next odd port: see `TUTTI_STORE_PORT`); unset, a port of "
      "the job's own where the launcher names the job: under srun see `SLURM_JOB_ID`; under Open "
      "MPI 30000 + a hash of its job id (`OMPI_MCA_ess_base_jobid`, else `PMIX_NAMESPACE`) mod "
-     "2000; under Hydra (MPICH, Intel MPI) with every rank on one node (`MPI_LOCALNRANKS` = "
-     "`PMI_SIZE`), 30000 + the pid of the Hydra proxy the ranks descend from mod 2000; else "
-     "29500"},
+     "2000; under Hydra (MPICH, Intel MPI) 30000 + a hash of the `--control-port` (mpiexec's "
+     "host:port) of the Hydra proxy the ranks descend from mod 2000, the same on every node "
+     "(without it, and with every rank on one node, the proxy's pid); else 29500"},
     {"TUTTI_STORE_PORT", NULL,
      "TCP port of rank 0's rendezvous store, the same on every rank; unset: `MASTER_PORT`, or "
      "the next odd port above it where `TORCHELASTIC_USE_AGENT_STORE` is `True` (a C program "
@@ -90,8 +90,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"PMI_RANK", NULL, "rank (MPICH Hydra, Intel MPI)"},
     {"PMI_SIZE", NULL, "number of ranks (MPICH Hydra, Intel MPI)"},
     {"MPI_LOCALNRANKS", NULL,
-     "ranks on this node (MPICH Hydra, Intel MPI): when it equals `PMI_SIZE` and `MASTER_PORT` "
-     "is unset, the store's port is derived from the job's Hydra proxy (see `MASTER_PORT`)"},
+     "ranks on this node (MPICH Hydra, Intel MPI): when it equals `PMI_SIZE`, `MASTER_PORT` is "
+     "unset and the Hydra proxy shows no `--control-port`, the store's port is derived from the "
+     "proxy's pid (see `MASTER_PORT`)"},
     {"OMPI_COMM_WORLD_RANK", NULL, "rank (Open MPI)"},
     {"OMPI_COMM_WORLD_SIZE", NULL, "number of ranks (Open MPI)"},
     {"SLURM_PROCID", NULL, "rank (a task of a Slurm `srun` step)"},

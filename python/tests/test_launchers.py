@@ -117,6 +117,28 @@ class TestLaunchers(unittest.TestCase):
             self.skipTest("no %s" % bench)
         return bench
 
+    @unittest.skipUnless(shutil.which("mpirun.mpich"), "no mpirun.mpich")
+    def test_mpich_wrappers(self):
+        """A C program started by MPICH's mpirun through a wrapper (a shell script, timeout,
+        bash -c that forks): Hydra gives each rank a session and here a parent of its own, and
+        without a launcher's job id the ranks took each other for another job (rank 1 refused
+        at once, rank 0 waiting out its timeout); the mpiexec address its proxies carry names
+        the job."""
+        bench = self.bench()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        script = os.path.join(tmp.name, "run.sh")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\n%s allgather -b 8 -e 4K -i 5 -c\n" % bench)
+        os.chmod(script, 0o755)
+        env = clean_env(TUTTI_TIMEOUT="30")
+        env.pop("MASTER_PORT", None)
+        for wrap in ([script], ["timeout", "100", bench, "allgather", "-b", "8", "-e", "4K",
+                                "-i", "5", "-c"],
+                     ["bash", "-c", "%s allgather -b 8 -e 4K -i 5 -c; true" % bench]):
+            res = self.launch(["mpirun.mpich", "-n", "3"] + wrap, env, timeout=90)
+            self.assertIn("4096", res.out, harness.report([res]))
+
     @unittest.skipUnless(shutil.which("mpirun.mpich") and shutil.which("mpirun.openmpi"),
                          "no mpirun.mpich or mpirun.openmpi")
     def test_two_jobs_default_port(self):

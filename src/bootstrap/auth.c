@@ -8,11 +8,15 @@
 
 #include "../common/sha256.h"
 #include "auth.h"
+#include "discover.h"
 
 #define TOKEN_MIN 16
 
 /* The launcher ids that name one job (the same on every rank of it, different for the next):
- * Slurm's job and step, Open MPI's job, torchrun's run id when it is not its default "none". */
+ * Slurm's job and step, Open MPI's job, torchrun's run id when it is not its default "none",
+ * and Hydra's mpiexec address, which its proxies carry (Hydra puts every rank in a session of
+ * its own, and a wrapper script gives each a parent of its own: without it, ranks started
+ * through `mpirun -n 2 ./run.sh` looked like strangers to each other). */
 static void launcher_ids(char *buf, size_t cap, bool *found)
 {
     static const char *const vars[] = {"SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid",
@@ -26,6 +30,11 @@ static void launcher_ids(char *buf, size_t cap, bool *found)
             continue;
         *found = true;
         n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s=%s;", vars[i], v);
+    }
+    char hydra[256];
+    if (tutti__hydra_job(hydra, sizeof hydra)) {
+        *found = true;
+        snprintf(buf + n, n < cap ? cap - n : 0, "hydra=%s;", hydra);
     }
 }
 

@@ -35,6 +35,12 @@ tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port);
  * all ranks run on this node (MPI_LOCALNRANKS equals PMI_SIZE), the base + the proxy's pid.
  * *what names the source, for messages. false: no such port (the caller's default stands). The
  * range lies between Slurm's ports (20000-29999) and Linux's ephemeral ones (from 32768). */
+/* tutti__hydra_job writes the address of the mpiexec that started this process through a
+ * Hydra proxy (its --control-port, the same for every rank of the job on every node, another
+ * for every other mpiexec): the job's name where Hydra gives none; false when this is no
+ * Hydra rank. */
+bool tutti__hydra_job(char *out, size_t cap);
+
 #define TUTTI__JOB_PORT_BASE 30000
 #define TUTTI__JOB_PORTS 2000
 bool tutti__launcher_port(const char *how, long *port, const char **what);

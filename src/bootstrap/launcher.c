@@ -211,6 +211,13 @@ static unsigned long name_hash(const char *s)
     return h;
 }
 
+bool tutti__hydra_job(char *out, size_t cap)
+{
+    long proxy;
+    return (tutti__env_get("PMI_RANK") != NULL || tutti__env_get("PMI_SIZE") != NULL) &&
+           (proxy = hydra_proxy_pid()) != 0 && control_port(proxy, out, cap);
+}
+
 bool tutti__launcher_port(const char *how, long *port, const char **what)
 {
     if (tutti__launcher_is_slurm(how)) {

@@ -550,6 +550,52 @@ START_TEST(test_emfile)
 }
 END_TEST
 
+/* Rank 0 with a soft limit of open files too low to serve the store for every rank: raised
+ * toward the hard limit, the job forms; with the hard limit that low too, rank 0 fails at once,
+ * naming the limit (it evicted its own ranks' connections to make room, and the job waited
+ * out its timeout with ranks that "never arrived"). */
+static int fd_limit_rank(int rank, int size, void *arg)
+{
+    bool hard = arg != NULL;
+    if (rank == 0) {
+        struct rlimit rl;
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = 24;
+        if (hard)
+            rl.rlim_max = 24;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return th_fail("setrlimit: %s", strerror(errno));
+    }
+    tutti_comm_t *comm = NULL;
+    double t0 = tutti__now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (!hard) {
+        if (st != TUTTI_OK)
+            return th_fail("a soft limit of 24 at %d ranks: %s", size, tutti_last_error());
+        int64_t one = 1, sum = 0;
+        st = tutti_allreduce(&one, &sum, 1, TUTTI_INT64, TUTTI_SUM, comm, NULL);
+        tutti_comm_destroy(comm);
+        return st == TUTTI_OK && sum == size ? 0 : th_fail("allreduce: %lld", (long long)sum);
+    }
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("formed with rank 0 unable to hold its ranks' connections");
+    }
+    if (rank == 0 && (strstr(tutti_last_error(), "ulimit -n") == NULL || tutti__now() - t0 > 5))
+        return th_fail("rank 0 after %.1f s: %s", tutti__now() - t0, tutti_last_error());
+    return 0;
+}
+
+START_TEST(test_fd_limit)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.timeout_s = 60;
+    o.rank_timeout_s = 5; /* the others wait for a store that never comes */
+    ck_assert_msg(th_run_opts(24, &o, fd_limit_rank, NULL) == 0, "soft limit: see stderr");
+    ck_assert_msg(th_run_opts(24, &o, fd_limit_rank, "hard") == 0, "hard limit: see stderr");
+}
+END_TEST
+
 /* ---- a server that poses as rank 0 --------------------------------------------------------- */
 
 typedef struct fake {
@@ -878,6 +924,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_flood);
     tcase_add_test(tc, test_idle);
     tcase_add_test(tc, test_emfile);
+    tcase_add_test(tc, test_fd_limit);
     tcase_add_test(tc, test_fake_server);
     tcase_add_test(tc, test_single_rank);
     suite_add_tcase(s, tc);

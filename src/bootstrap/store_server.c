@@ -2,6 +2,7 @@
  * TCP from a thread of its own, answering every client from one poll() loop, with a bounded
  * number of clients still in their handshake, each with an idle deadline. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +26,8 @@
 /* When accept() finds no file descriptor left and no stranger to drop, the listening socket
  * rests this long (the connection waits in the backlog) instead of being polled in a spin. */
 #define ACCEPT_REST_S 0.1
+/* An unauthenticated client this old has stalled: a rank's handshake takes milliseconds. */
+#define STALE_S 1.0
 
 struct tutti__store_server {
     int lfd, efd;
@@ -89,12 +93,14 @@ static bool on_writable(tutti__sconn_t *c)
     return !c->drop;
 }
 
-/* drop_oldest_pending closes the unauthenticated client that connected first; false if none. */
-static bool drop_oldest_pending(server_t *sv)
+/* drop_oldest_pending closes the unauthenticated client that connected first, if it connected
+ * at least min_age seconds before now; false if none. */
+static bool drop_oldest_pending(server_t *sv, double now, double min_age)
 {
     tutti__sconn_t *old = NULL;
     for (size_t i = 0; i < sv->nconns; i++)
         if (sv->conns[i].fd >= 0 && sv->conns[i].rank < 0 &&
+            now - sv->conns[i].since >= min_age &&
             (old == NULL || sv->conns[i].since < old->since))
             old = &sv->conns[i];
     if (old == NULL)
@@ -107,7 +113,7 @@ static void accept_all(server_t *sv, double now)
 {
     for (;;) {
         if (sv->npending >= PENDING_MAX)
-            drop_oldest_pending(sv);
+            drop_oldest_pending(sv, now, 0.0);
         if (sv->nconns == sv->cap) {
             size_t cap = sv->cap ? sv->cap * 2 : 16;
             tutti__sconn_t *cs = realloc(sv->conns, cap * sizeof *cs);
@@ -124,9 +130,11 @@ static void accept_all(server_t *sv, double now)
             if (e == EINTR || e == ECONNABORTED || e == EPROTO)
                 continue;
             if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
-                /* No descriptor for the next client: make room by dropping a stranger, or rest
-                 * (the listening socket stays readable, and polling it now would spin). */
-                if (drop_oldest_pending(sv))
+                /* No descriptor for the next client: make room by dropping a stranger that has
+                 * idled, or rest (the listening socket stays readable, and polling it now would
+                 * spin). Not a fresh one: accept fails so with an empty backlog too, and a rank
+                 * dropped in the middle of its handshake comes back, to be dropped again. */
+                if (drop_oldest_pending(sv, now, STALE_S))
                     continue;
                 sv->rest_until = now + ACCEPT_REST_S;
                 if (!sv->warned_fds) {
@@ -308,10 +316,50 @@ static void server_free(server_t *sv)
     free(sv);
 }
 
+/* fd_room makes sure this process may open what serving size ranks takes (a connection from
+ * each, and a few more): the soft limit of open files is raised toward the hard one where
+ * needed (the usual soft 1024 is below a job of a thousand ranks), else the job fails now,
+ * naming the limit, and not at its timeout with ranks that "never arrived". */
+static tutti_status_t fd_room(int size)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return TUTTI_OK;
+    unsigned long long open_now = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return TUTTI_OK; /* cannot tell: accept's own errors will say */
+    while (readdir(d) != NULL)
+        open_now++;
+    closedir(d);
+    unsigned long long need = open_now + (unsigned long long)size + 16;
+    if (need <= rl.rlim_cur)
+        return TUTTI_OK;
+    if (rl.rlim_max == RLIM_INFINITY || need <= rl.rlim_max) {
+        struct rlimit up = {need + 64, rl.rlim_max};
+        if (rl.rlim_max != RLIM_INFINITY && up.rlim_cur > rl.rlim_max)
+            up.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
+            TUTTI__LOG(TUTTI__LOG_INFO,
+                       "rank 0: raised its soft limit of open files from %llu to %llu to serve "
+                       "the rendezvous store for %d ranks",
+                       (unsigned long long)rl.rlim_cur, (unsigned long long)up.rlim_cur, size);
+            return TUTTI_OK;
+        }
+    }
+    return tutti__set_error(TUTTI_ERR_SYSTEM,
+                            "rank 0 cannot serve the rendezvous store for %d ranks: that takes "
+                            "about %d more open files than the %llu it has open, and its limit "
+                            "(ulimit -n) is %llu, hard limit %llu: raise it",
+                            size, size + 16, open_now, (unsigned long long)rl.rlim_cur,
+                            (unsigned long long)rl.rlim_max);
+}
+
 tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, const char *name_ip,
                                          int size, const tutti__auth_t *auth, double deadline,
                                          server_t **out)
 {
+    TUTTI__CHECK(fd_room(size));
     int port = ntohs(bind_to->sin_port);
     server_t *sv = calloc(1, sizeof *sv);
     if (sv == NULL)

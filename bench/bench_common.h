@@ -324,7 +324,13 @@ static void expected_at(const opts_t *o, int n, void *dst, size_t j, size_t i)
 
 static void *alloc(size_t bytes)
 {
-    size_t sz = (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    /* Rounded up to ALIGN; a size within ALIGN of SIZE_MAX would wrap to a tiny buffer. */
+    size_t sz = bytes > SIZE_MAX - ALIGN ? 0 : (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    if (sz == 0 && bytes > 0) {
+        fprintf(stderr, BENCH_PROG ": rank %d: cannot allocate %zu bytes; lower -e\n", g_rank,
+                bytes);
+        bench_abort();
+    }
     if (sz == 0)
         sz = ALIGN;
     void *p = aligned_alloc(ALIGN, sz);

@@ -321,8 +321,9 @@ TUTTI_API const char *tutti_comm_last_error(const tutti_comm_t *comm);
 /**
  * Override the algorithm choice for one collective, with oneCCL's syntax:
  * "ring", or "tree:0-16384;ring:16385-max" (byte ranges of count * element size). Every rank
- * must make the same call at the same point. An unknown or inapplicable name is an error that
- * lists the valid ones; the previous setting then stays.
+ * must make the same call at the same point. NULL, "" and "auto" put back the automatic choice.
+ * An unknown or inapplicable name is an error that lists the valid ones; the previous setting
+ * then stays.
  */
 TUTTI_API tutti_status_t tutti_comm_set_algorithm(tutti_comm_t *comm, tutti_coll_t coll,
                                                   const char *spec);

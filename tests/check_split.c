@@ -170,6 +170,9 @@ static int split_fail_rank(int rank, int size, void *arg)
                      "open files): %s", rank, size - 1, msg);
     else if (!th_mentions_rank(msg, size - 1))
         rc = th_fail("rank %d: the split's error does not name rank %d: %s", rank, size - 1, msg);
+    else if (strstr(msg, "are this communicator's ranks 0, 1, 2)") == NULL)
+        rc = th_fail("rank %d: the split's error does not say which parent rank each of the new "
+                     "communicator's ranks is: %s", rank, msg);
     if (dt > 20)
         rc = th_fail("rank %d: the split failed after %.1f s (TUTTI_TIMEOUT=60)", rank, dt);
     if (sum_over(world, 1) != size)

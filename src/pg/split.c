@@ -122,6 +122,34 @@ static void split_tell(const split_watch_t *w, tutti_status_t st)
     free(m);
 }
 
+/* name_child_ranks appends to this thread's error which parent rank each of the child's ranks
+ * is: what the child's creation says names the child's ranks ("rank 0 of this node"), which
+ * are not the numbers the user knows. members: the child's parent ranks, increasing. */
+static void name_child_ranks(const member_t *all, const int *members, int csize)
+{
+    char *e = tutti__tls_error();
+    size_t used = strlen(e);
+    used += (size_t)snprintf(e + used, used < TUTTI__ERRLEN ? TUTTI__ERRLEN - used : 0,
+                             " (where this text numbers the new communicator's ranks: its "
+                             "ranks 0, 1, ... are this communicator's ranks");
+    for (int c = 0; c < csize && c < 16 && used < TUTTI__ERRLEN; c++) {
+        /* the member with c members before it in (key, parent rank) order */
+        int pick = -1;
+        for (int i = 0; i < csize && pick < 0; i++) {
+            int before = 0, r = members[i];
+            for (int j = 0; j < csize; j++) {
+                int q = members[j];
+                before += all[q].key < all[r].key || (all[q].key == all[r].key && q < r);
+            }
+            if (before == c)
+                pick = r;
+        }
+        used += (size_t)snprintf(e + used, TUTTI__ERRLEN - used, "%s%d", c ? ", " : " ", pick);
+    }
+    if (used < TUTTI__ERRLEN)
+        snprintf(e + used, TUTTI__ERRLEN - used, "%s)", csize > 16 ? ", ..." : "");
+}
+
 /* gather_all runs an allgather of len bytes per rank on the parent, blocking. */
 static tutti_status_t gather_all(tutti_comm_t *parent, const void *mine, void *all, size_t len)
 {
@@ -249,6 +277,8 @@ fail:
         if (csize > 1)
             split_tell(&watch, st);
         tutti__prefix_error(st, "tutti_comm_split (color %d)", color);
+        if (csize > 1)
+            name_child_ranks(all, members, csize);
         tutti__comm_error(parent, st, "%s", tutti__tls_error());
     }
 done:

@@ -150,6 +150,35 @@ def w_ops(mode):
     call(dist.all_reduce, z)
     same(torch, z, torch.complex(n * torch.arange(4.0) + sum(range(n)), -n * torch.arange(4.0)),
          "allreduce complex64 sum")
+    # ... and the backend reduces complex tensors as their parts where torch hands them over
+    # whole (reduce, reduce_scatter in all its forms, all_reduce_coalesced: they were refused,
+    # where Gloo reduces them), by SUM, AVG and PREMUL_SUM; MAX and the like are refused
+    for cd in (torch.complex64, torch.complex128):
+        zs = [torch.complex(torch.arange(4.0 * n) + q, q - torch.arange(4.0 * n)).to(cd)
+              for q in range(n)]
+        zsum = sum(zs)
+        t = zs[rank].clone()
+        call(dist.reduce, t, dst=n - 1)
+        if rank == n - 1:
+            same(torch, t, zsum, "reduce %s" % cd)
+        out = torch.empty(4, dtype=cd)
+        call(dist.reduce_scatter_tensor, out, zs[rank].clone())
+        same(torch, out, zsum[4 * rank:4 * rank + 4], "reduce_scatter_tensor %s" % cd)
+        call(dist.reduce_scatter, out, list(zs[rank].clone().chunk(n)), op=dist.ReduceOp.AVG)
+        assert torch.allclose(out, zsum[4 * rank:4 * rank + 4] / n), "reduce_scatter avg %s" % cd
+        ts = [zs[rank].clone(), zs[rank][:3].clone()]
+        call(dist.all_reduce_coalesced, ts)
+        same(torch, ts[0], zsum, "coalesced %s" % cd)
+        same(torch, ts[1], zsum[:3], "coalesced %s, 3" % cd)
+        t = zs[rank].clone()
+        call(dist.reduce, t, dst=0, op=dist._make_nccl_premul_sum(0.5))
+        if rank == 0:
+            assert torch.allclose(t, zsum * 0.5), "reduce premul %s" % cd
+        try:
+            dist.reduce(zs[rank].clone(), dst=0, op=dist.ReduceOp.MAX)
+            raise AssertionError("reduce MAX of %s was accepted" % cd)
+        except RuntimeError as e:
+            assert "complex tensors are reduced by SUM, AVG and PREMUL_SUM" in str(e), e
     # non-contiguous tensors are reduced through a contiguous copy and written back in place
     base = gen(torch, rank, n, 60, torch.float32, "SUM").view(6, 10)
     t = base.t()

@@ -28,7 +28,7 @@ WorkPtr BackendTutti::allreduce(std::vector<at::Tensor> &tensors,
     if (b.copied())
         c.finalize = [b] { b.copy_back(); };
     void *p = b.ptr();
-    size_t n = static_cast<size_t>(t.numel());
+    size_t n = r.count(t.numel());
     tutti_dtype_t dt = r.dtype;
     tutti_op_t rop = r.op;
     c.posts.push_back([p, n, dt, rop](tutti_comm_t *comm, tutti_work_t **h) {
@@ -67,7 +67,7 @@ WorkPtr BackendTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
         bufs->emplace_back(t, true);
         r.scale_(bufs->back().work);
         ptrs->push_back(bufs->back().ptr());
-        counts->push_back(static_cast<size_t>(t.numel()));
+        counts->push_back(r.count(t.numel()));
         c.keep.push_back(bufs->back().work);
         any_copied = any_copied || bufs->back().copied();
     }
@@ -108,7 +108,7 @@ WorkPtr BackendTutti::reduce(std::vector<at::Tensor> &tensors, const c10d::Reduc
         c.finalize = [b] { b.copy_back(); };
     const void *sp = send.data_ptr();
     void *rp = root ? b.ptr() : nullptr;
-    size_t n = static_cast<size_t>(t.numel());
+    size_t n = r.count(t.numel());
     tutti_dtype_t dt = r.dtype;
     tutti_op_t rop = r.op;
     int rr = static_cast<int>(opts.rootRank);
@@ -171,8 +171,7 @@ WorkPtr BackendTutti::reduce_scatter_uneven(const at::Tensor &out, const std::ve
     c.finalize = [dst, recv]() mutable {
         dst.copy_(recv.narrow(0, 0, dst.numel()).view(dst.sizes()));
     };
-    c.posts.push_back(reduce_scatter_post(send.data_ptr(), recv.data_ptr(),
-                                          static_cast<size_t>(m), r));
+    c.posts.push_back(reduce_scatter_post(send.data_ptr(), recv.data_ptr(), r.count(m), r));
     return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
@@ -212,8 +211,7 @@ WorkPtr BackendTutti::reduce_scatter(std::vector<at::Tensor> &outputs,
     c.keep.push_back(b.work);
     if (b.copied())
         c.finalize = [b] { b.copy_back(); };
-    c.posts.push_back(
-        reduce_scatter_post(send.data_ptr(), b.ptr(), static_cast<size_t>(out.numel()), r));
+    c.posts.push_back(reduce_scatter_post(send.data_ptr(), b.ptr(), r.count(out.numel()), r));
     return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
@@ -248,8 +246,7 @@ WorkPtr BackendTutti::_reduce_scatter_base(at::Tensor &output, at::Tensor &input
     c.keep = {send, bo.work};
     if (bo.copied())
         c.finalize = [bo] { bo.copy_back(); };
-    c.posts.push_back(
-        reduce_scatter_post(send.data_ptr(), bo.ptr(), static_cast<size_t>(output.numel()), r));
+    c.posts.push_back(reduce_scatter_post(send.data_ptr(), bo.ptr(), r.count(output.numel()), r));
     return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
@@ -302,7 +299,8 @@ WorkPtr BackendTutti::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &o
                 o += t.numel();
             }
         };
-        c.posts.push_back(reduce_scatter_post(send.data_ptr(), recv.data_ptr(), total, r));
+        c.posts.push_back(reduce_scatter_post(send.data_ptr(), recv.data_ptr(),
+                                              r.count(static_cast<int64_t>(total)), r));
         return launch(std::move(c), opts.asyncOp, opts.timeout);
     }
     auto outs = std::make_shared<std::vector<Buf>>();
@@ -314,7 +312,7 @@ WorkPtr BackendTutti::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &o
         c.keep.push_back(send);
         c.keep.push_back(outs->back().work);
         c.posts.push_back(reduce_scatter_post(send.data_ptr(), outs->back().ptr(),
-                                              static_cast<size_t>(outputs[i].numel()), r));
+                                              r.count(outputs[i].numel()), r));
     }
     c.finalize = [outs] {
         for (const auto &b : *outs)

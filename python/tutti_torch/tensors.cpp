@@ -147,10 +147,25 @@ Reduction reduction_of(const std::string &op, const c10d::ReduceOp &rop, at::Sca
                        "(logical and) and BXOR");
         }
     }
+    if (at::isComplexType(t)) {
+        // Sums of complex numbers are sums of their parts: the tensor is reduced as twice as
+        // many reals (as torch's all_reduce does by a view before it reaches a backend, and as
+        // Gloo does for reduce and reduce_scatter). Products, minima and maxima are not.
+        const c10d::ReduceOp::RedOpType o = rop.op_;
+        if (o != c10d::ReduceOp::SUM && o != c10d::ReduceOp::AVG &&
+            o != c10d::ReduceOp::PREMUL_SUM)
+            refuse(op, std::string(op_name(o)) + " of a " + dt + " tensor: complex tensors are "
+                       "reduced by SUM, AVG and PREMUL_SUM only (a product or an order of "
+                       "complex numbers is not one of their parts)");
+        Reduction real = reduction_of(op, rop, c10::toRealValueType(t));
+        real.parts = 2;
+        return real;
+    }
     if (!dtype_of(t, &r.dtype))
         refuse(op, "dtype " + dt + " cannot be reduced by tutti; it reduces bool, int8, uint8, "
-                   "int32, int64, float16, bfloat16, float32 and float64: convert the tensor "
-                   "first (broadcast, gather and the other data movements take every dtype)");
+                   "int32, int64, float16, bfloat16, float32 and float64, and complex by SUM, "
+                   "AVG and PREMUL_SUM: convert the tensor first (broadcast, gather and the other "
+                   "data movements take every dtype)");
     bool fp = at::isFloatingType(t);
     switch (rop.op_) {
     case c10d::ReduceOp::SUM: r.op = TUTTI_SUM; break;

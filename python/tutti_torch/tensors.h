@@ -49,6 +49,11 @@ struct Reduction {
     bool premul = false;
     double factor = 1.0;       // PREMUL_SUM with a number
     at::Tensor tensor_factor;  // PREMUL_SUM with a one-element tensor
+    size_t parts = 1;          // dtype elements per tensor element: 2 for a complex tensor,
+                               // reduced as its real and imaginary parts (SUM, AVG, PREMUL_SUM)
+
+    // count is the number of dtype elements in numel tensor elements.
+    size_t count(int64_t numel) const { return static_cast<size_t>(numel) * parts; }
 
     // scaled is t * factor as a new tensor (PREMUL_SUM), else t itself.
     at::Tensor scaled(const at::Tensor &t) const;

@@ -609,6 +609,55 @@ START_TEST(test_slurm_store)
 }
 END_TEST
 
+/* launcher_rank_log runs tutti__launcher_rank and returns what it logged (stderr). */
+static void launcher_rank_log(int *rank, int *size, char *log, size_t cap)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = tmpfile();
+    ck_assert(saved >= 0 && f != NULL);
+    dup2(fileno(f), 2);
+    const char *how = NULL;
+    tutti_status_t st = tutti__launcher_rank(rank, size, &how);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ck_assert_int_eq(st, TUTTI_OK);
+    rewind(f);
+    size_t n = fread(log, 1, cap - 1, f);
+    log[n] = '\0';
+    fclose(f);
+}
+
+/* RANK/WORLD_SIZE left in the shell around an mpirun: they win, with a warning naming the
+ * launcher's own numbers; torchrun inside an mpirun (its variables mark it) is not warned. */
+START_TEST(test_launcher_leftover)
+{
+    char log[1024];
+    int rank = -1, size = -1;
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("PMI_RANK", "1", 1);
+    setenv("PMI_SIZE", "2", 1);
+    launcher_rank_log(&rank, &size, log, sizeof log);
+    ck_assert(rank == 0 && size == 2);
+    ck_assert_msg(strstr(log, "PMI_RANK/PMI_SIZE say rank 1 of 2") != NULL &&
+                      strstr(log, "unset them") != NULL,
+                  "%s", log);
+    setenv("TORCHELASTIC_RUN_ID", "none", 1);
+    launcher_rank_log(&rank, &size, log, sizeof log);
+    ck_assert_msg(log[0] == '\0', "torchrun inside mpirun warned: %s", log);
+    unsetenv("TORCHELASTIC_RUN_ID");
+    setenv("PMI_RANK", "0", 1); /* agreeing: nothing to say */
+    launcher_rank_log(&rank, &size, log, sizeof log);
+    ck_assert_msg(log[0] == '\0', "%s", log);
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("PMI_RANK");
+    unsetenv("PMI_SIZE");
+}
+END_TEST
+
 /* A store port of the job's own under mpirun with MASTER_PORT unset: from Open MPI's job id
  * (the same number tutti_torch computes: test_launchers test_setup_env_job_port), from Hydra's
  * only with a Hydra proxy above (this test runs under none; tests/multinode.sh and
@@ -883,6 +932,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_launcher_vars);
     tcase_add_test(tc, test_slurm_store);
     tcase_add_test(tc, test_launcher_port);
+    tcase_add_test(tc, test_launcher_leftover);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");

@@ -319,6 +319,28 @@ class TestLaunchers(unittest.TestCase):
                 self.assertEqual(tutti_torch.setup_env_from_launcher(env), (0, 1, 0))
         self.assertTrue(tutti_torch._launched(step))
 
+    def test_setup_env_leftover_rank(self):
+        """RANK/WORLD_SIZE left in the shell around an mpirun win, with a warning naming the
+        launcher's own numbers (every rank became rank 0, one failed on the port and the other
+        waited torch's 30 min); torchrun inside an mpirun is not warned."""
+        import warnings
+
+        import tutti_torch
+
+        env = {"RANK": "0", "WORLD_SIZE": "2", "PMI_RANK": "1", "PMI_SIZE": "2"}
+        with self.assertWarnsRegex(RuntimeWarning, "PMI_RANK/PMI_SIZE say rank 1 of 2"):
+            self.assertEqual(tutti_torch.setup_env_from_launcher(env)[:2], (0, 2))
+        env = {"RANK": "0", "WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0",
+               "OMPI_COMM_WORLD_SIZE": "2"}
+        with self.assertWarnsRegex(RuntimeWarning, "unset them"):
+            tutti_torch.setup_env_from_launcher(env)
+        for env in ({"RANK": "3", "WORLD_SIZE": "4", "PMI_RANK": "1", "PMI_SIZE": "2",
+                     "TORCHELASTIC_RUN_ID": "none", "GROUP_RANK": "1"},
+                    {"RANK": "1", "WORLD_SIZE": "2", "PMI_RANK": "1", "PMI_SIZE": "2"}):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                tutti_torch.setup_env_from_launcher(env)
+
     def test_setup_env_job_port(self):
         """Under mpirun with MASTER_PORT unset: Open MPI's job id gives a port of the job's own
         (libtutti's hash); Hydra's ranks get one only from the Hydra proxy they descend from

@@ -224,6 +224,22 @@ def setup_env_from_launcher(environ=None):
         rank, size, local, names = found[0]
         if local is None:
             local = _first_int(env, ("LOCAL_RANK",), None)
+        # RANK/WORLD_SIZE set by hand, or left in the shell, beside an MPI launcher that says
+        # otherwise, with no sign of torchrun (which sets them from its own agent inside an
+        # mpirun): every rank takes the same numbers and the job cannot form. Warned, not
+        # refused: another launcher of one's own may set them on purpose.
+        if names == "RANK/WORLD_SIZE" and not env.get("TORCHELASTIC_RUN_ID") and \
+                not env.get("GROUP_RANK"):
+            for r, s, l, other in found[1:]:
+                if other != "%s/%s" % _SLURM[:2] and (r, s) != (rank, size):
+                    import warnings
+
+                    warnings.warn("tutti_torch: RANK=%d and WORLD_SIZE=%d are set, but %s say "
+                                  "rank %d of %d: RANK/WORLD_SIZE win, so every rank of this "
+                                  "mpirun may take the same rank; if they were left in the "
+                                  "shell, unset them" % (rank, size, other, r, s),
+                                  RuntimeWarning, stacklevel=2)
+                    break
         # Two MPI launchers that disagree: one's variables leaked in from an outer mpirun.
         for r, s, l, other in found[1:]:
             # Slurm's stay set around an mpirun or torchrun inside an srun step

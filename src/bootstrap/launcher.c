@@ -53,6 +53,21 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
                                     pairs[i][0], tutti__env_get(pairs[i][0]) ? tutti__env_get(pairs[i][0]) : "",
                                     pairs[i][1], tutti__env_get(pairs[i][1]) ? tutti__env_get(pairs[i][1]) : "");
         long r2 = 0, s2 = 0;
+        /* RANK/WORLD_SIZE beside an MPI launcher that says otherwise, and no sign of torchrun
+         * (which sets them from its agent inside an mpirun): set by hand or left in the shell,
+         * they give every rank the same numbers. Warned, not refused: a launcher of one's own
+         * may set them on purpose. */
+        for (size_t j = 1; i == 0 && j <= 2 && tutti__env_get("TORCHELASTIC_RUN_ID") == NULL &&
+                           tutti__env_get("GROUP_RANK") == NULL;
+             j++)
+            if (env_int(pairs[j][0], &r2) && env_int(pairs[j][1], &s2) && (r2 != r || s2 != s)) {
+                TUTTI__LOG(TUTTI__LOG_WARN,
+                           "RANK=%ld and WORLD_SIZE=%ld are set, but %s say rank %ld of %ld: "
+                           "RANK/WORLD_SIZE win, so every rank of this mpirun may take the same "
+                           "rank; if they were left in the shell, unset them",
+                           r, s, pairs[j][2], r2, s2);
+                break;
+            }
         if ((i == 1 || i == 2) && env_int(pairs[3 - i][0], &r2) && env_int(pairs[3 - i][1], &s2) &&
             (r2 != r || s2 != s))
             return tutti__set_error(TUTTI_ERR_BOOTSTRAP,

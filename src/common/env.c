@@ -81,6 +81,10 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"SLURM_STEP_ID", NULL,
      "Slurm's step id: part of the job's identity at the rendezvous, and of the store's port "
      "under srun"},
+    {"GROUP_RANK", NULL,
+     "set by torchrun (its node's index): with `TORCHELASTIC_RUN_ID`, the sign that `RANK` and "
+     "`WORLD_SIZE` come from torchrun inside an mpirun, not from a shell (else a `RANK` that "
+     "disagrees with `PMI_RANK` or `OMPI_COMM_WORLD_RANK` is warned about)"},
     {"TORCHELASTIC_RUN_ID", NULL,
      "torchrun's run id (`--rdzv-id`; its default `none` is ignored): part of the job's identity "
      "at the rendezvous"},

@@ -550,14 +550,14 @@ START_TEST(test_emfile)
 }
 END_TEST
 
-/* Rank 0 with a soft limit of open files too low to serve the store for every rank: raised
- * toward the hard limit, the job forms; with the hard limit that low too, rank 0 fails at once,
+/* Rank 0 (and rank 1) with a soft limit of open files too low to serve the store and open the
+ * liveness mesh for every rank: raised toward the hard limit, the job forms; with the hard limit that low too, rank 0 fails at once,
  * naming the limit (it evicted its own ranks' connections to make room, and the job waited
  * out its timeout with ranks that "never arrived"). */
 static int fd_limit_rank(int rank, int size, void *arg)
 {
     bool hard = arg != NULL;
-    if (rank == 0) {
+    if (rank == 0 || (!hard && rank == 1)) { /* rank 1: its liveness mesh needs room too */
         struct rlimit rl;
         getrlimit(RLIMIT_NOFILE, &rl);
         rl.rlim_cur = 24;

@@ -505,8 +505,15 @@ tutti_status_t tutti__live_create(tutti__bootstrap_t *bs, const char *ip, int ex
                               "mesh: %s", rank, ip, strerror(errno));
         goto fail;
     }
-    if (ferr == 0)
-        ferr = fds_available(lfd, size - 1 + (extra > 0 ? extra : 0));
+    if (ferr == 0) {
+        /* A soft limit below the hard one is raised first: a job of a thousand ranks needs as
+         * many descriptors on every rank, past the usual soft limit of 1024. */
+        unsigned long long open_now;
+        struct rlimit rl;
+        int more = size - 1 + (extra > 0 ? extra : 0);
+        (void)tutti__fds_make_room((unsigned long long)more, "the liveness mesh", &open_now, &rl);
+        ferr = fds_available(lfd, more);
+    }
     int port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
                                              : ((struct sockaddr_in6 *)&sa)->sin6_port);
     uint64_t nonce = make_nonce();

@@ -2,7 +2,6 @@
  * TCP from a thread of its own, answering every client from one poll() loop, with a bounded
  * number of clients still in their handshake, each with an idle deadline. */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -316,42 +315,23 @@ static void server_free(server_t *sv)
     free(sv);
 }
 
-/* fd_room makes sure this process may open what serving size ranks takes (a connection from
- * each, and a few more): the soft limit of open files is raised toward the hard one where
- * needed (the usual soft 1024 is below a job of a thousand ranks), else the job fails now,
- * naming the limit, and not at its timeout with ranks that "never arrived". */
+/* fd_room makes sure rank 0 may open what the job needs of it next: a store connection from
+ * each rank and then, while those are open, its liveness mesh (one per rank again) and a few
+ * more; else the job fails now, naming the limit, and not at its timeout with ranks that
+ * "never arrived". */
 static tutti_status_t fd_room(int size)
 {
+    unsigned long long open_now = 0, more = 2ull * (unsigned long long)size + 16;
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    if (tutti__fds_make_room(more, "the rendezvous store and liveness mesh of a job", &open_now,
+                             &rl))
         return TUTTI_OK;
-    unsigned long long open_now = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (d == NULL)
-        return TUTTI_OK; /* cannot tell: accept's own errors will say */
-    while (readdir(d) != NULL)
-        open_now++;
-    closedir(d);
-    unsigned long long need = open_now + (unsigned long long)size + 16;
-    if (need <= rl.rlim_cur)
-        return TUTTI_OK;
-    if (rl.rlim_max == RLIM_INFINITY || need <= rl.rlim_max) {
-        struct rlimit up = {need + 64, rl.rlim_max};
-        if (rl.rlim_max != RLIM_INFINITY && up.rlim_cur > rl.rlim_max)
-            up.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
-            TUTTI__LOG(TUTTI__LOG_INFO,
-                       "rank 0: raised its soft limit of open files from %llu to %llu to serve "
-                       "the rendezvous store for %d ranks",
-                       (unsigned long long)rl.rlim_cur, (unsigned long long)up.rlim_cur, size);
-            return TUTTI_OK;
-        }
-    }
     return tutti__set_error(TUTTI_ERR_SYSTEM,
-                            "rank 0 cannot serve the rendezvous store for %d ranks: that takes "
-                            "about %d more open files than the %llu it has open, and its limit "
-                            "(ulimit -n) is %llu, hard limit %llu: raise it",
-                            size, size + 16, open_now, (unsigned long long)rl.rlim_cur,
+                            "rank 0 cannot serve the rendezvous store for %d ranks: that and the "
+                            "connections that follow take about %llu more open files than the "
+                            "%llu it has open, and its limit (ulimit -n) is %llu, hard limit "
+                            "%llu: raise it",
+                            size, more, open_now, (unsigned long long)rl.rlim_cur,
                             (unsigned long long)rl.rlim_max);
 }
 

@@ -129,6 +129,15 @@ int tutti__cpuset_count(const tutti__cpuset_t *s);
 /* tutti__cpuset_next is the lowest core of s at or above from, or -1. */
 int tutti__cpuset_next(const tutti__cpuset_t *s, int from);
 
+/* tutti__fds_make_room makes sure this process may open `more` descriptors beyond those it
+ * holds (what: what they are for, for the log), raising its soft limit of open files toward
+ * the hard one if needed (a process-wide change: select() users beware of descriptors past
+ * 1024); false if the hard limit is too low. *open_now and *limit: what it found, for messages
+ * (the limit after any raise). fds.c. */
+struct rlimit;
+bool tutti__fds_make_room(unsigned long long more, const char *what, unsigned long long *open_now,
+                          struct rlimit *limit);
+
 /* tutti__cpuset_self fills s with the cores the calling thread may run on (taskset, a
  * launcher's binding, cgroup cpusets); false (s empty) when the system does not say. */
 bool tutti__cpuset_self(tutti__cpuset_t *s);

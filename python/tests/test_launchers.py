@@ -138,6 +138,17 @@ class TestLaunchers(unittest.TestCase):
                      ["bash", "-c", "%s allgather -b 8 -e 4K -i 5 -c; true" % bench]):
             res = self.launch(["mpirun.mpich", "-n", "3"] + wrap, env, timeout=90)
             self.assertIn("4096", res.out, harness.report([res]))
+        # tutti_torch and libtutti pick the same port for one mpiexec (torch's store and a C
+        # program's would otherwise differ)
+        import re
+        py = "%s -c 'import os, tutti_torch; print(\"PY\", os.environ[\"MASTER_PORT\"])'" % \
+            harness.PY
+        both = "%s && CCL_LOG_LEVEL=info %s allgather -b 8 -e 8 -i 2 2>&1" % (py, bench)
+        res = self.launch(["mpirun.mpich", "-n", "2", "bash", "-c", both], env, timeout=90)
+        pys = re.findall(r"^PY (\d+)$", res.out, re.M)
+        cs = re.findall(r"the store takes port (\d+), the job's own", res.out)
+        self.assertTrue(len(pys) == 2 and len(cs) == 2 and len(set(pys + cs)) == 1,
+                        "ports: python %s, libtutti %s\n%s" % (pys, cs, res.out))
 
     @unittest.skipUnless(shutil.which("mpirun.mpich") and shutil.which("mpirun.openmpi"),
                          "no mpirun.mpich or mpirun.openmpi")

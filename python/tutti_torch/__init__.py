@@ -135,24 +135,26 @@ def _hydra_proxy_pid():
     return 0
 
 
-def _fnv1a(text):
+def _fnv1a(data):
+    """FNV-1a of bytes, as libtutti hashes a job's name."""
     h = 2166136261
-    for b in text.encode():
-        h = ((h ^ b) * 16777619) & 0xffffffff  # FNV-1a, as libtutti
+    for b in data:
+        h = ((h ^ b) * 16777619) & 0xffffffff
     return h
 
 
 def _control_port(pid):
     """The --control-port of Hydra proxy pid (its mpiexec's host:port, the same for every
-    proxy of one mpiexec, on every node); None if it has none."""
+    proxy of one mpiexec, on every node), as bytes; None if it has none (or one of 256 bytes
+    or more, which libtutti does not take either)."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             args = f.read(4095).split(b"\0")
     except OSError:
         return None
     for i, a in enumerate(args[:-1]):
-        if a == b"--control-port" and args[i + 1]:
-            return args[i + 1].decode("ascii", "replace")
+        if a == b"--control-port":
+            return args[i + 1] if 0 < len(args[i + 1]) < 256 else None
     return None
 
 
@@ -164,7 +166,7 @@ def _launcher_port(env, names):
         job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE")
         if not job:
             return None
-        return _JOB_PORT_BASE + _fnv1a(job) % _JOB_PORTS
+        return _JOB_PORT_BASE + _fnv1a(job.encode("utf-8", "surrogateescape")) % _JOB_PORTS
     if names == "PMI_RANK/PMI_SIZE":
         proxy = _hydra_proxy_pid()
         ctl = _control_port(proxy) if proxy else None

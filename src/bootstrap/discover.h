@@ -38,7 +38,7 @@ tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port);
 /* tutti__hydra_job writes the address of the mpiexec that started this process through a
  * Hydra proxy (its --control-port, the same for every rank of the job on every node, another
  * for every other mpiexec): the job's name where Hydra gives none; false when this is no
- * Hydra rank. */
+ * Hydra rank, or RANK/WORLD_SIZE number it instead. */
 bool tutti__hydra_job(char *out, size_t cap);
 
 #define TUTTI__JOB_PORT_BASE 30000

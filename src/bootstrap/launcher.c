@@ -229,7 +229,11 @@ static unsigned long name_hash(const char *s)
 bool tutti__hydra_job(char *out, size_t cap)
 {
     long proxy;
-    return (tutti__env_get("PMI_RANK") != NULL || tutti__env_get("PMI_SIZE") != NULL) &&
+    /* Only for a rank that Hydra numbered: RANK/WORLD_SIZE win over PMI_* (torchrun inside
+     * mpirun, a rank started by hand beside others under an mpiexec), and such a job's ranks
+     * need not share an mpiexec. */
+    return tutti__env_get("RANK") == NULL && tutti__env_get("WORLD_SIZE") == NULL &&
+           (tutti__env_get("PMI_RANK") != NULL || tutti__env_get("PMI_SIZE") != NULL) &&
            (proxy = hydra_proxy_pid()) != 0 && control_port(proxy, out, cap);
 }
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,20 +78,25 @@ static int refused(int rank, int size)
     return 0;
 }
 
-/* Odd ranks run in a PID namespace of their own: the process that joins the job is the first
- * (pid 1) of a fresh namespace, as in a container. */
+/* Odd ranks run in a PID namespace of their own, with a /proc of their own: the process that
+ * joins the job is the first (pid 1) of a fresh namespace, as in a container. */
 static int pidns_rank(int rank, int size, void *arg)
 {
     int (*fn)(int, int) = arg != NULL ? refused : work;
     if (rank % 2 == 0)
         return fn(rank, size);
-    if (unshare(CLONE_NEWPID) != 0)
-        return th_fail("unshare(CLONE_NEWPID): %s", strerror(errno));
+    if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0)
+        return th_fail("unshare(CLONE_NEWPID | CLONE_NEWNS): %s", strerror(errno));
     pid_t child = fork();
     if (child < 0)
         return th_fail("fork: %s", strerror(errno));
-    if (child == 0)
+    if (child == 0) {
+        /* a /proc of its own, as a container has: the other ranks' processes are not in it */
+        if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+            _exit(th_fail("mounting a /proc of its own: %s", strerror(errno)));
         _exit(fn(rank, size));
+    }
     int status = 0;
     while (waitpid(child, &status, 0) < 0 && errno == EINTR)
         ;

@@ -1,7 +1,7 @@
 /* secret_file.c: the file in which rank 0 of a job that brought no secret leaves the one it made,
  * readable only by its user, for the ranks of its host; with it, who wrote it (process, parent
- * and session, with their start times) so that a reader can tell its own job's file from another
- * job's or a stale one. */
+ * and session, with their start times, and its PID namespace) so that a reader can tell its own
+ * job's file from another job's or a stale one. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,8 +15,18 @@
 #include "../common/sha256.h"
 #include "auth.h"
 
-#define MAGIC "tutti-secret-v2"
+#define MAGIC "tutti-secret-v3"
 #define FILE_MAX 512
+
+/* pidns_of is the inode of process `who`'s PID namespace ("self", or a pid), 0 if unknown:
+ * the kernel numbers namespaces alike for every process that can see them. */
+static unsigned long long pidns_of(const char *who)
+{
+    char path[64];
+    struct stat sb;
+    snprintf(path, sizeof path, "/proc/%s/ns/pid", who);
+    return stat(path, &sb) == 0 ? (unsigned long long)sb.st_ino : 0;
+}
 
 /* proc_start is pid's start time (clock ticks since boot, /proc/PID/stat field 22) and, when
  * ppid is not NULL, its parent's pid; 0 when there is no such process. With the pid it names a
@@ -202,8 +212,9 @@ tutti_status_t tutti__secret_file_write(const char *ip, int port, const tutti__a
     char job[2 * TUTTI__AUTH_JOB + 1], key[2 * TUTTI__AUTH_KEY + 1], text[FILE_MAX];
     tutti__hex(a->job, TUTTI__AUTH_JOB, job);
     tutti__hex(a->key, TUTTI__AUTH_KEY, key);
-    int len = snprintf(text, sizeof text, "%s %d %llu %d %llu %d %llu %s %d %s\n", MAGIC, me,
-                       start, parent, pstart, sid, sstart, job, a->launcher_id ? 1 : 0, key);
+    int len = snprintf(text, sizeof text, "%s %d %llu %d %llu %d %llu %s %d %s %llu\n", MAGIC,
+                       me, start, parent, pstart, sid, sstart, job, a->launcher_id ? 1 : 0, key,
+                       pidns_of("self"));
     memset(key, 0, sizeof key);
     /* Written whole under a temporary name, then renamed over any stale file of an earlier
      * store on this port: a reader sees the old file or the new one, never half of one. */
@@ -250,18 +261,6 @@ static int unhex(const char *s, uint8_t *out, size_t n)
     return s[2 * n] == '\0' ? 0 : -1;
 }
 
-/* Whether process pid (as this process's /proc names it) runs in this process's PID
- * namespace; true when it cannot tell. */
-static bool same_pidns(int pid)
-{
-    char path[64];
-    struct stat mine, theirs;
-    snprintf(path, sizeof path, "/proc/%d/ns/pid", pid);
-    if (stat("/proc/self/ns/pid", &mine) != 0 || stat(path, &theirs) != 0)
-        return getppid() != 0; /* a parent outside this namespace shows as 0 */
-    return mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
-}
-
 tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a)
 {
     /* One descriptor at a time (a rank near its RLIMIT_NOFILE holds the store's connection
@@ -303,9 +302,9 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
     text[n] = '\0';
     char magic[32], job[64], key[128];
     int pid = 0, parent = 0, sid = 0, lid = 0;
-    unsigned long long start = 0, pstart = 0, sstart = 0;
-    if (sscanf(text, "%31s %d %llu %d %llu %d %llu %63s %d %127s", magic, &pid, &start, &parent,
-               &pstart, &sid, &sstart, job, &lid, key) != 10 ||
+    unsigned long long start = 0, pstart = 0, sstart = 0, ns = 0;
+    if (sscanf(text, "%31s %d %llu %d %llu %d %llu %63s %d %127s %llu", magic, &pid, &start,
+               &parent, &pstart, &sid, &sstart, job, &lid, key, &ns) != 11 ||
         strcmp(magic, MAGIC) != 0) {
         memset(text, 0, sizeof text);
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
@@ -320,7 +319,17 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: %s/%s is garbled (another tutti version?); remove it",
                                 dir, name);
-    if (proc_start(pid, NULL) != start)
+    /* The writer's process ids mean nothing in another PID namespace (a container each, over
+     * one /tmp): neither whether it lives nor whose session it is can be told from here. */
+    bool other_ns = ns != 0 && pidns_of("self") != 0 && ns != pidns_of("self");
+    if (other_ns && !a->launcher_id && !lid)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: the rendezvous store at %s:%d is served by pid %d "
+                                "of another PID namespace than this rank's (a container each?), "
+                                "where process ids cannot show that two processes are one job: "
+                                "set TUTTI_JOB_TOKEN to the same random value for every rank",
+                                ip, port, pid);
+    if (!other_ns && proc_start(pid, NULL) != start)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: the secret in %s/%s was left by pid %d, which has "
                                 "exited: the store at %s:%d is not that process's; is another "
@@ -344,13 +353,6 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
     bool same = (myparent == parent && myparent_start == pstart) ||
                 (myparent == pid && myparent_start == start) || (me == pid && mystart == start) ||
                 (mysid == sid && proc_start(mysid, NULL) == sstart);
-    if (!a->launcher_id && !lid && !same && !same_pidns(pid))
-        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                "bootstrap: the rendezvous store at %s:%d is served by pid %d, "
-                                "in another PID namespace than this rank's (a container each?), "
-                                "where process ids cannot show that two processes are one job: "
-                                "set TUTTI_JOB_TOKEN to the same random value for every rank",
-                                ip, port, pid);
     if (!a->launcher_id && !lid && !same)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: the rendezvous store at %s:%d is served by pid %d "

@@ -26,21 +26,22 @@ bool tutti__launcher_is_slurm(const char *how);
  * list it cannot read is TUTTI_ERR_BOOTSTRAP saying to set MASTER_ADDR. */
 tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port);
 
-/* tutti__launcher_port writes a store port of the job's own, for a job whose launcher names it
- * and whose user set no MASTER_PORT, so that two jobs of one node do not meet on 29500: a Slurm
- * step's (tutti__slurm_store); TUTTI__JOB_PORT_BASE + a hash of Open MPI's job id
- * (OMPI_MCA_ess_base_jobid, or PMIX_NAMESPACE) mod TUTTI__JOB_PORTS; for Hydra (MPICH, Intel
- * MPI), whose ranks carry no job id, the base + a hash of the --control-port (mpiexec's
- * host:port) of the Hydra proxy they descend from, the same on every node; failing that, when
- * all ranks run on this node (MPI_LOCALNRANKS equals PMI_SIZE), the base + the proxy's pid.
- * *what names the source, for messages. false: no such port (the caller's default stands). The
- * range lies between Slurm's ports (20000-29999) and Linux's ephemeral ones (from 32768). */
 /* tutti__hydra_job writes the address of the mpiexec that started this process through a
  * Hydra proxy (its --control-port, the same for every rank of the job on every node, another
  * for every other mpiexec): the job's name where Hydra gives none; false when this is no
  * Hydra rank, or RANK/WORLD_SIZE number it instead. */
 bool tutti__hydra_job(char *out, size_t cap);
 
+/* tutti__launcher_port writes a store port of the job's own, for a job whose launcher names it
+ * and whose user set no MASTER_PORT, so that two jobs of one node do not meet on 29500: a Slurm
+ * step's (tutti__slurm_store); TUTTI__JOB_PORT_BASE + a hash of Open MPI's job id
+ * (OMPI_MCA_ess_base_jobid, or PMIX_NAMESPACE) mod TUTTI__JOB_PORTS; for Hydra (MPICH; Intel
+ * MPI's is untried), whose ranks carry no job id, the base + a hash of the --control-port
+ * (mpiexec's host:port) of the Hydra proxy they descend from, the same on every node; failing
+ * that, when all ranks run on this node (MPI_LOCALNRANKS equals PMI_SIZE), the base + the
+ * proxy's pid.
+ * *what names the source, for messages. false: no such port (the caller's default stands). The
+ * range lies between Slurm's ports (20000-29999) and Linux's ephemeral ones (from 32768). */
 #define TUTTI__JOB_PORT_BASE 30000
 #define TUTTI__JOB_PORTS 2000
 bool tutti__launcher_port(const char *how, long *port, const char **what);

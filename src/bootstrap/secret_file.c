@@ -189,8 +189,14 @@ static void sweep(int dfd)
             text[n > 0 ? n : 0] = '\0';
             close(ffd);
         }
-        if (tmp || sscanf(text, "%31s %d %llu", magic, &pid, &start) != 3 ||
-            proc_start(pid, NULL) != start)
+        if (!tmp && sscanf(text, "%31s %d %llu", magic, &pid, &start) == 3 &&
+            proc_start(pid, NULL) == start)
+            continue;
+        /* Only the file judged: another writer may have renamed a fresh one over the name
+         * since (two rank 0s of one port sweeping at once). */
+        struct stat now;
+        if (fstatat(dfd, e->d_name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == sb.st_ino &&
+            now.st_dev == sb.st_dev && now.st_mtime <= old)
             unlinkat(dfd, e->d_name, 0);
     }
     closedir(d);

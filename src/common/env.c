@@ -49,7 +49,7 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "there, tutti's listens on the next odd port: see `TUTTI_STORE_PORT`); unset, a port of "
      "the job's own where the launcher names the job: under srun see `SLURM_JOB_ID`; under Open "
      "MPI 30000 + a hash of its job id (`OMPI_MCA_ess_base_jobid`, else `PMIX_NAMESPACE`) mod "
-     "2000; under Hydra (MPICH, Intel MPI) 30000 + a hash of the `--control-port` (mpiexec's "
+     "2000; under MPICH's Hydra 30000 + a hash of the `--control-port` (mpiexec's "
      "host:port) of the Hydra proxy the ranks descend from mod 2000, the same on every node "
      "(without it, and with every rank on one node, the proxy's pid); else 29500"},
     {"TUTTI_STORE_PORT", NULL,

@@ -312,7 +312,7 @@ static bool set(const char *name)
 
 /* store_port: where rank 0's rendezvous store listens. TUTTI_STORE_PORT if set, else
  * MASTER_PORT; with neither, a port of the job's own where the launcher names the job
- * (tutti__launcher_port: Slurm, Open MPI, Hydra on one node), else 29500. But
+ * (tutti__launcher_port: Slurm, Open MPI, Hydra's mpiexec), else 29500. But
  * torchrun's agent already serves torch's own store at MASTER_PORT (and says so with
  * TORCHELASTIC_USE_AGENT_STORE), so a C program under torchrun would find its port taken on
  * rank 0's host: tutti then takes the next odd port above it, alike on every rank. Odd,

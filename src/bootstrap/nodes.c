@@ -121,10 +121,17 @@ static void read_node_info(node_info_t *ni)
     tutti__cpuset_self(&ni->cpus); /* empty when the system does not say */
 }
 
-static bool same_node(const node_info_t *a, const node_info_t *b)
+/* same_host: one host, boot, network namespace and /dev/shm; same_node: and one PID namespace
+ * too. */
+static bool same_host(const node_info_t *a, const node_info_t *b)
 {
     return strcmp(a->host, b->host) == 0 && strcmp(a->boot_id, b->boot_id) == 0 &&
-           a->netns == b->netns && a->shm_dev == b->shm_dev && a->pidns == b->pidns;
+           a->netns == b->netns && a->shm_dev == b->shm_dev;
+}
+
+static bool same_node(const node_info_t *a, const node_info_t *b)
+{
+    return same_host(a, b) && a->pidns == b->pidns;
 }
 
 /* Ranks that would share a node but for their PID namespaces: said once per process, since
@@ -133,10 +140,7 @@ static void warn_pidns(const node_info_t *all, int size, int rank)
 {
     static int warned;
     for (int r = 0; r < size; r++) {
-        const node_info_t *a = &all[rank], *b = &all[r];
-        if (a->pidns == b->pidns || strcmp(a->host, b->host) != 0 ||
-            strcmp(a->boot_id, b->boot_id) != 0 || a->netns != b->netns ||
-            a->shm_dev != b->shm_dev)
+        if (!same_host(&all[rank], &all[r]) || all[rank].pidns == all[r].pidns)
             continue;
         if (__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) == 0)
             TUTTI__LOG(TUTTI__LOG_WARN,

@@ -32,6 +32,10 @@ char *tutti__tls_error(void);
 tutti_status_t tutti__prefix_error(tutti_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* tutti__append_error adds formatted text at the end of the calling thread's last-error text
+ * (a hint at the cause, a note on the numbers in it), cut at TUTTI__ERRLEN. */
+void tutti__append_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* A copy of the thread's last-error text, kept across cleanup that may overwrite it (closing a
  * store, telling peers about a failure): tutti__save_error takes it, tutti__restore_error puts
  * it back and returns status. */

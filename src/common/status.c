@@ -69,6 +69,15 @@ tutti_status_t tutti__prefix_error(tutti_status_t status, const char *fmt, ...)
     return status;
 }
 
+void tutti__append_error(const char *fmt, ...)
+{
+    size_t used = strlen(tls_error);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tls_error + used, TUTTI__ERRLEN - used, fmt, ap);
+    va_end(ap);
+}
+
 void tutti__save_error(tutti__saved_error_t *saved)
 {
     memcpy(saved->text, tls_error, TUTTI__ERRLEN);

@@ -53,8 +53,8 @@ static void warn_single_copy_off(const tutti_comm_t *c)
 {
     static int warned;
     const tutti__window_t *w = c->net.links.wins != NULL ? c->net.links.wins[0] : NULL;
-    if (w == NULL || w->cma || w->cma_off == NULL || c->nodes.local_size < 2 || strncmp(w->cma_off, "TUTTI_CMA=off", 13) == 0 ||
-        c->nodes.local_rank != 0 || __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) != 0)
+    if (w == NULL || !w->cma_refused || c->nodes.local_rank != 0 ||
+        __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED) != 0)
         return;
     TUTTI__LOG(TUTTI__LOG_WARN,
                "single copy (process_vm_readv) between the ranks of this node is off, so large "
@@ -346,18 +346,6 @@ static tutti_status_t store_port(const char *how, long *port, long *given)
     return TUTTI_OK;
 }
 
-/* append_hint adds to this thread's error text (a failed store open's) what may have caused it. */
-static void append_hint(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void append_hint(const char *fmt, ...)
-{
-    char *e = tutti__tls_error();
-    size_t used = strlen(e);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e + used, TUTTI__ERRLEN - used, fmt, ap);
-    va_end(ap);
-}
-
 TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, tutti_comm_t **comm)
 {
     tutti__tls_error()[0] = '\0';
@@ -397,7 +385,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     memset(&auth, 0, sizeof auth);
     bool unreached = st < 0 && strstr(tutti__tls_error(), "could not reach") != NULL;
     if (st < 0 && port != given) /* the port in the error is not the one the user gave */
-        append_hint("; under torchrun tutti's store uses port %ld, the next odd port after "
+        tutti__append_error("; under torchrun tutti's store uses port %ld, the next odd port after "
                     "MASTER_PORT %ld (which torchrun's agent store holds): another job may hold "
                     "port %ld (one started with MASTER_PORT=%ld?); set TUTTI_STORE_PORT to a "
                     "free port",
@@ -405,12 +393,12 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. (A Slurm step
      * knows whether it spans nodes, and has its first node's name then.) */
     if (unreached && rank != 0 && !set("MASTER_ADDR") && !tutti__launcher_is_slurm(how))
-        append_hint("; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store "
+        tutti__append_error("; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store "
                     "only from its own host: set MASTER_ADDR to rank 0's host for a job across "
                     "nodes",
                     addr);
     else if (unreached && slurm_addr[0] != '\0')
-        append_hint("; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs under "
+        tutti__append_error("; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs under "
                     "srun's block and cyclic distributions: with another, set MASTER_ADDR to "
                     "rank 0's host",
                     addr);

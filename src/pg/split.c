@@ -127,12 +127,9 @@ static void split_tell(const split_watch_t *w, tutti_status_t st)
  * are not the numbers the user knows. members: the child's parent ranks, increasing. */
 static void name_child_ranks(const member_t *all, const int *members, int csize)
 {
-    char *e = tutti__tls_error();
-    size_t used = strlen(e);
-    used += (size_t)snprintf(e + used, used < TUTTI__ERRLEN ? TUTTI__ERRLEN - used : 0,
-                             " (where this text numbers the new communicator's ranks: its "
-                             "ranks 0, 1, ... are this communicator's ranks");
-    for (int c = 0; c < csize && c < 16 && used < TUTTI__ERRLEN; c++) {
+    tutti__append_error(" (where this text numbers the new communicator's ranks: its ranks 0, "
+                        "1, ... are this communicator's ranks");
+    for (int c = 0; c < csize && c < 16; c++) {
         /* the member with c members before it in (key, parent rank) order */
         int pick = -1;
         for (int i = 0; i < csize && pick < 0; i++) {
@@ -144,10 +141,9 @@ static void name_child_ranks(const member_t *all, const int *members, int csize)
             if (before == c)
                 pick = r;
         }
-        used += (size_t)snprintf(e + used, TUTTI__ERRLEN - used, "%s%d", c ? ", " : " ", pick);
+        tutti__append_error("%s%d", c ? ", " : " ", pick);
     }
-    if (used < TUTTI__ERRLEN)
-        snprintf(e + used, TUTTI__ERRLEN - used, "%s)", csize > 16 ? ", ..." : "");
+    tutti__append_error("%s)", csize > 16 ? ", ..." : "");
 }
 
 /* gather_all runs an allgather of len bytes per rank on the parent, blocking. */

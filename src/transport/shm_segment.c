@@ -303,6 +303,7 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
         w->cma = t->cma;
         w->pids = t->pids;
         w->cma_off = t->cma || t->cma_off[0] == '\0' ? NULL : t->cma_off; /* "": not probed */
+        w->cma_refused = t->cma_refused;
     }
     return TUTTI_OK;
 }
@@ -355,6 +356,7 @@ static tutti_status_t probe_cma(shm_tp_t *t, const layout_t *L, tutti__bootstrap
     TUTTI__CHECK(tutti__bs_group_barrier(bs, name, local_ranks, n));
     t->cma = true;
     t->cma_off[0] = '\0';
+    t->cma_refused = false;
     for (int r = 0; r < n && t->cma; r++) {
         /* Written by another process: read as a number, never trusted as an index. */
         uint32_t v = (uint32_t)__atomic_load_n(
@@ -366,6 +368,7 @@ static tutti_status_t probe_cma(shm_tp_t *t, const layout_t *L, tutti__bootstrap
         if ((v & 0xffu) == PROBE_FAILED && from < (unsigned)n && err != 0) {
             char why[384];
             tutti__cma_explain((int)err, why, sizeof why);
+            t->cma_refused = true;
             snprintf(t->cma_off, sizeof t->cma_off,
                      "rank %d (pid %d) could not read rank %d's memory (pid %d): %s",
                      local_ranks[r], (int)t->pids[r], local_ranks[from], (int)t->pids[from], why);

@@ -126,6 +126,7 @@ typedef struct tutti__window {
     const int32_t *pids; /* [nranks]: each rank's process, for tutti__cma_read */
     const char *cma_off; /* when !cma: why, in words ("TUTTI_CMA=off", or who failed to read
                             whom and why); NULL when cma */
+    bool cma_refused;    /* !cma because the system refused the probe, not TUTTI_CMA=off */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
                            two halves it alternates between (reserved by the process group at creation) */
     uint64_t small_seq; /* small-path operations so far: their parity picks the half */

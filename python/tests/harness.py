@@ -6,6 +6,7 @@ Each test file is both the unittest that meson runs and, with --worker NAME, the
 rank; the worker's own assertions fail the rank, and the test fails with every rank's stderr.
 """
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,6 +21,18 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def free_port():
+    """A port nothing holds now, below Linux's ephemeral range (32768 and up): a port the kernel
+    hands out for bind(0) may next be taken as the local port of some process's outgoing
+    connection, and a store told to listen there failed with EADDRINUSE (seen in CI). Not the
+    ranges tutti derives job ports from (20000-31999)."""
+    for _ in range(200):
+        port = random.randrange(12000, 20000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

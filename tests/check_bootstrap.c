@@ -356,6 +356,32 @@ START_TEST(test_port_in_use)
 }
 END_TEST
 
+/* Another program listens on MASTER_PORT and never speaks (a stopped rank 0 of an old job, a
+ * service that waits for its client to talk first): a rank fails at its deadline saying so,
+ * rather than that rank 0 "exited or failed". */
+START_TEST(test_silent_listener)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 4), 0);
+    tutti__store_t *s = NULL;
+    double t0 = tutti__now();
+    ck_assert_int_eq(tutti__store_open(1, 2, "127.0.0.1", port, &auth, t0 + 1.0, &s),
+                     TUTTI_ERR_BOOTSTRAP);
+    double dt = tutti__now() - t0;
+    ck_assert_ptr_null(s);
+    ck_assert_msg(dt > 0.9 && dt < 5, "gave up after %g s for a 1 s deadline", dt);
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%d", port);
+    ck_assert_msg(strstr(tutti_last_error(), want) && strstr(tutti_last_error(), "no tutti "
+                  "challenge") && strstr(tutti_last_error(), "MASTER_PORT"),
+                  "%s", tutti_last_error());
+    close(fd);
+}
+END_TEST
+
 /* Two jobs' rank 0s start on one port at the same moment (two srun steps without MASTER_PORT):
  * the loser must fail without touching the winner's secret file, so that the winner's rank 1
  * still proves the secret. (Both may bind, since SO_REUSEADDR lets sockets share a port until
@@ -933,6 +959,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_store_semantics);
     tcase_add_test(tc, test_failing_oob);
     tcase_add_test(tc, test_port_in_use);
+    tcase_add_test(tc, test_silent_listener);
     tcase_add_test(tc, test_two_rank0s);
     tcase_add_test(tc, test_no_server);
     tcase_add_test(tc, test_world_size_mismatch);

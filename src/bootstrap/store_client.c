@@ -254,7 +254,24 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
     *retry = false;
     uint8_t hdr[TUTTI__WIRE_HDR], ns[TUTTI__AUTH_NONCE];
     uint32_t w[4];
-    int err = tutti__sock_recv(s->fd, hdr, sizeof hdr, deadline);
+    /* rank 0's store sends the challenge as it accepts; a listener that stays silent for
+     * seconds is most likely another program on MASTER_PORT (or a stopped rank 0). Say so early,
+     * and keep waiting: rank 0 may be held in a debugger. */
+    double start = tutti__now(), first = start + 10.0 < deadline ? start + 10.0 : deadline;
+    int err = tutti__sock_recv(s->fd, hdr, sizeof hdr, first);
+    if (err == ETIMEDOUT && first < deadline) {
+        TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: what listens at %s:%d accepted the connection but "
+                   "has said nothing for %.0f s; a tutti store speaks at once: is MASTER_PORT "
+                   "another program's port, or is rank 0 stopped? Waiting until the deadline.",
+                   s->rank, s->addr, s->port, first - start);
+        err = tutti__sock_recv(s->fd, hdr, sizeof hdr, deadline);
+    }
+    if (err == ETIMEDOUT)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "rank %d: what listens at %s:%d accepted the connection but sent "
+                                "no tutti challenge in %.0f s: another program holds MASTER_PORT "
+                                "(give the job another port), or rank 0 is stopped",
+                                s->rank, s->addr, s->port, tutti__now() - start);
     if (err == 0) {
         tutti__wire_get_hdr(hdr, w);
         if (w[0] != TUTTI__WIRE_MAGIC || w[1] != TUTTI__REP_CHALLENGE || w[3] != sizeof ns)

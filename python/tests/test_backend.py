@@ -251,6 +251,16 @@ def w_groups():
         t = torch.ones(2)
         only.allreduce([t]).wait()
         same(torch, t, torch.full((2,), 2.0), "split pair allreduce")
+    # ranks that name different lists for one group: the rank whose list nobody else named
+    # fails (before 2026-11-29 all three shared one communicator: a silent wrong sum)
+    if rank == 2:
+        raises(lambda: world.split_group([0, 2], group_name="odd"), "tutti split",
+               "named a group of 2 ranks (0, 2), but only 1 of them named the same list")
+    else:
+        pair = world.split_group([0, 1], group_name="odd")
+        t = torch.full((2,), 10.0 ** rank)
+        pair.allreduce([t]).wait()
+        same(torch, t, torch.full((2,), 11.0), "split of lists that differ")
     # abort: a receive in flight fails at once with "aborted", later calls are refused; the
     # world group is unharmed
     g = dist.new_group([0, 1])

@@ -239,6 +239,28 @@ void BackendTutti::setTimeout(std::chrono::milliseconds timeout)
     options_->timeout = timeout;
 }
 
+// list_color hashes a sorted rank list (FNV-1a) to a split color, a non-negative int.
+static int list_color(const std::vector<int> &ranks)
+{
+    uint32_t h = 2166136261u;
+    for (int r : ranks)
+        for (int b = 0; b < 4; b++) {
+            h ^= (static_cast<uint32_t>(r) >> (8 * b)) & 0xffu;
+            h *= 16777619u;
+        }
+    return static_cast<int>(h & 0x7fffffffu);
+}
+
+static std::string rank_list(const std::vector<int> &ranks)
+{
+    std::string t;
+    for (size_t i = 0; i < ranks.size() && i < 16; i++)
+        t += (i ? ", " : "") + std::to_string(ranks[i]);
+    if (ranks.size() > 16)
+        t += ", ...";
+    return t;
+}
+
 // split makes the group of `ranks` (sorted ranks of this group; the caller's own list, or the
 // first list for a rank in none) from this group's communicator, with tutti_comm_split: every
 // rank of this group takes part, as torch's split_group requires, and the new communicator
@@ -260,8 +282,10 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
     }
     auto it = std::find(ranks.begin(), ranks.end(), rank_);
     bool member = it != ranks.end();
-    // Groups do not overlap, so a group's lowest rank tells it from the others.
-    int color = member ? ranks[0] : TUTTI_UNDEFINED;
+    // The color is a hash of the whole list, as NCCL's split color is: ranks that name different
+    // lists (a caller's mistake) land in different communicators, which the size and rank check
+    // below then finds, instead of sharing one under a common lowest rank.
+    int color = member ? list_color(ranks) : TUTTI_UNDEFINED;
     int key = member ? static_cast<int>(it - ranks.begin()) : 0;
     tutti_comm_t *made = nullptr;
     tutti_status_t st = tutti_comm_split(comm_, color, key, &made);
@@ -273,6 +297,15 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
     }
     if (!member)
         return nullptr;
+    if (tutti_comm_size(made) != static_cast<int>(ranks.size()) ||
+        tutti_comm_rank(made) != key) {
+        int got = tutti_comm_size(made);
+        tutti_comm_destroy(made);
+        refuse(op, "rank " + std::to_string(rank_) + " named a group of " +
+                       std::to_string(ranks.size()) + " ranks (" + rank_list(ranks) +
+                       "), but only " + std::to_string(got) + " of them named the same list: "
+                       "every rank must pass the same ranks for its group");
+    }
     auto options = c10::make_intrusive<Options>(*options_);
     options->default_group = false;
     if (opts) {

@@ -72,19 +72,34 @@ void check_same_dtype(const std::string &op, const at::Tensor &a, const at::Tens
                        dtype_name(b.scalar_type()));
 }
 
+static std::string shape_text(const at::Tensor &t)
+{
+    std::string s = "(";
+    for (int64_t d = 0; d < t.dim(); d++)
+        s += (d ? ", " : "") + std::to_string(t.size(d));
+    return s + (t.dim() == 1 ? ",)" : ")");
+}
+
 void check_list(const std::string &op, const char *what, const std::vector<at::Tensor> &ts,
                 const at::Tensor &like, int size)
 {
     if (ts.size() != static_cast<size_t>(size))
         refuse(op, std::string("needs one ") + what + " tensor per rank (" +
                        std::to_string(size) + "), got " + std::to_string(ts.size()));
-    for (const auto &t : ts) {
+    for (size_t i = 0; i < ts.size(); i++) {
+        const at::Tensor &t = ts[i];
         check_tensor(op, t);
         check_same_dtype(op, like, t);
         if (t.numel() != like.numel())
             refuse(op, std::string("every ") + what + " tensor must have " +
                            std::to_string(like.numel()) + " elements, got one with " +
                            std::to_string(t.numel()));
+        // As Gloo does: the same count in another shape is most likely a mistake, and a copy
+        // in row-major order would hide it.
+        if (t.sizes() != like.sizes())
+            refuse(op, std::string("every ") + what + " tensor must have the shape " +
+                           shape_text(like) + ", got " + shape_text(t) + " at index " +
+                           std::to_string(i));
     }
 }
 

@@ -26,7 +26,7 @@ void check_tensor(const std::string &op, const at::Tensor &t);
 // check_one enforces c10d's contract of one tensor per call and returns it.
 const at::Tensor &check_one(const std::string &op, const std::vector<at::Tensor> &ts);
 void check_same_dtype(const std::string &op, const at::Tensor &a, const at::Tensor &b);
-// check_list: size tensors, each of like's dtype and element count.
+// check_list: size tensors, each of like's dtype and shape.
 void check_list(const std::string &op, const char *what, const std::vector<at::Tensor> &ts,
                 const at::Tensor &like, int size);
 void check_root(const std::string &op, int64_t root, int size);

@@ -839,6 +839,49 @@ START_TEST(test_bad_env)
 }
 END_TEST
 
+/* One rank refuses its own settings (case 0: rank 1's CCL_WORKER_COUNT=99; case 1: rank 0's
+ * TUTTI_TRANSPORT=bogus): it fails with its own error, and the others, told through the
+ * store, fail within seconds naming it and its reason, not at their 30 s timeout as a rank
+ * "never arrived" (or, rank 0's refusal, with no store to reach). */
+static int refused_rank(int rank, int size, void *arg)
+{
+    (void)size;
+    int who = *(const int *)arg;
+    const char *var = who == 1 ? "CCL_WORKER_COUNT" : "TUTTI_TRANSPORT";
+    if (rank == who)
+        setenv(var, who == 1 ? "99" : "bogus", 1);
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    const char *msg = tutti_last_error();
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("rank %d: init succeeded beside rank %d's bad %s", rank, who, var);
+    }
+    char want[64];
+    snprintf(want, sizeof want, "rank %d refused its own settings", who);
+    if (rank == who ? st != TUTTI_ERR_INVALID_ARG || strstr(msg, var) == NULL
+                    : st != TUTTI_ERR_PEER_FAILED || strstr(msg, want) == NULL ||
+                          strstr(msg, var) == NULL)
+        return th_fail("rank %d, rank %d with a bad %s: got %s: %s", rank, who, var,
+                       tutti_strerror(st), msg);
+    if (dt > 10)
+        return th_fail("rank %d took %.1f s to fail (TUTTI_TIMEOUT 30 s)", rank, dt);
+    return 0;
+}
+
+START_TEST(test_refused_settings)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.timeout_s = 40;
+    o.rank_timeout_s = 30;
+    int who = _i == 0 ? 1 : 0;
+    ck_assert_msg(th_run_opts(3, &o, refused_rank, &who) == 0,
+                  "rank %d's refusal of its settings: see stderr", who);
+}
+END_TEST
+
 static int bad_config_rank(int rank, int size, void *arg)
 {
     (void)rank;
@@ -915,6 +958,7 @@ static Suite *badinput_suite(void)
     tcase_add_test(tc, test_size_differs);
     tcase_add_loop_test(tc, test_bad_env, 0, NENV);
     tcase_add_test(tc, test_bad_config);
+    tcase_add_loop_test(tc, test_refused_settings, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -483,6 +483,35 @@ START_TEST(test_world_size_mismatch)
 }
 END_TEST
 
+/* Two processes of one job given the same rank (RANK=1 twice, no RANK=2): the second is
+ * refused, and, since it proved the job's secret, the rendezvous fails at once on every rank
+ * instead of waiting for the missing rank until the timeout. */
+START_TEST(test_duplicate_rank)
+{
+    tutti__store_t *s0, *s1, *bad = NULL;
+    ck_assert_int_eq(tutti__store_open(0, 3, "127.0.0.1", port, &auth, tutti__now() + 5.0, &s0),
+                     TUTTI_OK);
+    ck_assert_int_eq(tutti__store_open(1, 3, "127.0.0.1", port, &auth, tutti__now() + 5.0, &s1),
+                     TUTTI_OK);
+    ck_assert_int_eq(tutti__store_open(1, 3, "127.0.0.1", port, &auth, tutti__now() + 5.0, &bad),
+                     TUTTI_ERR_BOOTSTRAP);
+    ck_assert_msg(strstr(tutti_last_error(), "same rank"), "%s", tutti_last_error());
+    tutti_status_t st[2] = {TUTTI_OK, TUTTI_OK};
+    for (double t0 = tutti__now(); (st[0] == TUTTI_OK || st[1] == TUTTI_OK) &&
+                                   tutti__now() - t0 < 5;) {
+        for (int i = 0; i < 2; i++)
+            if (st[i] == TUTTI_OK)
+                st[i] = tutti__store_doomed(i ? s1 : s0);
+        usleep(1000);
+    }
+    ck_assert_msg(st[0] == TUTTI_ERR_BOOTSTRAP && st[1] == TUTTI_ERR_BOOTSTRAP &&
+                      strstr(tutti_last_error(), "given rank 1"),
+                  "%d %d: %s", st[0], st[1], tutti_last_error());
+    tutti__store_close(s1);
+    tutti__store_close(s0);
+}
+END_TEST
+
 /* A rank whose creation failed reports it: rank 0's waits then fail with its status (the
  * rendezvous' own, BOOTSTRAP or TIMEOUT; PEER_FAILED for any other) and its text, of which only
  * the printable part, at most TUTTI__WIRE_ERRTEXT_MAX bytes, is kept: it came from another
@@ -963,6 +992,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_two_rank0s);
     tcase_add_test(tc, test_no_server);
     tcase_add_test(tc, test_world_size_mismatch);
+    tcase_add_test(tc, test_duplicate_rank);
     tcase_add_test(tc, test_failure_report);
     tcase_add_test(tc, test_launcher_vars);
     tcase_add_test(tc, test_slurm_store);

@@ -190,6 +190,43 @@ static int oob_failing_store(int rank, int size, void *arg)
     return 0;
 }
 
+/* Rank 1 refuses its own config (a worker count out of range): it says so in the store, and the
+ * others stop waiting for it at once with its reason, not at their 30 s timeout. */
+static int oob_refused(int rank, int size, void *arg)
+{
+    (void)arg;
+    (void)size;
+    dir_store_t s = {0};
+    tutti_oob_t oob = oob_of(&s);
+    tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT;
+    cfg.timeout_s = 30;
+    if (rank == 1)
+        cfg.worker_count = 99;
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init(rank, size, &oob, &cfg, &comm);
+    double took = th_now() - t0;
+    if (comm != NULL)
+        return th_fail("init succeeded beside a rank that refused its config");
+    if (rank == 1)
+        return st == TUTTI_ERR_INVALID_ARG && strstr(tutti_last_error(), "worker_count")
+                   ? 0 : th_fail("rank 1: %s: %s", tutti_strerror(st), tutti_last_error());
+    if (st != TUTTI_ERR_PEER_FAILED || !strstr(tutti_last_error(), "rank 1 could not create") ||
+        !strstr(tutti_last_error(), "worker_count is 99"))
+        return th_fail("got %s: %s", tutti_strerror(st), tutti_last_error());
+    if (took > 10)
+        return th_fail("took %.1f s to hear of rank 1's refusal (timeout 30 s)", took);
+    return 0;
+}
+
+START_TEST(test_oob_refused)
+{
+    make_store_dir();
+    ck_assert_msg(th_run(3, NULL, 60, oob_refused, NULL) == 0, "rank 1's refusal not relayed");
+    remove_store_dir();
+}
+END_TEST
+
 START_TEST(test_oob_job)
 {
     static const int sizes[] = {1, 2, 3};
@@ -251,6 +288,7 @@ static Suite *oob_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_oob_job);
     tcase_add_test(tc, test_oob_missing_rank);
+    tcase_add_test(tc, test_oob_refused);
     tcase_add_test(tc, test_oob_failing_store);
     tcase_add_test(tc, test_oob_bad_args);
     suite_add_tcase(s, tc);

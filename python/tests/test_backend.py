@@ -442,6 +442,12 @@ def w_refusals():
                                                torch.ones(6)), "dtypes differ")
     raises(lambda: dist.all_to_all_single(torch.empty(3), torch.empty(3), [1] * n, [5] * n),
            "split sizes")
+    # the same element count in another shape is refused, as Gloo refuses it
+    raises(lambda: dist.all_gather([torch.empty(3, 2) for _ in range(n)], torch.ones(2, 3)),
+           "tutti allgather", "shape (2, 3), got (3, 2) at index 0")
+    if rank == 0:  # refused on the root before anything is posted
+        raises(lambda: dist.scatter(torch.empty(2, 3), [torch.ones(3, 2)] * n, src=0),
+               "tutti scatter", "shape (2, 3), got (3, 2)")
     raises(lambda: dist.all_to_all_single(torch.empty(n + 1), torch.empty(n + 1)),
            "divisible by the world size")
     raises(lambda: dist.send(torch.ones(1), (rank + 1) % n, tag=-1), "tutti send",

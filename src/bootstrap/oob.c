@@ -2,8 +2,10 @@
  * timeouts that name the ranks that never arrived. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "oob.h"
+#include "wire.h"
 
 /* A failing oob is asked again at most this often, so that its error shows at once rather than
  * at the deadline; and a store that ignores timeout_s cannot make us overshoot by more. */
@@ -91,8 +93,56 @@ tutti_status_t tutti__bs_cancelled(tutti__bootstrap_t *bs)
     return bs->cancelled != NULL ? bs->cancelled(bs->cancel_ctx) : TUTTI_OK;
 }
 
-/* wait_key waits for key until bs->deadline: 0 found, 1 deadline passed, or an error status. */
-static int wait_key(tutti__bootstrap_t *bs, const char *key, void *val, size_t len)
+#define FAIL_TEXT_MAX 512
+
+void tutti__bs_report(tutti__bootstrap_t *bs, tutti_status_t st)
+{
+    if (!bs->fail_keys || st >= 0 || bs->size < 2)
+        return;
+    uint8_t val[4 + FAIL_TEXT_MAX];
+    uint32_t neg = (uint32_t)-st;
+    memcpy(val, &neg, 4);
+    size_t n = strnlen(tutti__tls_error(), FAIL_TEXT_MAX);
+    memcpy(val + 4, tutti__tls_error(), n);
+    char key[32];
+    snprintf(key, sizeof key, "fail/%d", bs->rank);
+    tutti__saved_error_t saved;
+    tutti__save_error(&saved);
+    bs->oob.put(bs->oob.ctx, key, val, 4 + n); /* best effort: the caller fails either way */
+    tutti__restore_error(&saved, st);
+}
+
+/* peer_failed asks, without waiting, whether rank r reported its creation's failure: TUTTI_OK
+ * if not (or the store cannot say: the wait goes on), else the status to stop with. What r
+ * wrote came from another process: its status is mapped, its text made printable. */
+static tutti_status_t peer_failed(tutti__bootstrap_t *bs, int r)
+{
+    if (!bs->fail_keys || r < 0)
+        return TUTTI_OK;
+    char key[32];
+    uint8_t val[4 + FAIL_TEXT_MAX];
+    char text[FAIL_TEXT_MAX + 1];
+    size_t got = 0;
+    snprintf(key, sizeof key, "fail/%d", r);
+    tutti__saved_error_t saved;
+    tutti__save_error(&saved);
+    int rc = bs->oob.get(bs->oob.ctx, key, val, sizeof val, &got, 0);
+    tutti__restore_error(&saved, TUTTI_OK);
+    if (rc != 0 || got < 4)
+        return TUTTI_OK;
+    if (got > sizeof val)
+        got = sizeof val;
+    uint32_t neg;
+    memcpy(&neg, val, 4);
+    tutti__wire_printable(text, val + 4, got - 4);
+    return tutti__set_error(tutti__wire_relayed_status(neg),
+                            "bootstrap: rank %d stopped waiting: rank %d could not create its "
+                            "communicator: %s", bs->rank, r, text[0] ? text : "it gave no reason");
+}
+
+/* wait_key waits for key (rank from's, or -1) until bs->deadline: 0 found, 1 deadline passed,
+ * or an error status. */
+static int wait_key(tutti__bootstrap_t *bs, const char *key, void *val, size_t len, int from)
 {
     for (;;) {
         double left = bs->deadline - tutti__now();
@@ -105,6 +155,8 @@ static int wait_key(tutti__bootstrap_t *bs, const char *key, void *val, size_t l
         tutti_status_t why = tutti__bs_cancelled(bs);
         if (why < 0)
             return why;
+        if ((why = peer_failed(bs, from)) < 0)
+            return why;
         if (left <= SLICE_S)
             return 1;
     }
@@ -113,7 +165,7 @@ static int wait_key(tutti__bootstrap_t *bs, const char *key, void *val, size_t l
 tutti_status_t tutti__bs_get(tutti__bootstrap_t *bs, const char *key, void *val, size_t len)
 {
     double start = tutti__now();
-    int rc = wait_key(bs, key, val, len);
+    int rc = wait_key(bs, key, val, len, -1);
     if (rc == 1)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: rank %d waited %.3g s at %s for \"%s\"; it never "
@@ -174,7 +226,7 @@ tutti_status_t tutti__bs_allgather(tutti__bootstrap_t *bs, const void *mine, siz
         if (r == bs->rank)
             continue;
         ag_key(key, sizeof key, &round, r);
-        int rc = wait_key(bs, key, out + (size_t)r * len, len);
+        int rc = wait_key(bs, key, out + (size_t)r * len, len, r);
         if (rc == 1)
             /* Ranks before r have arrived; probe the rest into r's slot (it is scratch now). */
             return missing_error(bs, start, NULL, r, bs->size, bs->size, ag_key, &round,
@@ -216,7 +268,7 @@ tutti_status_t tutti__bs_group_barrier(tutti__bootstrap_t *bs, const char *name,
         if (ranks[i] == bs->rank)
             continue;
         gb_key(key, sizeof key, &ctx, ranks[i]);
-        int rc = wait_key(bs, key, &got, 1);
+        int rc = wait_key(bs, key, &got, 1, ranks[i]);
         if (rc == 1)
             return missing_error(bs, start, ranks, i, n, n, gb_key, &ctx, &got, 1);
         if (rc < 0)

@@ -16,7 +16,16 @@ typedef struct tutti__bootstrap {
      * on died meanwhile, so the creation can never end); TUTTI_OK lets it go on. */
     tutti_status_t (*cancelled)(void *ctx);
     void *cancel_ctx;
+    /* fail_keys: a rank whose creation fails says so under "fail/<rank>" in the store
+     * (tutti__bs_report), and a wait for a rank's key looks there too, so that the others stop
+     * at once with its reason. Set for the caller's store, which has no other way to tell;
+     * tutti's TCP store carries failures itself (cancelled). */
+    bool fail_keys;
 } tutti__bootstrap_t;
+
+/* tutti__bs_report puts this rank's failure, st and the thread's error text, under
+ * "fail/<rank>" when bs->fail_keys; the error text is kept. At most once per creation. */
+void tutti__bs_report(tutti__bootstrap_t *bs, tutti_status_t st);
 
 /* tutti__bs_cancelled asks bs->cancelled, if set: TUTTI_OK, or the status to fail with. */
 tutti_status_t tutti__bs_cancelled(tutti__bootstrap_t *bs);

@@ -306,10 +306,18 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
     }
     else if (r < 0 || r >= k->size)
         refuse(k, c, "rank %d is out of range for a job of %d ranks", r, k->size);
-    else if (k->done[r] || k->joined[r])
+    else if (k->done[r] || k->joined[r]) {
         refuse(k, c, "rank %d already connected to the rendezvous store on port %d: two "
                      "processes were given the same rank",
                r, k->port);
+        /* It proved the job's secret: the job's own launch gave one rank twice, so another
+         * is missing, and the others would wait for it until their timeout. (Once every rank
+         * has its communicator, a late duplicate can harm none: only the waits still going
+         * fail.) */
+        if (proof)
+            doom(k, TUTTI_ERR_BOOTSTRAP, "two processes of this job were given rank %d: every "
+                 "rank's RANK (or the launcher's rank variable) must be unique", r);
+    }
     else {
         c->rank = r;
         k->joined[r] = 1;

@@ -346,6 +346,30 @@ static tutti_status_t store_port(const char *how, long *port, long *given)
     return TUTTI_OK;
 }
 
+/* report_own tells the other ranks, through the store, why this rank refused its settings,
+ * then returns that refusal. It waits for the store as a rank that goes on would (TUTTI_TIMEOUT,
+ * or 300 s if that is what was refused), and says at once what it is doing. */
+static tutti_status_t report_own(int rank, int size, const char *addr, long port,
+                                 tutti__auth_t *auth, const tutti__saved_error_t *own_text,
+                                 tutti_status_t own)
+{
+    double timeout = 300.0;
+    tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &timeout);
+    TUTTI__LOG(TUTTI__LOG_WARN, "rank %d of %d: %s; telling the other ranks through the "
+               "rendezvous store at %s:%ld before failing", rank, size, own_text->text, addr,
+               port);
+    tutti__store_t *store = NULL;
+    tutti_status_t st = tutti__store_open(rank, size, addr, (int)port, auth,
+                                          tutti__now() + timeout, &store);
+    memset(auth, 0, sizeof *auth);
+    if (st == TUTTI_OK) {
+        tutti__restore_error(own_text, own);
+        tutti__set_error(own, "rank %d refused its own settings: %s", rank, own_text->text);
+        tutti__store_close_failed(store, own); /* rank 0 serves the news until all have it */
+    }
+    return tutti__restore_error(own_text, own);
+}
+
 TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, tutti_comm_t **comm)
 {
     tutti__tls_error()[0] = '\0';
@@ -353,14 +377,24 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "tutti_comm_init_env: comm is NULL");
     *comm = NULL;
     tutti__log_init();
-    TUTTI__CHECK(tutti__kernels_init()); /* a forced kernel this CPU lacks fails here */
+    /* A rank that refuses its own settings (a forced kernel this CPU lacks, a bad CCL_* or
+     * TUTTI_* value) still meets the others, if it can tell where, to say so: else they waited
+     * out their timeout, then named it as never arrived (or, this rank 0, found no store). */
     tutti__config_t cfg;
+    tutti_status_t own = tutti__kernels_init();
+    if (own == TUTTI_OK)
+        own = tutti__config_read(config, &cfg);
+    tutti__saved_error_t own_text;
+    tutti__save_error(&own_text);
     const char *how;
     int rank, size;
-    TUTTI__CHECK(tutti__config_read(config, &cfg));
     TUTTI__CHECK(tutti__launcher_rank(&rank, &size, &how));
     tutti__auth_t auth; /* read even for one rank: a bad token is an error whatever the size */
     TUTTI__CHECK(tutti__auth_from_env(tutti__config_token(config), &auth));
+    if (own < 0 && size == 1) {
+        memset(&auth, 0, sizeof auth);
+        return tutti__restore_error(&own_text, own);
+    }
     if (size == 1) {
         memset(&auth, 0, sizeof auth);
         TUTTI__LOG(TUTTI__LOG_INFO, "rank 0 of 1 (%s): no rendezvous", how);
@@ -375,8 +409,19 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
         if (slurm_addr[0] != '\0')
             addr = slurm_addr;
     }
+    if (strcmp(addr, "0.0.0.0") == 0) {
+        /* "Any address" names no host to meet at. torch's stores take it for this host (connect
+         * to 0.0.0.0 reaches the local host); so does tutti, whose store listens on the address
+         * it is given: a store on 0.0.0.0 named its secret file for an address no rank's
+         * connection comes from, and the ranks of its host were refused. */
+        TUTTI__LOG(TUTTI__LOG_INFO, "MASTER_ADDR=0.0.0.0 is taken as 127.0.0.1: this host only "
+                   "(across nodes, set it to rank 0's host)");
+        addr = "127.0.0.1";
+    }
     long port = 29500, given = 29500;
     TUTTI__CHECK(store_port(how, &port, &given));
+    if (own < 0)
+        return report_own(rank, size, addr, port, &auth, &own_text, own);
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld (secret: %s)", rank,
                size, how, addr, port, auth.source);
     double deadline = tutti__now() + cfg.timeout;
@@ -392,11 +437,15 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                     port, given, port, port);
     /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. (A Slurm step
      * knows whether it spans nodes, and has its first node's name then.) */
+    bool loopback = strncmp(addr, "127.", 4) == 0 || strcmp(addr, "localhost") == 0;
     if (unreached && rank != 0 && !set("MASTER_ADDR") && !tutti__launcher_is_slurm(how))
         tutti__append_error("; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store "
                     "only from its own host: set MASTER_ADDR to rank 0's host for a job across "
                     "nodes",
                     addr);
+    else if (unreached && rank != 0 && loopback)
+        tutti__append_error("; MASTER_ADDR=%s reaches rank 0's store only from its own host: for a "
+                            "job across nodes, set it to rank 0's host name or address", addr);
     else if (unreached && slurm_addr[0] != '\0')
         tutti__append_error("; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs under "
                     "srun's block and cyclic distributions: with another, set MASTER_ADDR to "
@@ -454,10 +503,19 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
                                 "tutti_comm_init: the out-of-band store (oob, oob->put, oob->get) "
                                 "must not be NULL");
     tutti__log_init();
-    TUTTI__CHECK(tutti__kernels_init());
+    /* A rank that fails, its own settings refused too, says so in the caller's store: the
+     * others, waiting for its keys, stop at once with its reason (else at their timeout,
+     * naming it as never arrived). */
+    tutti__bootstrap_t bs = {.rank = rank, .size = size, .oob = *oob,
+                             .where = "the caller's out-of-band store", .fail_keys = true};
     tutti__config_t cfg;
-    TUTTI__CHECK(tutti__config_read(config, &cfg));
-    tutti__bootstrap_t bs = {.rank = rank, .size = size, .deadline = tutti__now() + cfg.timeout,
-                             .oob = *oob, .where = "the caller's out-of-band store"};
-    return tutti__comm_create(rank, size, &bs, NULL, &cfg, NULL, comm);
+    tutti_status_t st = tutti__kernels_init();
+    if (st == TUTTI_OK)
+        st = tutti__config_read(config, &cfg);
+    if (st == TUTTI_OK) {
+        bs.deadline = tutti__now() + cfg.timeout;
+        st = tutti__comm_create(rank, size, &bs, NULL, &cfg, NULL, comm);
+    }
+    tutti__bs_report(&bs, st);
+    return st;
 }

@@ -210,6 +210,26 @@ static int stranger_rank(int rank, int size, void *arg)
     return join_and_check(rank, size) || bad;
 }
 
+/* MASTER_ADDR=0.0.0.0, which torch's stores take for this host: tutti takes it for 127.0.0.1
+ * (its store listened on every address and named its secret file for 0.0.0.0, which no rank's
+ * connection comes from: every rank was refused, "finds no secret of its job"). */
+static int any_addr_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    return join_and_check(rank, size);
+}
+
+START_TEST(test_any_addr)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.timeout_s = 30;
+    o.rank_timeout_s = 10;
+    o.env[0] = "MASTER_ADDR=0.0.0.0";
+    o.env[1] = "TUTTI_JOB_TOKEN"; /* unset: the host's secret file is what is tested */
+    ck_assert_msg(th_run_opts(2, &o, any_addr_rank, NULL) == 0, "MASTER_ADDR=0.0.0.0 failed");
+}
+END_TEST
+
 START_TEST(test_stranger)
 {
     th_opts_t o = TH_OPTS_INIT;
@@ -927,6 +947,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_fd_limit);
     tcase_add_test(tc, test_fake_server);
     tcase_add_test(tc, test_single_rank);
+    tcase_add_test(tc, test_any_addr);
     suite_add_tcase(s, tc);
     tc = tcase_create("host_file");
     tcase_add_checked_fixture(tc, xdg_setup, xdg_teardown);

@@ -289,8 +289,17 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         c->deadline = now + tutti__coll_timeout(c);
     if (now < c->deadline)
         return TUTTI_OK;
+    /* A rank waited for on several channels is named once. */
+    int named[64], nnamed = 0;
+    for (int i = 0; i < nmissing && nnamed < (int)(sizeof named / sizeof named[0]); i++) {
+        bool seen = false;
+        for (int j = 0; j < nnamed && !seen; j++)
+            seen = named[j] == missing[i];
+        if (!seen)
+            named[nnamed++] = missing[i];
+    }
     char list[512];
-    tutti__format_ranks(list, sizeof list, missing, nmissing, nmissing);
+    tutti__format_ranks(list, sizeof list, named, nnamed, nnamed);
     bool left = false;
     for (int i = 0; i < nmissing; i++)
         left |= tutti__live_left(net->live, missing[i]);

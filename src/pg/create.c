@@ -347,14 +347,18 @@ static tutti_status_t store_port(const char *how, long *port, long *given)
 }
 
 /* report_own tells the other ranks, through the store, why this rank refused its settings,
- * then returns that refusal. It waits for the store as a rank that goes on would (TUTTI_TIMEOUT,
- * or 300 s if that is what was refused), and says at once what it is doing. */
-static tutti_status_t report_own(int rank, int size, const char *addr, long port,
-                                 tutti__auth_t *auth, const tutti__saved_error_t *own_text,
+ * then returns that refusal. It waits for the store as a rank that goes on would (its config's
+ * timeout or TUTTI_TIMEOUT, 300 s if that is what was refused), and says at once what it does. */
+static tutti_status_t report_own(const tutti_comm_config_t *config, int rank, int size,
+                                 const char *addr, long port, tutti__auth_t *auth, const tutti__saved_error_t *own_text,
                                  tutti_status_t own)
 {
     double timeout = 300.0;
     tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &timeout);
+    if (config != NULL &&
+        config->struct_size >= offsetof(tutti_comm_config_t, timeout_s) + sizeof(double) &&
+        config->timeout_s >= TUTTI__TIMEOUT_MIN && config->timeout_s <= TUTTI__TIMEOUT_MAX)
+        timeout = config->timeout_s;
     TUTTI__LOG(TUTTI__LOG_WARN, "rank %d of %d: %s; telling the other ranks through the "
                "rendezvous store at %s:%ld before failing", rank, size, own_text->text, addr,
                port);
@@ -421,7 +425,7 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     long port = 29500, given = 29500;
     TUTTI__CHECK(store_port(how, &port, &given));
     if (own < 0)
-        return report_own(rank, size, addr, port, &auth, &own_text, own);
+        return report_own(config, rank, size, addr, port, &auth, &own_text, own);
     TUTTI__LOG(TUTTI__LOG_INFO, "rank %d of %d (%s), rendezvous at %s:%ld (secret: %s)", rank,
                size, how, addr, port, auth.source);
     double deadline = tutti__now() + cfg.timeout;

@@ -182,7 +182,10 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config,
 
 /**
  * Create a communicator of size ranks whose bootstrap travels through the caller's key-value
- * store. Collective over all ranks.
+ * store. Collective over all ranks. A rank that fails (its config refused included) puts
+ * "fail/<rank>" (its status and error text) in the store, once; a rank waiting for another's
+ * keys asks for that one every half second (get with a 1 ms timeout), and fails at once with
+ * its reason. Give each communicator's creation keys of its own (a prefix), as c10d does.
  * @param rank this process's rank, 0 <= rank < size.
  * @param size number of ranks.
  * @param oob the caller's store; it is used only during this call.

@@ -840,16 +840,26 @@ START_TEST(test_bad_env)
 END_TEST
 
 /* One rank refuses its own settings (case 0: rank 1's CCL_WORKER_COUNT=99; case 1: rank 0's
- * TUTTI_TRANSPORT=bogus): it fails with its own error, and the others, told through the
+ * TUTTI_TRANSPORT=bogus; case 2: the same, rank 2 starting 4 s late, after the 2 s a failed
+ * store waits for latecomers): it fails with its own error, and the others, told through the
  * store, fail within seconds naming it and its reason, not at their 30 s timeout as a rank
- * "never arrived" (or, rank 0's refusal, with no store to reach). */
+ * "never arrived" (or, rank 0's refusal, with no store to reach). Case 3: every rank has the
+ * bad setting: each fails with its own error within seconds. */
+typedef struct refused {
+    int who; /* the rank that refuses; -1: every rank */
+    bool late;
+} refused_t;
+
 static int refused_rank(int rank, int size, void *arg)
 {
     (void)size;
-    int who = *(const int *)arg;
+    const refused_t *rc = arg;
+    int who = rc->who;
     const char *var = who == 1 ? "CCL_WORKER_COUNT" : "TUTTI_TRANSPORT";
-    if (rank == who)
+    if (rank == who || who < 0)
         setenv(var, who == 1 ? "99" : "bogus", 1);
+    if (rc->late && rank == 2)
+        usleep(4000000);
     tutti_comm_t *comm = NULL;
     double t0 = th_now();
     tutti_status_t st = tutti_comm_init_env(NULL, &comm);
@@ -861,7 +871,7 @@ static int refused_rank(int rank, int size, void *arg)
     }
     char want[64];
     snprintf(want, sizeof want, "rank %d refused its own settings", who);
-    if (rank == who ? st != TUTTI_ERR_INVALID_ARG || strstr(msg, var) == NULL
+    if (rank == who || who < 0 ? st != TUTTI_ERR_INVALID_ARG || strstr(msg, var) == NULL
                     : st != TUTTI_ERR_PEER_FAILED || strstr(msg, want) == NULL ||
                           strstr(msg, var) == NULL)
         return th_fail("rank %d, rank %d with a bad %s: got %s: %s", rank, who, var,
@@ -876,9 +886,9 @@ START_TEST(test_refused_settings)
     th_opts_t o = TH_OPTS_INIT;
     o.timeout_s = 40;
     o.rank_timeout_s = 30;
-    int who = _i == 0 ? 1 : 0;
-    ck_assert_msg(th_run_opts(3, &o, refused_rank, &who) == 0,
-                  "rank %d's refusal of its settings: see stderr", who);
+    static const refused_t cases[] = {{1, false}, {0, false}, {0, true}, {-1, false}};
+    ck_assert_msg(th_run_opts(3, &o, refused_rank, (void *)&cases[_i]) == 0,
+                  "case %d, rank %d's refusal of its settings: see stderr", _i, cases[_i].who);
 }
 END_TEST
 
@@ -958,7 +968,7 @@ static Suite *badinput_suite(void)
     tcase_add_test(tc, test_size_differs);
     tcase_add_loop_test(tc, test_bad_env, 0, NENV);
     tcase_add_test(tc, test_bad_config);
-    tcase_add_loop_test(tc, test_refused_settings, 0, 2);
+    tcase_add_loop_test(tc, test_refused_settings, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -302,9 +302,12 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
         int got = tutti_comm_size(made);
         tutti_comm_destroy(made);
         refuse(op, "rank " + std::to_string(rank_) + " named a group of " +
-                       std::to_string(ranks.size()) + " ranks (" + rank_list(ranks) +
-                       "), but only " + std::to_string(got) + " of them named the same list: "
-                       "every rank must pass the same ranks for its group");
+                       std::to_string(ranks.size()) + " ranks (" + rank_list(ranks) + "), but " +
+                       (got < static_cast<int>(ranks.size())
+                            ? "only " + std::to_string(got) + " of them named the same list"
+                            : std::to_string(got) + " ranks joined it (lists that differ, whose "
+                                                    "hashes met)") +
+                       ": every rank must pass the same ranks for its group");
     }
     auto options = c10::make_intrusive<Options>(*options_);
     options->default_group = false;

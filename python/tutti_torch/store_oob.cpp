@@ -25,7 +25,8 @@ static int oob_put(void *ctx, const char *key, const void *value, size_t len)
         o->store->set(o->prefix + key, std::vector<uint8_t>(p, p + len));
         return 0;
     } catch (const std::exception &e) {
-        o->error = e.what();
+        if (o->error.empty()) // the first failure is the cause; later ones follow from it
+            o->error = e.what();
         return -1;
     }
 }
@@ -56,7 +57,8 @@ static int oob_get(void *ctx, const char *key, void *buf, size_t cap, size_t *le
         std::memcpy(buf, v.data(), std::min(cap, v.size()));
         return 0;
     } catch (const std::exception &e) {
-        o->error = e.what();
+        if (o->error.empty()) // the first failure is the cause; later ones follow from it
+            o->error = e.what();
         return -1;
     }
 }

@@ -100,8 +100,7 @@ void tutti__bs_report(tutti__bootstrap_t *bs, tutti_status_t st)
     if (!bs->fail_keys || st >= 0 || bs->size < 2)
         return;
     uint8_t val[4 + FAIL_TEXT_MAX];
-    uint32_t neg = (uint32_t)-st;
-    memcpy(val, &neg, 4);
+    tutti__wire_put32(val, (uint32_t)-st);
     size_t n = strnlen(tutti__tls_error(), FAIL_TEXT_MAX);
     memcpy(val + 4, tutti__tls_error(), n);
     char key[32];
@@ -126,14 +125,15 @@ static tutti_status_t peer_failed(tutti__bootstrap_t *bs, int r)
     snprintf(key, sizeof key, "fail/%d", r);
     tutti__saved_error_t saved;
     tutti__save_error(&saved);
-    int rc = bs->oob.get(bs->oob.ctx, key, val, sizeof val, &got, 0);
+    /* 1 ms, not 0: a store that took 0 for "no timeout", as c10d's wait does, would hang here,
+     * where a key that is almost never there is asked for. */
+    int rc = bs->oob.get(bs->oob.ctx, key, val, sizeof val, &got, 0.001);
     tutti__restore_error(&saved, TUTTI_OK);
     if (rc != 0 || got < 4)
         return TUTTI_OK;
     if (got > sizeof val)
         got = sizeof val;
-    uint32_t neg;
-    memcpy(&neg, val, 4);
+    uint32_t neg = tutti__wire_get32(val);
     tutti__wire_printable(text, val + 4, got - 4);
     return tutti__set_error(tutti__wire_relayed_status(neg),
                             "bootstrap: rank %d stopped waiting: rank %d could not create its "
@@ -162,10 +162,11 @@ static int wait_key(tutti__bootstrap_t *bs, const char *key, void *val, size_t l
     }
 }
 
-tutti_status_t tutti__bs_get(tutti__bootstrap_t *bs, const char *key, void *val, size_t len)
+tutti_status_t tutti__bs_get(tutti__bootstrap_t *bs, const char *key, void *val, size_t len,
+                             int from)
 {
     double start = tutti__now();
-    int rc = wait_key(bs, key, val, len, -1);
+    int rc = wait_key(bs, key, val, len, from);
     if (rc == 1)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: rank %d waited %.3g s at %s for \"%s\"; it never "

@@ -33,9 +33,10 @@ tutti_status_t tutti__bs_cancelled(tutti__bootstrap_t *bs);
 /* tutti__bs_put stores a value under a key; keys are unique per communicator creation. */
 tutti_status_t tutti__bs_put(tutti__bootstrap_t *bs, const char *key, const void *val, size_t len);
 
-/* tutti__bs_get waits until bs->deadline for key and copies exactly len bytes (a value of another
- * length is TUTTI_ERR_BOOTSTRAP). */
-tutti_status_t tutti__bs_get(tutti__bootstrap_t *bs, const char *key, void *val, size_t len);
+/* tutti__bs_get waits until bs->deadline for key, which rank from writes (-1: unknown), and
+ * copies exactly len bytes (a value of another length is TUTTI_ERR_BOOTSTRAP). */
+tutti_status_t tutti__bs_get(tutti__bootstrap_t *bs, const char *key, void *val, size_t len,
+                             int from);
 
 /*
  * tutti__bs_allgather: every rank contributes len bytes; all[] receives size * len bytes in rank

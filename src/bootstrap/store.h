@@ -54,6 +54,11 @@ const char *tutti__store_local_ip(const tutti__store_t *s);
  * (a SECRET job) and returns true; false otherwise. */
 bool tutti__store_secret(const tutti__store_t *s, uint8_t key[TUTTI__AUTH_KEY]);
 
+/* tutti__store_linger (rank 0: its server; others: nothing) sets how long the store, once the
+ * rendezvous cannot end, still waits for ranks that have not come, so that they learn why
+ * (default 2 s; the deadline still bounds it). */
+void tutti__store_linger(tutti__store_t *s, double seconds);
+
 /* tutti__store_close disconnects; on rank 0 it also stops the server once every rank has
  * called tutti__store_close (or the deadline given to open has passed). It keeps the calling
  * thread's last-error text as it was (it often runs on an error path). */
@@ -81,6 +86,9 @@ typedef struct tutti__store_server tutti__store_server_t;
 tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, const char *name_ip,
                                          int size, const tutti__auth_t *auth, double deadline,
                                          tutti__store_server_t **out);
+
+/* tutti__store_server_linger: see tutti__store_linger. */
+void tutti__store_server_linger(tutti__store_server_t *sv, double seconds);
 
 /* tutti__store_server_port is the port the server listens on. */
 int tutti__store_server_port(const tutti__store_server_t *sv);

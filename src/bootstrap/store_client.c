@@ -261,17 +261,19 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
     int err = tutti__sock_recv(s->fd, hdr, sizeof hdr, first);
     if (err == ETIMEDOUT && first < deadline) {
         TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: what listens at %s:%d accepted the connection but "
-                   "has said nothing for %.0f s; a tutti store speaks at once: is MASTER_PORT "
-                   "another program's port, or is rank 0 stopped? Waiting until the deadline.",
+                   "has said nothing for %.0f s; a tutti store speaks at once: is that port "
+                   "(MASTER_PORT?) another program's, or is the store's process stopped? Waiting "
+                   "until the deadline.",
                    s->rank, s->addr, s->port, first - start);
         err = tutti__sock_recv(s->fd, hdr, sizeof hdr, deadline);
     }
     /* (A second is long for a store's first word; a shorter deadline is just too short.) */
-    if (err == ETIMEDOUT && tutti__now() - start >= 1.0)
+    if (err == ETIMEDOUT && deadline - start >= 1.0)
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "rank %d: what listens at %s:%d accepted the connection but sent "
-                                "no tutti challenge in %.0f s: another program holds MASTER_PORT "
-                                "(give the job another port), or rank 0 is stopped",
+                                "no tutti challenge in %.1f s: another program holds that port "
+                                "(MASTER_PORT? give the job another), or the store's process is "
+                                "stopped or out of file descriptors",
                                 s->rank, s->addr, s->port, tutti__now() - start);
     if (err == 0) {
         tutti__wire_get_hdr(hdr, w);
@@ -679,6 +681,11 @@ static void close_store(tutti__store_t *s, bool now, tutti_status_t failed)
 }
 
 void tutti__store_close(tutti__store_t *s) { close_store(s, false, TUTTI_OK); }
+
+void tutti__store_linger(tutti__store_t *s, double seconds)
+{
+    tutti__store_server_linger(s->srv, seconds);
+}
 
 void tutti__store_close_now(tutti__store_t *s) { close_store(s, true, TUTTI_OK); }
 

@@ -32,6 +32,7 @@ struct tutti__store_server {
     int lfd, efd;
     double deadline;
     double rest_until;   /* the listening socket is not polled before this */
+    int linger_ms;       /* a doomed store waits this long for ranks still to come (atomic) */
     bool warned_fds;
     tutti__store_core_t core;
     tutti__sconn_t *conns;
@@ -212,8 +213,10 @@ static void *serve(void *arg)
         double now = tutti__now();
         /* Doomed: the ranks still connected learn why and close; one that never came would
          * keep the store (and rank 0's tutti__store_close) waiting for its deadline. A rank
-         * that starts late gets GRACE_S to come and learn it too. */
-        if (sv->core.doomed && !in_use(sv) && now >= sv->core.doomed_at + GRACE_S) {
+         * that starts late gets GRACE_S (or what tutti__store_linger set) to come and learn
+         * it too. */
+        double linger = __atomic_load_n(&sv->linger_ms, __ATOMIC_RELAXED) / 1000.0;
+        if (sv->core.doomed && !in_use(sv) && now >= sv->core.doomed_at + linger) {
             TUTTI__LOG(TUTTI__LOG_INFO,
                        "rendezvous store on port %d: the rendezvous cannot end and no rank still "
                        "uses the store; stopping",
@@ -346,6 +349,7 @@ tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, cons
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank 0: out of memory for the store");
     sv->lfd = sv->efd = -1;
     sv->deadline = deadline;
+    sv->linger_ms = (int)(GRACE_S * 1000.0);
     if (!tutti__store_core_init(&sv->core, size, port, auth)) {
         server_free(sv);
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "rank 0: out of memory for the store");
@@ -415,6 +419,12 @@ fail:
 }
 
 int tutti__store_server_port(const server_t *sv) { return sv->core.port; }
+
+void tutti__store_server_linger(server_t *sv, double seconds)
+{
+    if (sv != NULL)
+        __atomic_store_n(&sv->linger_ms, (int)(seconds * 1000.0), __ATOMIC_RELAXED);
+}
 
 void tutti__store_server_stop(server_t *sv, bool now)
 {

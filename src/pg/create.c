@@ -347,8 +347,12 @@ static tutti_status_t store_port(const char *how, long *port, long *given)
 }
 
 /* report_own tells the other ranks, through the store, why this rank refused its settings,
- * then returns that refusal. It waits for the store as a rank that goes on would (its config's
- * timeout or TUTTI_TIMEOUT, 300 s if that is what was refused), and says at once what it does. */
+ * then returns that refusal, saying at once what it does. A rank but 0 waits for the store at
+ * most REPORT_WAIT_S (or its timeout, if shorter): where every rank has the same bad setting it
+ * meets rank 0 at once, and where rank 0 never comes it must not sit out a 300 s timeout to say
+ * what it knew at the start. Rank 0 serves the news as long to ranks that come late (its store
+ * would stop 2 s after a failure), and stops once every rank has had it. */
+#define REPORT_WAIT_S 30.0
 static tutti_status_t report_own(const tutti_comm_config_t *config, int rank, int size,
                                  const char *addr, long port, tutti__auth_t *auth, const tutti__saved_error_t *own_text,
                                  tutti_status_t own)
@@ -359,14 +363,17 @@ static tutti_status_t report_own(const tutti_comm_config_t *config, int rank, in
         config->struct_size >= offsetof(tutti_comm_config_t, timeout_s) + sizeof(double) &&
         config->timeout_s >= TUTTI__TIMEOUT_MIN && config->timeout_s <= TUTTI__TIMEOUT_MAX)
         timeout = config->timeout_s;
+    if (timeout > REPORT_WAIT_S)
+        timeout = REPORT_WAIT_S;
     TUTTI__LOG(TUTTI__LOG_WARN, "rank %d of %d: %s; telling the other ranks through the "
-               "rendezvous store at %s:%ld before failing", rank, size, own_text->text, addr,
-               port);
+               "rendezvous store at %s:%ld (for at most %.0f s) before failing", rank, size,
+               own_text->text, addr, port, timeout);
     tutti__store_t *store = NULL;
     tutti_status_t st = tutti__store_open(rank, size, addr, (int)port, auth,
                                           tutti__now() + timeout, &store);
     memset(auth, 0, sizeof *auth);
     if (st == TUTTI_OK) {
+        tutti__store_linger(store, timeout);
         tutti__restore_error(own_text, own);
         tutti__set_error(own, "rank %d refused its own settings: %s", rank, own_text->text);
         tutti__store_close_failed(store, own); /* rank 0 serves the news until all have it */
@@ -448,8 +455,9 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                     "nodes",
                     addr);
     else if (unreached && rank != 0 && loopback)
-        tutti__append_error("; MASTER_ADDR=%s reaches rank 0's store only from its own host: for a "
-                            "job across nodes, set it to rank 0's host name or address", addr);
+        tutti__append_error("; if the ranks run on several hosts: MASTER_ADDR=%s reaches rank 0's "
+                            "store only from its own host, set it to rank 0's host name or "
+                            "address", tutti__env_get("MASTER_ADDR"));
     else if (unreached && slurm_addr[0] != '\0')
         tutti__append_error("; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs under "
                     "srun's block and cyclic distributions: with another, set MASTER_ADDR to "

@@ -469,7 +469,7 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
             if (st != TUTTI_OK)
                 goto fail;
         } else {
-            st = tutti__bs_get(bs, key, &pub, sizeof pub);
+            st = tutti__bs_get(bs, key, &pub, sizeof pub, leader);
             if (st != TUTTI_OK) {
                 tutti__prefix_error(st, "shm: waiting for the shared segment from rank %d "
                                         "(this node's lowest rank)",

@@ -336,13 +336,20 @@ END_TEST
 
 /* ---- failures ------------------------------------------------------------------------------- */
 
-START_TEST(test_port_in_use)
+/* occupy listens on the test's port, on addr (host order), as another program would. */
+static int occupy(uint32_t addr)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_ANY)};
+                             .sin_addr.s_addr = htonl(addr)};
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     ck_assert_int_eq(listen(fd, 4), 0);
+    return fd;
+}
+
+START_TEST(test_port_in_use)
+{
+    int fd = occupy(INADDR_ANY);
     tutti__store_t *s = NULL;
     ck_assert_int_eq(tutti__store_open(0, 2, "127.0.0.1", port, &auth, tutti__now() + 2.0, &s),
                      TUTTI_ERR_BOOTSTRAP);
@@ -361,11 +368,7 @@ END_TEST
  * rather than that rank 0 "exited or failed". */
 START_TEST(test_silent_listener)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(listen(fd, 4), 0);
+    int fd = occupy(INADDR_LOOPBACK);
     tutti__store_t *s = NULL;
     double t0 = tutti__now();
     ck_assert_int_eq(tutti__store_open(1, 2, "127.0.0.1", port, &auth, t0 + 2.0, &s),

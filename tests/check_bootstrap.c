@@ -613,6 +613,27 @@ START_TEST(test_launcher_vars)
             ck_assert_msg(st == TUTTI_OK && rank == cases[i].rank && size == cases[i].size,
                           "case %zu: %d, rank %d of %d: %s", i, st, rank, size, tutti_last_error());
     }
+    /* srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE itself, with PMI_JOBID "<job>.<step>": a Slurm
+     * step (its port and first node), not PMI's 29500 on 127.0.0.1; an mpiexec inside a step,
+     * whose PMI numbers are its own, stays PMI */
+    static const char *const pmi2[] = {"PMI_RANK", "1", "PMI_SIZE", "3", "PMI_JOBID", "77.4",
+                                       "SLURM_JOB_ID", "77", "SLURM_STEP_ID", "4", "SLURM_PROCID",
+                                       "1", "SLURM_STEP_NUM_TASKS", "3"};
+    for (int variant = 0; variant < 3; variant++) {
+        for (size_t k = 0; k < sizeof pmi2 / sizeof pmi2[0]; k += 2)
+            setenv(pmi2[k], pmi2[k + 1], 1);
+        if (variant == 1)
+            unsetenv("PMI_JOBID");
+        if (variant == 2)
+            setenv("SLURM_PROCID", "0", 1); /* an mpiexec's rank 1 in task 0 */
+        int rank = -1, size = -1;
+        const char *how = NULL;
+        ck_assert_int_eq(tutti__launcher_rank(&rank, &size, &how), TUTTI_OK);
+        ck_assert_msg(rank == 1 && size == 3 && tutti__launcher_is_slurm(how) == (variant == 0),
+                      "variant %d: rank %d of %d by %s", variant, rank, size, how);
+        for (size_t k = 0; k < sizeof pmi2 / sizeof pmi2[0]; k += 2)
+            unsetenv(pmi2[k]);
+    }
 }
 END_TEST
 

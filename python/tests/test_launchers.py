@@ -332,6 +332,12 @@ class TestLaunchers(unittest.TestCase):
         env = dict(step, PMI_RANK="3", PMI_SIZE="4")
         self.assertEqual(tutti_torch.setup_env_from_launcher(env)[:2], (3, 4))
         self.assertEqual(env["MASTER_PORT"], "29500")
+        # srun --mpi=pmi2 sets PMI_* itself (PMI_JOBID "<job>.<step>", the step's numbers): a
+        # Slurm step, its port and first node, as libtutti reads it
+        env = dict(step, PMI_RANK="1", PMI_SIZE="3", PMI_JOBID="4321.2",
+                   SLURM_STEP_NUM_NODES="2", SLURM_STEP_NODELIST="cn[07-08]")
+        self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 3, 1))
+        self.assertEqual((env["MASTER_ADDR"], env["MASTER_PORT"]), ("cn07", str(20000 + 3212)))
         # a batch script run without srun, and an salloc shell: one process, with a warning
         for env in ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9"},
                     {"SLURM_NTASKS": "2"}):

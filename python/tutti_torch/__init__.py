@@ -178,6 +178,14 @@ def _launcher_port(env, names):
     return None
 
 
+def _srun_pmi(env, rank, size):
+    """Whether PMI_RANK/PMI_SIZE are srun's own (--mpi=pmi2), not an mpiexec's inside the step:
+    srun sets PMI_JOBID to "<job>.<step>" and numbers ranks as the step (libtutti's srun_pmi)."""
+    return bool(env.get("SLURM_JOB_ID")) and bool(env.get("SLURM_STEP_ID")) and \
+        env.get("PMI_JOBID") == "%s.%s" % (env["SLURM_JOB_ID"], env["SLURM_STEP_ID"]) and \
+        env.get("SLURM_PROCID") == str(rank) and env.get("SLURM_STEP_NUM_TASKS") == str(size)
+
+
 def _first_int(env, names, default):
     for name in names:
         value = env.get(name, "")
@@ -264,11 +272,14 @@ def setup_env_from_launcher(environ=None):
         # guessed, since 0 on every rank would make each one its node's first process.
         env.setdefault("LOCAL_RANK", str(local))
     addr, port = "127.0.0.1", 29500
-    if found and found[0][3] == "%s/%s" % _SLURM[:2] and size > 1:
+    names = found[0][3] if found else None
+    if names == "PMI_RANK/PMI_SIZE" and _srun_pmi(env, rank, size):
+        names = "%s/%s" % _SLURM[:2]
+    if names == "%s/%s" % _SLURM[:2] and size > 1:
         slurm_addr, port = _slurm_store(env, want_addr=not env.get("MASTER_ADDR"))
         addr = slurm_addr or addr
     elif found and size > 1 and not env.get("MASTER_PORT"):
-        port = _launcher_port(env, found[0][3]) or port
+        port = _launcher_port(env, names) or port
     if not env.get("MASTER_ADDR"):
         env["MASTER_ADDR"] = addr
     if not env.get("MASTER_PORT"):

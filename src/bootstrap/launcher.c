@@ -23,6 +23,23 @@ static bool env_int(const char *name, long *out)
 
 static const char slurm_how[] = "SLURM_PROCID/SLURM_STEP_NUM_TASKS";
 
+/* srun_pmi: PMI_RANK/PMI_SIZE (rank r of s) are srun's own (--mpi=pmi2, or a cluster whose
+ * MpiDefault is pmi2), not an mpiexec's inside the step: srun sets PMI_JOBID to
+ * "<job>.<step>", and its PMI numbers are the step's. Such a job is a Slurm step: its port and
+ * first node come from Slurm (under PMI's name it met on 29500 at 127.0.0.1). */
+static bool srun_pmi(long r, long s)
+{
+    long pr = -1, ps = -1;
+    const char *id = tutti__env_get("PMI_JOBID"), *job = tutti__env_get("SLURM_JOB_ID"),
+               *step = tutti__env_get("SLURM_STEP_ID");
+    char want[64];
+    if (id == NULL || job == NULL || step == NULL || !env_int("SLURM_PROCID", &pr) ||
+        !env_int("SLURM_STEP_NUM_TASKS", &ps) || pr != r || ps != s)
+        return false;
+    snprintf(want, sizeof want, "%s.%s", job, step);
+    return strcmp(id, want) == 0;
+}
+
 /* Launchers in the order of the design card: torchrun, MPICH/Intel MPI, Open MPI, Slurm. The
  * first set wins (torchrun inside mpirun or srun, mpirun inside an sbatch script), but the two
  * MPI launchers' variables must agree where both are set: one of them leaked in from an outer
@@ -79,6 +96,8 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
         *rank = (int)r;
         *size = (int)s;
         *how = pairs[i][2];
+        if (i == 1 && srun_pmi(r, s))
+            *how = slurm_how;
         return TUTTI_OK;
     }
     *rank = 0;

@@ -93,6 +93,10 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"WORLD_SIZE", NULL, "number of ranks (torchrun)"},
     {"PMI_RANK", NULL, "rank (MPICH Hydra, Intel MPI)"},
     {"PMI_SIZE", NULL, "number of ranks (MPICH Hydra, Intel MPI)"},
+    {"PMI_JOBID", NULL,
+     "set by srun's PMI-2 (`--mpi=pmi2`) to `<job>.<step>`: where it matches `SLURM_JOB_ID` and "
+     "`SLURM_STEP_ID` and `PMI_RANK`/`PMI_SIZE` are the step's, the job is a Slurm step (its "
+     "port and first node), not an mpiexec's"},
     {"MPI_LOCALNRANKS", NULL,
      "ranks on this node (MPICH Hydra, Intel MPI): when it equals `PMI_SIZE`, `MASTER_PORT` is "
      "unset and the Hydra proxy shows no `--control-port`, the store's port is derived from the "

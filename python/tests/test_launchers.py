@@ -368,6 +368,47 @@ class TestLaunchers(unittest.TestCase):
                 warnings.simplefilter("error")
                 tutti_torch.setup_env_from_launcher(env)
 
+    def test_steps_ports_meet(self):
+        """Steps 0 and 10 of one Slurm job derive one port (20000 + 10 x job + step mod 10). A
+        task of step 10 that reaches step 0's torch store (its own rank 0 lost the port) is
+        refused, naming both steps; before, it joined step 0's group silently, and step 0's own
+        rank 1 later waited out its timeout."""
+        import random
+        import socket
+
+        for _ in range(50):  # a port in Slurm's derived range that nothing holds now
+            port = random.randrange(20000, 30000)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                    break
+                except OSError:
+                    continue
+        job, step = (port - 20000) // 10, (port - 20000) % 10
+
+        def task(rank, step_id):
+            env = clean_env(SLURM_JOB_ID=str(job), SLURM_STEP_ID=str(step_id),
+                            SLURM_PROCID=str(rank), SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2",
+                            SLURM_LOCALID=str(rank), SLURM_STEP_NUM_NODES="1",
+                            SLURM_STEP_NODELIST="localhost")
+            for k in ("MASTER_PORT", "MASTER_ADDR", "TORCHELASTIC_USE_AGENT_STORE"):
+                env.pop(k, None)
+            return subprocess.Popen([harness.PY, self.script, "--worker", "step"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+        first = task(0, step)
+        time.sleep(3)  # step 0's rank 0 serves the port
+        late = task(1, step + 10)
+        try:
+            out = late.communicate(timeout=60)[0]
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate()
+        self.assertEqual(late.returncode, 3, out)
+        self.assertIn("belongs to another job", out)
+        self.assertIn("Slurm job %d step %d" % (job, step), out)
+        self.assertIn("Slurm job %d step %d" % (job, step + 10), out)
+
     def test_setup_env_job_port(self):
         """Under mpirun with MASTER_PORT unset: Open MPI's job id gives a port of the job's own
         (libtutti's hash); Hydra's ranks get one only from the Hydra proxy they descend from
@@ -400,9 +441,28 @@ class TestLaunchers(unittest.TestCase):
             self.assertEqual(env["MASTER_PORT"], "29500")
 
 
+def w_step():
+    """One task of a Slurm step (srun's variables set by the test): init, or the error."""
+    import datetime
+
+    import torch.distributed as dist
+
+    import tutti_torch  # noqa: F401  (maps SLURM_* and derives MASTER_PORT)
+
+    try:
+        dist.init_process_group("tutti", timeout=datetime.timedelta(seconds=20))
+    except Exception as e:  # noqa: BLE001  (the test reads the text)
+        print("init failed: %s" % e)
+        sys.exit(3)
+    print("rank %s of step %s joined" % (os.environ["RANK"], os.environ["SLURM_STEP_ID"]))
+    sys.exit(0)
+
+
 if __name__ == "__main__":
     if "--worker" in sys.argv:
         i = sys.argv.index("--worker")
+        if sys.argv[i + 1] == "step":
+            w_step()
         w_launched(sys.argv[i + 2])
         sys.exit(0)
     unittest.main()

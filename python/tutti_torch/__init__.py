@@ -161,21 +161,24 @@ def _control_port(pid):
 def _launcher_port(env, names):
     """A store port of the job's own for a job the launcher names (names: its rank/size
     variables), as libtutti picks it (tutti__launcher_port), so that two jobs of one node do not
-    meet on 29500; None where the launcher names no job."""
+    meet on 29500, and the job it names; (None, None) where the launcher names no job."""
     if names == "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE":
         job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE")
         if not job:
-            return None
-        return _JOB_PORT_BASE + _fnv1a(job.encode("utf-8", "surrogateescape")) % _JOB_PORTS
+            return None, None
+        return (_JOB_PORT_BASE + _fnv1a(job.encode("utf-8", "surrogateescape")) % _JOB_PORTS,
+                "Open MPI job " + job)
     if names == "PMI_RANK/PMI_SIZE":
         proxy = _hydra_proxy_pid()
         ctl = _control_port(proxy) if proxy else None
         if ctl:  # mpiexec's address, which every proxy of the job is given
-            return _JOB_PORT_BASE + _fnv1a(ctl) % _JOB_PORTS
+            return (_JOB_PORT_BASE + _fnv1a(ctl) % _JOB_PORTS,
+                    "Hydra job of mpiexec " + ctl.decode("ascii", "replace"))
         if proxy and env.get("MPI_LOCALNRANKS") and \
                 env.get("MPI_LOCALNRANKS") == env.get("PMI_SIZE"):
-            return _JOB_PORT_BASE + proxy % _JOB_PORTS  # every rank on this node: its proxy
-    return None
+            # every rank on this node: its proxy
+            return _JOB_PORT_BASE + proxy % _JOB_PORTS, "Hydra job of proxy %d" % proxy
+    return None, None
 
 
 def _srun_pmi(env, rank, size):
@@ -275,16 +278,56 @@ def setup_env_from_launcher(environ=None):
     names = found[0][3] if found else None
     if names == "PMI_RANK/PMI_SIZE" and _srun_pmi(env, rank, size):
         names = "%s/%s" % _SLURM[:2]
+    job = None
     if names == "%s/%s" % _SLURM[:2] and size > 1:
         slurm_addr, port = _slurm_store(env, want_addr=not env.get("MASTER_ADDR"))
         addr = slurm_addr or addr
+        job = "Slurm job %s step %s" % (env.get("SLURM_JOB_ID", "?"), env.get("SLURM_STEP_ID", "?"))
     elif found and size > 1 and not env.get("MASTER_PORT"):
-        port = _launcher_port(env, names) or port
+        derived, job = _launcher_port(env, names)
+        port = derived or port
     if not env.get("MASTER_ADDR"):
         env["MASTER_ADDR"] = addr
     if not env.get("MASTER_PORT"):
         env["MASTER_PORT"] = str(port)
+        if env is os.environ:
+            global _derived_job
+            _derived_job = job
     return rank, size, local
+
+
+# The job whose identity gave this process's MASTER_PORT (setup_env_from_launcher), else None.
+# Derived ports of two jobs can meet (Slurm's steps 10 apart; a hash's chance elsewhere), and
+# torch's TCPStore, unlike libtutti's store, admits any client: a rank of one job would join
+# the other's group. _create compares it with rank 0's.
+_derived_job = None
+_JOB_KEY = "tutti/launcher_job"
+
+
+def _check_job(store, rank, timeout):
+    """Rank 0 records the job its port came from in the group's store; a rank whose port was
+    derived compares its own and refuses another job's store."""
+    if rank == 0:
+        store.set(_JOB_KEY, _derived_job or "")
+        return
+    if _derived_job is None:
+        return
+    import time
+
+    end, pause = time.monotonic() + timeout.total_seconds(), 0.0005
+    while not store.check([_JOB_KEY]):
+        if time.monotonic() >= end:
+            return  # rank 0 never came: tutti's own wait says so, naming it
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+    theirs = store.get(_JOB_KEY).decode("utf-8", "replace")
+    if theirs and theirs != _derived_job:
+        raise RuntimeError(
+            "tutti_torch: the store at %s:%s belongs to another job: its rank 0 is of %s, this "
+            "rank is of %s (the port was derived from the job, and two jobs' derived ports met); "
+            "set MASTER_PORT to a port of this job's own"
+            % (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), theirs[:200],
+               _derived_job))
 
 
 _generations = {}  # group name: groups of that name this process made (_create)
@@ -315,6 +358,8 @@ def _create(dist_opts, pg_options):
         options._generation = _generations.get(dist_opts.group_id, 0)
         _generations[dist_opts.group_id] = options._generation + 1
     options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
+    if options._default_group and options._generation == 0:
+        _check_job(dist_opts.store, dist_opts.group_rank, dist_opts.timeout)
     return BackendTutti(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)
 
 

@@ -368,6 +368,20 @@ class TestLaunchers(unittest.TestCase):
                 warnings.simplefilter("error")
                 tutti_torch.setup_env_from_launcher(env)
 
+    def test_import_in_batch_shell(self):
+        """Python run in an sbatch script or salloc shell of 2 tasks without srun: importing
+        tutti_torch warns that it needs srun and makes it a job of one, as libtutti does (it said
+        nothing, and torch failed on RANK unset)."""
+        env = clean_env(SLURM_NTASKS="2", SLURM_PROCID="0", SLURM_JOB_ID="9")
+        for k in ("MASTER_PORT", "MASTER_ADDR", "SLURM_STEP_NUM_TASKS"):
+            env.pop(k, None)
+        out = subprocess.run([harness.PY, "-c", "import os, tutti_torch; print(os.environ['RANK'],"
+                              " os.environ['WORLD_SIZE'])"], env=env, capture_output=True,
+                             text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), ["0", "1"])
+        self.assertIn("start the ranks with srun", out.stderr)
+
     def test_steps_ports_meet(self):
         """Steps 0 and 10 of one Slurm job derive one port (20000 + 10 x job + step mod 10). A
         task of step 10 that reaches step 0's torch store (its own rank 0 lost the port) is

@@ -390,9 +390,18 @@ def register():
 
 register()
 
+def _batch_shell(env):
+    """An sbatch script or an salloc shell of several tasks, where Python runs without srun."""
+    try:
+        return _first_int(env, ("SLURM_NTASKS",), 1) > 1
+    except ValueError:
+        return False
+
+
 # Only under a launcher: a process nobody launched keeps its environment as it is, so that an
-# "env://" init without RANK fails as it would without this import.
-if _launched(os.environ):
+# "env://" init without RANK fails as it would without this import. Python run in a batch
+# script without srun is told so, and runs as a job of one rank, as a C program there does.
+if _launched(os.environ) or _batch_shell(os.environ):
     try:
         setup_env_from_launcher()
     except ValueError as e:

@@ -207,9 +207,16 @@ static int try_connect(const char *addr, int port, const struct sockaddr_in *src
     snprintf(ps, sizeof ps, "%d", port);
     int rc = getaddrinfo(addr, ps, &hints, &res);
     if (rc != 0) {
+        /* A name with IPv6 addresses only says "not known" for IPv4: say why it is refused. */
+        struct addrinfo h6 = {.ai_family = AF_INET6, .ai_socktype = SOCK_STREAM}, *r6 = NULL;
+        bool v6 = strchr(addr, ':') != NULL ||
+                  (rc != EAI_AGAIN && getaddrinfo(addr, ps, &h6, &r6) == 0);
+        if (r6 != NULL)
+            freeaddrinfo(r6);
         snprintf(why, whylen, "cannot resolve \"%s\" to an IPv4 address: %s%s", addr,
-                 gai_strerror(rc), strchr(addr, ':') ? " (tutti's rendezvous and liveness "
-                 "mesh use IPv4 only: give rank 0's IPv4 address or a name that has one)" : "");
+                 gai_strerror(rc), v6 ? " (an IPv6 address, or a name with only IPv6 ones: tutti's "
+                 "rendezvous and liveness mesh use IPv4 only; give rank 0's IPv4 address or a "
+                 "name that has one)" : "");
         *fatal = rc != EAI_AGAIN; /* a name that does not exist will not start to */
         return -1;
     }

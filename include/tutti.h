@@ -172,7 +172,9 @@ TUTTI_API const char *tutti_op_name(tutti_op_t op);
  * (default 127.0.0.1:29500), listening on that address only, where each proves that it holds
  * the job's secret (config->job_token, TUTTI_JOB_TOKEN, the launcher's; docs/security.md); a
  * job of one rank serves no store. Collective over all ranks; blocks until all have arrived or
- * the timeout passes (the error then names the missing ranks).
+ * the timeout passes (the error then names the missing ranks). A rank that refuses its own
+ * settings (config or environment) still meets the others at the store, for at most 30 s, to
+ * tell them why, then returns its error; they fail within about a second, naming it.
  * @param config NULL for defaults.
  * @param comm receives the new communicator.
  * @return TUTTI_OK, or an error with the text in tutti_last_error().

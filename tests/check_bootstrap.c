@@ -486,6 +486,18 @@ START_TEST(test_world_size_mismatch)
 }
 END_TEST
 
+/* wait_doomed asks s whether the rendezvous can no longer end until it says so, at most 5 s. */
+static tutti_status_t wait_doomed(tutti__store_t *s)
+{
+    tutti_status_t st = TUTTI_OK;
+    for (double t0 = tutti__now(); st == TUTTI_OK && tutti__now() - t0 < 5;) {
+        st = tutti__store_doomed(s);
+        if (st == TUTTI_OK)
+            usleep(1000);
+    }
+    return st;
+}
+
 /* Two processes of one job given the same rank (RANK=1 twice, no RANK=2): the second is
  * refused, and, since it proved the job's secret, the rendezvous fails at once on every rank
  * instead of waiting for the missing rank until the timeout. */
@@ -499,14 +511,7 @@ START_TEST(test_duplicate_rank)
     ck_assert_int_eq(tutti__store_open(1, 3, "127.0.0.1", port, &auth, tutti__now() + 5.0, &bad),
                      TUTTI_ERR_BOOTSTRAP);
     ck_assert_msg(strstr(tutti_last_error(), "same rank"), "%s", tutti_last_error());
-    tutti_status_t st[2] = {TUTTI_OK, TUTTI_OK};
-    for (double t0 = tutti__now(); (st[0] == TUTTI_OK || st[1] == TUTTI_OK) &&
-                                   tutti__now() - t0 < 5;) {
-        for (int i = 0; i < 2; i++)
-            if (st[i] == TUTTI_OK)
-                st[i] = tutti__store_doomed(i ? s1 : s0);
-        usleep(1000);
-    }
+    tutti_status_t st[2] = {wait_doomed(s0), wait_doomed(s1)};
     ck_assert_msg(st[0] == TUTTI_ERR_BOOTSTRAP && st[1] == TUTTI_ERR_BOOTSTRAP &&
                       strstr(tutti_last_error(), "given rank 1"),
                   "%d %d: %s", st[0], st[1], tutti_last_error());
@@ -543,11 +548,7 @@ START_TEST(test_failure_report)
         tutti__store_close_failed(s1, sent[i]);
         ck_assert_msg(strncmp(tutti_last_error(), "rank 1 waited", 13) == 0,
                       "close_failed changed the caller's error: %s", tutti_last_error());
-        tutti_status_t st = TUTTI_OK;
-        for (double t0 = tutti__now(); st == TUTTI_OK && tutti__now() - t0 < 5;) {
-            st = tutti__store_doomed(s0);
-            usleep(1000);
-        }
+        tutti_status_t st = wait_doomed(s0);
         const char *m = tutti_last_error();
         ck_assert_msg(st == got[i], "status %d reported: rank 0 got %d: %s", sent[i], st, m);
         ck_assert_msg(strstr(m, "rank 1's creation failed: rank 1 waited??[31mfor rank 7?") != NULL,

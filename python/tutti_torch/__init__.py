@@ -282,7 +282,8 @@ def setup_env_from_launcher(environ=None):
     if names == "%s/%s" % _SLURM[:2] and size > 1:
         slurm_addr, port = _slurm_store(env, want_addr=not env.get("MASTER_ADDR"))
         addr = slurm_addr or addr
-        job = "Slurm job %s step %s" % (env.get("SLURM_JOB_ID", "?"), env.get("SLURM_STEP_ID", "?"))
+        job = "Slurm job %s step %s" % (env.get("SLURM_JOB_ID", "?"),
+                                        env.get("SLURM_STEP_ID", "?"))
     elif found and size > 1 and not env.get("MASTER_PORT"):
         derived, job = _launcher_port(env, names)
         port = derived or port
@@ -389,6 +390,7 @@ def register():
 
 
 register()
+
 
 def _batch_shell(env):
     """An sbatch script or an salloc shell of several tasks, where Python runs without srun."""

@@ -90,12 +90,8 @@ void check_list(const std::string &op, const char *what, const std::vector<at::T
         const at::Tensor &t = ts[i];
         check_tensor(op, t);
         check_same_dtype(op, like, t);
-        if (t.numel() != like.numel())
-            refuse(op, std::string("every ") + what + " tensor must have " +
-                           std::to_string(like.numel()) + " elements, got one with " +
-                           std::to_string(t.numel()));
-        // As Gloo does: the same count in another shape is most likely a mistake, and a copy
-        // in row-major order would hide it.
+        // The shape, as Gloo does: the same count in another shape is most likely a mistake,
+        // and a copy in row-major order would hide it.
         if (t.sizes() != like.sizes())
             refuse(op, std::string("every ") + what + " tensor must have the shape " +
                            shape_text(like) + ", got " + shape_text(t) + " at index " +

@@ -379,9 +379,9 @@ tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, cons
         if (errno == EADDRINUSE)
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank 0 cannot serve the rendezvous store on %s port %d: address "
-                                  "already in use (another job or a previous run holds it, or a second "
-                                  "process of this job was given rank 0); set MASTER_PORT (or "
-                                  "TUTTI_STORE_PORT) to a free port", where, port);
+                                  "already in use (another job or a previous run holds it, or a "
+                                  "second process of this job was given rank 0); set MASTER_PORT "
+                                  "(or TUTTI_STORE_PORT) to a free port", where, port);
         else if (errno == EADDRNOTAVAIL)
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank 0 cannot serve the rendezvous store on %s: that is not an "

@@ -354,8 +354,8 @@ static tutti_status_t store_port(const char *how, long *port, long *given)
  * would stop 2 s after a failure), and stops once every rank has had it. */
 #define REPORT_WAIT_S 30.0
 static tutti_status_t report_own(const tutti_comm_config_t *config, int rank, int size,
-                                 const char *addr, long port, tutti__auth_t *auth, const tutti__saved_error_t *own_text,
-                                 tutti_status_t own)
+                                 const char *addr, long port, tutti__auth_t *auth,
+                                 const tutti__saved_error_t *own_text, tutti_status_t own)
 {
     double timeout = 300.0;
     tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &timeout);
@@ -441,28 +441,28 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
     memset(&auth, 0, sizeof auth);
     bool unreached = st < 0 && strstr(tutti__tls_error(), "could not reach") != NULL;
     if (st < 0 && port != given) /* the port in the error is not the one the user gave */
-        tutti__append_error("; under torchrun tutti's store uses port %ld, the next odd port after "
-                    "MASTER_PORT %ld (which torchrun's agent store holds): another job may hold "
-                    "port %ld (one started with MASTER_PORT=%ld?); set TUTTI_STORE_PORT to a "
-                    "free port",
-                    port, given, port, port);
+        tutti__append_error("; under torchrun tutti's store uses port %ld, the next odd port "
+                            "after MASTER_PORT %ld (which torchrun's agent store holds): another "
+                            "job may hold port %ld (one started with MASTER_PORT=%ld?); set "
+                            "TUTTI_STORE_PORT to a free port",
+                            port, given, port, port);
     /* The usual cause across nodes: a launcher that passed no MASTER_ADDR. (A Slurm step
      * knows whether it spans nodes, and has its first node's name then.) */
     bool loopback = strncmp(addr, "127.", 4) == 0 || strcmp(addr, "localhost") == 0;
     if (unreached && rank != 0 && !set("MASTER_ADDR") && !tutti__launcher_is_slurm(how))
-        tutti__append_error("; MASTER_ADDR was not set, so %s was used, which reaches rank 0's store "
-                    "only from its own host: set MASTER_ADDR to rank 0's host for a job across "
-                    "nodes",
-                    addr);
+        tutti__append_error("; MASTER_ADDR was not set, so %s was used, which reaches rank 0's "
+                            "store only from its own host: set MASTER_ADDR to rank 0's host for a "
+                            "job across nodes",
+                            addr);
     else if (unreached && rank != 0 && loopback)
         tutti__append_error("; if the ranks run on several hosts: MASTER_ADDR=%s reaches rank 0's "
                             "store only from its own host, set it to rank 0's host name or "
                             "address", tutti__env_get("MASTER_ADDR"));
     else if (unreached && slurm_addr[0] != '\0')
-        tutti__append_error("; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs under "
-                    "srun's block and cyclic distributions: with another, set MASTER_ADDR to "
-                    "rank 0's host",
-                    addr);
+        tutti__append_error("; %s is the first node of SLURM_STEP_NODELIST, where rank 0 runs "
+                            "under srun's block and cyclic distributions: with another, set "
+                            "MASTER_ADDR to rank 0's host",
+                            addr);
     if (st < 0)
         return st;
     char where[128];

@@ -323,11 +323,13 @@ def _check_job(store, rank, timeout):
         pause = min(pause * 2, 0.02)
     theirs = store.get(_JOB_KEY).decode("utf-8", "replace")
     if theirs and theirs != _derived_job:
+        # another process wrote it: only printable text goes into the message
+        theirs = "".join(c if c.isprintable() else "?" for c in theirs[:200])
         raise RuntimeError(
             "tutti_torch: the store at %s:%s belongs to another job: its rank 0 is of %s, this "
             "rank is of %s (the port was derived from the job, and two jobs' derived ports met); "
             "set MASTER_PORT to a port of this job's own"
-            % (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), theirs[:200],
+            % (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), theirs,
                _derived_job))
 
 

@@ -659,6 +659,9 @@ START_TEST(test_slurm_store)
         {",x", NULL},
         {"a b", NULL},
         {"n[[1]]", NULL},
+        {"n[-1]", NULL},
+        {"n[,2]x", NULL},
+        {"a\tb", NULL},
     };
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
         char out[64] = "?";

@@ -323,7 +323,8 @@ class TestLaunchers(unittest.TestCase):
                                                      SLURM_STEP_NODELIST="cn[07-"))
         for hosts, first in (("vm", "vm"), ("rack[1-2]-n[3-4],x", "rack1-n3"), ("n[12,07]", "n12"),
                              ("n[]", None), ("n[1-2", None), ("n]1[", None), ("", None),
-                             (",x", None), ("a b", None), ("n[[1]]", None)):
+                             (",x", None), ("a b", None), ("n[[1]]", None), ("n[-1]", None),
+                             ("n[,2]x", None), ("a\tb", None)):
             self.assertEqual(tutti_torch._hostlist_first(hosts), first, hosts)
         # torchrun or mpirun inside an srun step: theirs win, and Slurm's may differ
         env = dict(step, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_PORT="29400")

@@ -1,6 +1,7 @@
 /* launcher.c: the rank and size that a launcher (torchrun, MPICH's or Intel MPI's Hydra, Open MPI,
  * Slurm) gave this process through its environment, and the store port of a job that such a
  * launcher names (a Slurm step's address too). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,13 +136,11 @@ bool tutti__hostlist_first(const char *list, char *out, size_t cap)
             continue;
         }
         if (in) {
-            if (took || ch == '-' || ch == ',') {
-                took = true; /* the first item of a bracket ends at its '-' or ',' */
-                continue;
-            }
+            if (took)
+                continue; /* past the bracket's first item, which ends at its '-' or ',' */
             if (ch < '0' || ch > '9')
                 return false;
-        } else if (ch == ' ')
+        } else if (isspace((unsigned char)ch))
             return false;
         if (n + 1 >= cap)
             return false;

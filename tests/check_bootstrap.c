@@ -593,6 +593,8 @@ START_TEST(test_launcher_vars)
         /* a batch script's own environment, and an salloc shell's: not srun's tasks */
         {{"SLURM_PROCID", "0", "SLURM_NTASKS", "3"}, 0, 1, NULL},
         {{"SLURM_NTASKS", "2"}, 0, 1, NULL},
+        /* a task number no batch shell has, without a step: set by hand or by some wrapper */
+        {{"SLURM_PROCID", "1", "SLURM_NTASKS", "2"}, -1, -1, "SLURM_PROCID=1"},
         {{"SLURM_PROCID", "3", "SLURM_STEP_NUM_TASKS", "3"}, -1, -1, "SLURM_STEP_NUM_TASKS"},
         {{"RANK", "1"}, -1, -1, "WORLD_SIZE"},
         {{"PMI_SIZE", "2"}, -1, -1, "PMI_RANK"},

@@ -308,6 +308,9 @@ class TestLaunchers(unittest.TestCase):
                 "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "vm"}
         env = dict(step)
         self.assertEqual(tutti_torch.setup_env_from_launcher(env), (1, 3, 1))
+        # task 1 without a step's task count is no batch shell: refused, not a job of one
+        with self.assertRaisesRegex(ValueError, "SLURM_PROCID=1 .*srun"):
+            tutti_torch.setup_env_from_launcher({"SLURM_PROCID": "1", "SLURM_NTASKS": "2"})
         self.assertEqual((env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]), ("1", "3", "1"))
         self.assertEqual((env["MASTER_ADDR"], env["MASTER_PORT"]), ("127.0.0.1", str(20000 + 3212)))
         # across nodes: the step's first node, unless MASTER_ADDR is set

@@ -225,6 +225,10 @@ def setup_env_from_launcher(environ=None):
                              "variables: %s)" % (have, missing, _launcher_vars(env)))
         found.append((r, s, _first_int(env, (lname,), None), "%s/%s" % (rname, sname)))
     if not found:
+        if _first_int(env, (_SLURM[0],), 0) > 0:  # a batch script or salloc shell is task 0
+            raise ValueError("tutti_torch: SLURM_PROCID=%s is set but SLURM_STEP_NUM_TASKS is "
+                             "not, so this is no task of an srun step; start the ranks with "
+                             "srun, or set RANK and WORLD_SIZE" % env[_SLURM[0]])
         rank, size, local = 0, 1, 0
         if _first_int(env, ("SLURM_NTASKS",), 1) > 1:
             import warnings

@@ -101,6 +101,15 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
             *how = slurm_how;
         return TUTTI_OK;
     }
+    /* A batch script or an salloc shell is task 0: a higher SLURM_PROCID without a step's
+     * task count was set by something else, and a job of one would be wrong for every rank. */
+    long task = 0;
+    if (env_int("SLURM_PROCID", &task) && task > 0)
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "bootstrap: SLURM_PROCID=%ld is set but SLURM_STEP_NUM_TASKS is "
+                                "not, so this is no task of an srun step; start the ranks with "
+                                "srun, or set RANK and WORLD_SIZE",
+                                task);
     *rank = 0;
     *size = 1;
     *how = "no launcher variables: a single rank";

@@ -103,7 +103,8 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "proxy's pid (see `MASTER_PORT`)"},
     {"OMPI_COMM_WORLD_RANK", NULL, "rank (Open MPI)"},
     {"OMPI_COMM_WORLD_SIZE", NULL, "number of ranks (Open MPI)"},
-    {"SLURM_PROCID", NULL, "rank (a task of a Slurm `srun` step)"},
+    {"SLURM_PROCID", NULL,
+     "rank (a task of a Slurm `srun` step); above 0 without `SLURM_STEP_NUM_TASKS` it is refused"},
     {"SLURM_STEP_NUM_TASKS", NULL,
      "number of ranks (a Slurm `srun` step; a batch script or an `salloc` shell has none, and "
      "a program run there without srun is a single rank)"},

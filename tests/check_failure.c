@@ -160,9 +160,20 @@ static int sleeper_body(int rank, int size, void *arg)
             return th_fail("tutti_comm_set_timeout(2): %s", tutti_last_error());
     }
     if (rank == 1) {
-        sleep(6); /* never joins the allreduce */
+        sleep(6); /* never joins rank 0's allreduce */
+        /* Late, it posts another call (of another count) where rank 0 gave up: the failure it
+         * meets is rank 0's timeout, not a mismatch with rank 0's abandoned call. */
+        double a[2] = {1, 2}, b[2];
+        st = tutti_allreduce(a, b, 2, TUTTI_FLOAT64, TUTTI_SUM, comm, NULL);
+        const char *msg = tutti_comm_last_error(comm);
+        int bad = 0;
+        if (st >= 0 || st == TUTTI_ERR_MISMATCH || !th_mentions_rank(msg, 0) ||
+            strstr(msg, "timed out") == NULL)
+            bad = th_fail("rank 1, late after rank 0 timed out: expected rank 0's timeout, got %d "
+                          "(%s): \"%s\"", st, tutti_strerror(st), msg);
+        fprintf(stderr, "[timeout] rank 1, late: %s\n", msg);
         tutti_comm_destroy(comm);
-        return 0;
+        return bad;
     }
     double x[1] = {1.0}, y[1] = {0};
     uint64_t seq = tutti_comm_seq(comm);

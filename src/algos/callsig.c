@@ -314,6 +314,11 @@ tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, boo
     if (__builtin_expect(v == mine, 1))
         return TUTTI_OK;
     describe(c, w); /* the peer may be about to name this call */
+    /* A peer whose communicator failed at or before this call (it timed out waiting for this
+     * rank, which came late) left its last call's value: that failure, not a mismatch. */
+    uint64_t f = __atomic_load_n(&w->calls[r][2], __ATOMIC_ACQUIRE);
+    if (f != 0 && (f >> 8) <= c->seq)
+        return peer_failed(c, w, r, f);
     const int g = c->group ? c->group[r] : r;
     tutti__calldesc_t d;
     bool known = read_desc(w, r, p, v, &d);

@@ -394,9 +394,27 @@ def w_monitored():
     store.wait(["mb2/%d" % r for r in range(n)])
     if rank != 0:  # their call of the second round
         raises(lambda: tutti_torch.monitored_barrier(timeout=short), "Ranks 1, 2 failed")
-    # torch's own monitored_barrier refuses every backend but Gloo before reaching ours
-    raises(lambda: dist.monitored_barrier(), "only implemented for GLOO", exc=ValueError)
+    # torch's own monitored_barrier refuses every backend but Gloo before reaching ours: the
+    # one importing tutti_torch puts in its place lets a tutti group through, so that code
+    # written for Gloo runs unchanged, its timeout given as seconds too
+    # (rank 0 comes 3 s late to this round: rank 1, which waits twice its 1 s, gives up)
+    store.set("mb3/%d" % rank, "1")
+    store.wait(["mb3/%d" % r for r in range(n)])
+    if rank == 1:
+        raises(lambda: dist.monitored_barrier(timeout=1.0), "rank 0 did not reach")
+    else:
+        time.sleep(3 if rank == 0 else 0)
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    raises(lambda: tutti_torch._torch_monitored_barrier(), "only implemented for GLOO",
+           exc=ValueError)
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    dist.distributed_c10d.monitored_barrier()
     tutti_torch.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+    if rank == 0:  # another backend's group still goes to torch's own (Gloo runs it)
+        g0 = dist.new_group([0], backend="gloo")
+        dist.monitored_barrier(g0, timeout=datetime.timedelta(seconds=20))
+    else:
+        dist.new_group([0], backend="gloo")
     # on a subgroup: a rank outside it returns at once, as from every torch collective
     g = dist.new_group([1, 2])
     tutti_torch.monitored_barrier(g, timeout=datetime.timedelta(seconds=20))
@@ -459,6 +477,23 @@ def w_refusals():
     t = torch.ones(3)
     dist.all_reduce(t)
     same(torch, t, torch.full((3,), float(n)), "allreduce after the refusals")
+
+    # an output whose elements share memory (expand) on one rank: the call completes on every
+    # rank, and that rank is told which call could not write its result, and why
+    def expanded_allreduce(async_op):
+        t = torch.ones(1).expand(4) if rank == 0 else torch.ones(4)
+        w = dist.all_reduce(t, async_op=async_op)
+        if w is not None:
+            w.wait()
+        return t
+
+    for async_op in (False, True):
+        if rank == 0:
+            raises(lambda: expanded_allreduce(async_op), "tutti allreduce: the call completed, "
+                   "but its result could not be copied", "single memory location")
+        else:
+            same(torch, expanded_allreduce(async_op), torch.full((4,), float(n)),
+                 "allreduce beside rank 0's expanded output")
     dist.destroy_process_group()
     raises(lambda: pg.allreduce([torch.ones(1)]), "shut down")
     print("rank %d: refusals ok" % rank)

@@ -387,6 +387,29 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     group.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
+_torch_monitored_barrier = dist.distributed_c10d.monitored_barrier
+
+
+def _monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier, which importing tutti_torch puts in torch's place:
+    a tutti group goes to tutti_torch.monitored_barrier (torch's refuses every backend but Gloo
+    before the backend is reached), any other group to torch's own, unchanged."""
+    if group is not None and dist.distributed_c10d._rank_not_in_group(group):
+        return _torch_monitored_barrier(group, timeout, wait_all_ranks)  # warns, as torch does
+    if dist.is_initialized() and dist.get_backend(group) == BACKEND:
+        import datetime
+
+        if isinstance(timeout, (int, float)):  # torch converts (and warns about) plain seconds
+            timeout = datetime.timedelta(seconds=timeout)
+        return monitored_barrier(group, timeout, wait_all_ranks)
+    return _torch_monitored_barrier(group, timeout, wait_all_ranks)
+
+
+# Code written for Gloo calls dist.monitored_barrier; let it reach tutti's.
+_monitored_barrier.__doc__ += "\n\ntorch's own:\n" + (_torch_monitored_barrier.__doc__ or "")
+dist.monitored_barrier = dist.distributed_c10d.monitored_barrier = _monitored_barrier
+
+
 def register():
     """Registers the backend "tutti" with torch.distributed for the "cpu" device (importing
     tutti_torch does it; torch >= 2.14 also calls this through the torch.distributed.backends

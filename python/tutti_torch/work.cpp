@@ -172,29 +172,34 @@ void Work::count_down()
         std::lock_guard<std::mutex> g(err_mu_);
         ex = error_;
     }
-    if (!ex) {
-        try {
-            for (const auto &f : finalize_)
-                f();
-        } catch (...) {
-            ex = std::current_exception();
-        }
-    }
+    if (!ex)
+        ex = finalize();
     done(ex);
+}
+
+std::exception_ptr Work::finalize()
+{
+    try {
+        for (const auto &f : finalize_)
+            f();
+    } catch (const c10::Error &e) {
+        // torch's own words (an output that overlaps itself, as expand() makes) without the
+        // call they came from: name it, and say the peers' part went through.
+        return std::make_exception_ptr(std::runtime_error(prefixed(
+            name_, std::string("the call completed, but its result could not be copied into "
+                               "the output tensor: ") +
+                       e.what_without_backtrace())));
+    } catch (...) {
+        return std::current_exception();
+    }
+    return nullptr;
 }
 
 void Work::complete_now()
 {
     armed_.store(true, std::memory_order_release);
     pending_.store(0, std::memory_order_relaxed);
-    std::exception_ptr ex;
-    try {
-        for (const auto &f : finalize_)
-            f();
-    } catch (...) {
-        ex = std::current_exception();
-    }
-    done(ex);
+    done(finalize());
 }
 
 // done completes the Work (waking Work.wait), then its Future if someone holds one already:

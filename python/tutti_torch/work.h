@@ -77,6 +77,8 @@ class Work : public c10d::Work {
     void fail(std::exception_ptr ex);
     // complete_now completes a call that ran blocking in this thread: finalize_, then done.
     void complete_now();
+    // finalize runs finalize_ (copies into the user's tensors), and returns what it threw.
+    std::exception_ptr finalize();
 
     bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
     std::vector<at::Tensor> result() override { return outputs_; }

@@ -427,6 +427,36 @@ class TestLaunchers(unittest.TestCase):
         self.assertIn("Slurm job %d step %d" % (job, step), out)
         self.assertIn("Slurm job %d step %d" % (job, step + 10), out)
 
+    def test_jobs_share_master_port(self):
+        """Two Open MPI jobs given one MASTER_PORT: a rank of the second that reaches the first
+        one's torch store (its own rank 0 lost the port) is refused, naming both jobs and the
+        port; before, it joined the first job's group and reduced with it silently. A rank of
+        the first job joins as before."""
+        port = str(harness.free_port())
+
+        def rank_of(job, rank):
+            env = clean_env(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="2",
+                            OMPI_COMM_WORLD_LOCAL_RANK=str(rank), OMPI_MCA_ess_base_jobid=job,
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+            env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+            return subprocess.Popen([harness.PY, self.script, "--worker", "step"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+        first = rank_of("1111", 0)
+        time.sleep(3)  # its rank 0 serves the port
+        other = rank_of("2222", 1)
+        out = other.communicate(timeout=60)[0]
+        own = rank_of("1111", 1)
+        own_out = own.communicate(timeout=60)[0]
+        first_out = first.communicate(timeout=60)[0]
+        self.assertEqual(other.returncode, 3, out)
+        self.assertIn("belongs to another job", out)
+        self.assertIn("Open MPI job 1111", out)
+        self.assertIn("Open MPI job 2222", out)
+        self.assertIn("both jobs were given MASTER_PORT=%s" % port, out)
+        self.assertEqual((own.returncode, first.returncode), (0, 0), own_out + first_out)
+        self.assertIn("rank 1 joined", own_out)
+
     def test_setup_env_job_port(self):
         """Under mpirun with MASTER_PORT unset: Open MPI's job id gives a port of the job's own
         (libtutti's hash); Hydra's ranks get one only from the Hydra proxy they descend from
@@ -460,7 +490,7 @@ class TestLaunchers(unittest.TestCase):
 
 
 def w_step():
-    """One task of a Slurm step (srun's variables set by the test): init, or the error."""
+    """One rank of a job (a launcher's variables set by the test): init, or the error."""
     import datetime
 
     import torch.distributed as dist
@@ -472,7 +502,8 @@ def w_step():
     except Exception as e:  # noqa: BLE001  (the test reads the text)
         print("init failed: %s" % e)
         sys.exit(3)
-    print("rank %s of step %s joined" % (os.environ["RANK"], os.environ["SLURM_STEP_ID"]))
+    print("rank %s joined" % os.environ["RANK"])
+    dist.destroy_process_group()
     sys.exit(0)
 
 

@@ -288,34 +288,39 @@ def setup_env_from_launcher(environ=None):
         addr = slurm_addr or addr
         job = "Slurm job %s step %s" % (env.get("SLURM_JOB_ID", "?"),
                                         env.get("SLURM_STEP_ID", "?"))
-    elif found and size > 1 and not env.get("MASTER_PORT"):
+    elif found and size > 1:
         derived, job = _launcher_port(env, names)
         port = derived or port
     if not env.get("MASTER_ADDR"):
         env["MASTER_ADDR"] = addr
-    if not env.get("MASTER_PORT"):
+    derived = not env.get("MASTER_PORT")
+    if derived:
         env["MASTER_PORT"] = str(port)
-        if env is os.environ:
-            global _derived_job
-            _derived_job = job
+    if env is os.environ:
+        global _launcher_job, _port_derived
+        _launcher_job, _port_derived = job, derived
     return rank, size, local
 
 
-# The job whose identity gave this process's MASTER_PORT (setup_env_from_launcher), else None.
-# Derived ports of two jobs can meet (Slurm's steps 10 apart; a hash's chance elsewhere), and
-# torch's TCPStore, unlike libtutti's store, admits any client: a rank of one job would join
-# the other's group. _create compares it with rank 0's.
-_derived_job = None
+# The job the launcher named for this process (setup_env_from_launcher), else None, and
+# whether MASTER_PORT was derived from it. Two jobs can meet on one port: given the same
+# MASTER_PORT (left in a shell, a sweep started at once: one rank 0 loses the port, and its
+# ranks reach the other's store), or by their derived ports (Slurm's steps 10 apart; a hash's
+# chance elsewhere). torch's TCPStore, unlike libtutti's store, admits any client: a rank of one
+# job would join the other's group and reduce with it, silently. _create compares it with rank
+# 0's.
+_launcher_job = None
+_port_derived = False
 _JOB_KEY = "tutti/launcher_job"
 
 
 def _check_job(store, rank, timeout):
-    """Rank 0 records the job its port came from in the group's store; a rank whose port was
-    derived compares its own and refuses another job's store."""
+    """Rank 0 records the job its launcher named in the group's store; a rank whose launcher
+    named one compares its own and refuses another job's store."""
     if rank == 0:
-        store.set(_JOB_KEY, _derived_job or "")
+        store.set(_JOB_KEY, _launcher_job or "")
         return
-    if _derived_job is None:
+    if _launcher_job is None:
         return
     import time
 
@@ -326,15 +331,18 @@ def _check_job(store, rank, timeout):
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
     theirs = store.get(_JOB_KEY).decode("utf-8", "replace")
-    if theirs and theirs != _derived_job:
+    if theirs and theirs != _launcher_job:
         # another process wrote it: only printable text goes into the message
         theirs = "".join(c if c.isprintable() else "?" for c in theirs[:200])
+        how = ("the port was derived from the job, and two jobs' derived ports met; set "
+               "MASTER_PORT to a port of this job's own" if _port_derived else
+               "both jobs were given MASTER_PORT=%s; give each job a port of its own, or leave "
+               "MASTER_PORT unset under mpirun or srun, and tutti_torch derives one from the job"
+               % os.environ.get("MASTER_PORT"))
         raise RuntimeError(
             "tutti_torch: the store at %s:%s belongs to another job: its rank 0 is of %s, this "
-            "rank is of %s (the port was derived from the job, and two jobs' derived ports met); "
-            "set MASTER_PORT to a port of this job's own"
-            % (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), theirs,
-               _derived_job))
+            "rank is of %s (%s)" % (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"),
+                                   theirs, _launcher_job, how))
 
 
 _generations = {}  # group name: groups of that name this process made (_create)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -95,6 +96,13 @@ START_TEST(test_trace)
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
     ck_assert_int_eq(system(cmd), 0);
     snprintf(env, sizeof env, "TUTTI_TRACE=%s/trace.%%r.json", dir);
+    /* A symlink at rank 1's path (as another user may plant in /tmp) is replaced, and the file
+     * it points to is left as it was: the trace is written under a fresh name and renamed. */
+    char victim[420];
+    snprintf(victim, sizeof victim, "%s-victim", dir);
+    snprintf(cmd, sizeof cmd, "echo precious > %s && ln -s %s %s/trace.1.json", victim, victim,
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
     th_opts_t o = TH_OPTS_INIT;
     o.transport = tp;
     o.timeout_s = 120;
@@ -135,6 +143,15 @@ START_TEST(test_trace)
                       "%s: no events on the workers' tracks", path);
         free(s);
     }
+    char *v = slurp(victim);
+    ck_assert_msg(v != NULL && strcmp(v, "precious\n") == 0,
+                  "the trace was written through the symlink at %s/trace.1.json into %s", dir,
+                  victim);
+    free(v);
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/trace.1.json", dir);
+    ck_assert_msg(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s is not a file", path);
+    unlink(victim);
     /* The sub-communicators: {0, 2} as ranks 0 and 1, {1} as rank 0: three files, each with its
      * one allreduce, named trace.R.json.comm1-ID (two IDs). */
     snprintf(cmd, sizeof cmd,

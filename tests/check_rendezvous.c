@@ -230,6 +230,54 @@ START_TEST(test_any_addr)
 }
 END_TEST
 
+/* A secret directory rank 0 cannot use (here open to others; in /tmp another user may have
+ * made it): rank 0 fails before its store serves, and rank 1 fails within seconds in rank 0's
+ * words, not at its 60 s timeout ("could not reach the rendezvous store"). */
+static int bad_dir_rank(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    const char *msg = tutti_last_error();
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("rank %d: created a communicator with an unusable secret directory", rank);
+    }
+    fprintf(stderr, "[bad dir] rank %d after %.1f s: %s\n", rank, dt, msg);
+    if (strstr(msg, "closed to others") == NULL)
+        return th_fail("rank %d: the error does not say why the directory is refused: %s", rank,
+                       msg);
+    if (rank != 0 && (dt > 15 || strstr(msg, "cannot have started it") == NULL))
+        return th_fail("rank %d failed after %.1f s (timeout 60 s), or without saying that rank "
+                       "0 cannot have started its store: %s", rank, dt, msg);
+    return 0;
+}
+
+START_TEST(test_bad_secret_dir)
+{
+    char dir[128], env[160], sub[160];
+    snprintf(dir, sizeof dir, "/tmp/tutti-test-baddir-%d", (int)getpid());
+    snprintf(sub, sizeof sub, "%s/tutti", dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    ck_assert_int_eq(chmod(sub, 0755), 0);
+    snprintf(env, sizeof env, "XDG_RUNTIME_DIR=%s", dir);
+    th_opts_t o = TH_OPTS_INIT;
+    o.timeout_s = 40;
+    o.rank_timeout_s = 60;
+    o.env[0] = env;
+    o.env[1] = "TUTTI_JOB_TOKEN"; /* unset: the host's secret file is what is tested */
+    o.env[2] = "SLURM_JOB_ID";
+    int rc = th_run_opts(2, &o, bad_dir_rank, NULL);
+    rmdir(sub);
+    rmdir(dir);
+    ck_assert_msg(rc == 0, "an unusable secret directory: see stderr");
+}
+END_TEST
+
 START_TEST(test_stranger)
 {
     th_opts_t o = TH_OPTS_INIT;
@@ -948,6 +996,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_fake_server);
     tcase_add_test(tc, test_single_rank);
     tcase_add_test(tc, test_any_addr);
+    tcase_add_test(tc, test_bad_secret_dir);
     suite_add_tcase(s, tc);
     tc = tcase_create("host_file");
     tcase_add_checked_fixture(tc, xdg_setup, xdg_teardown);

@@ -96,6 +96,12 @@ tutti_status_t tutti__secret_file_write(const char *ip, int port, const tutti__a
  */
 tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a);
 
+/* tutti__secret_dir_check fails, saying why and what to do, when the directory for this user's
+ * secret files exists but rank 0 cannot use it (another user's, open to others, not a
+ * directory): a rank on rank 0's host that finds no store then knows rank 0 refused, as it did,
+ * instead of waiting for its timeout. OK when there is none yet. */
+tutti_status_t tutti__secret_dir_check(void);
+
 /* tutti__secret_file_remove removes the file tutti__secret_file_write made (path "" is fine). */
 void tutti__secret_file_remove(const char *path);
 

@@ -148,6 +148,16 @@ static int open_dir(char *dir, size_t cap)
     return fd;
 }
 
+tutti_status_t tutti__secret_dir_check(void)
+{
+    char dir[512];
+    struct stat sb;
+    dir_path(dir, sizeof dir);
+    if (lstat(dir, &sb) != 0 || dir_ok(dir, &sb))
+        return TUTTI_OK; /* none yet (rank 0 makes it), or one rank 0 can use */
+    return TUTTI_ERR_BOOTSTRAP;
+}
+
 /* file_name names the file after the store it serves: the network namespace (ranks in other
  * namespaces may share /tmp and the address), the address and the port. */
 static void file_name(const char *ip, int port, char *name, size_t cap)

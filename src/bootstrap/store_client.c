@@ -504,6 +504,19 @@ static tutti_status_t bind_address(const char *addr, int port, struct sockaddr_i
     return TUTTI_OK;
 }
 
+/* addr_is_local: whether addr (a name or IPv4 address) is one of this host's. */
+static bool addr_is_local(const char *addr)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(addr, NULL, &hints, &res) != 0)
+        return false;
+    bool local = false;
+    for (const struct addrinfo *p = res; p != NULL && !local; p = p->ai_next)
+        local = tutti__addr_local(p->ai_addr, p->ai_addrlen, false);
+    freeaddrinfo(res);
+    return local;
+}
+
 tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
                                  const tutti__auth_t *auth, double deadline,
                                  tutti__store_t **out)
@@ -546,9 +559,21 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
     char why[256] = "connection refused";
     unsigned pause_ms = 20;
     bool told = false;
+    /* A HOST job's rank on rank 0's host: a secret directory rank 0 cannot use made rank 0
+     * fail before its store served; so it fails here too, in rank 0's words. */
+    const bool host_dir = rank != 0 && s->auth.mode == TUTTI__AUTH_HOST && addr_is_local(addr);
     for (;;) {
         bool fatal = false, retry = false;
         s->fd = try_connect(addr, port, srcp, deadline, why, sizeof why, &fatal);
+        if (s->fd < 0 && !fatal && host_dir && tutti__secret_dir_check() != TUTTI_OK) {
+            char dir_err[TUTTI__ERRLEN];
+            snprintf(dir_err, sizeof dir_err, "%s", tutti__tls_error());
+            st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                  "rank %d finds no rendezvous store at %s:%d, and rank 0, on "
+                                  "this host, cannot have started it: %s",
+                                  rank, addr, port, dir_err);
+            goto fail;
+        }
         if (s->fd >= 0) {
             tutti__sock_nodelay(s->fd);
             st = handshake(s, deadline, &retry);

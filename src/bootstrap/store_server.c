@@ -331,11 +331,13 @@ static tutti_status_t fd_room(int size)
         return TUTTI_OK;
     return tutti__set_error(TUTTI_ERR_SYSTEM,
                             "rank 0 cannot serve the rendezvous store for %d ranks: that and the "
-                            "connections that follow take about %llu more open files than the "
-                            "%llu it has open, and its limit (ulimit -n) is %llu, hard limit "
-                            "%llu: raise it",
-                            size, more, open_now, (unsigned long long)rl.rlim_cur,
-                            (unsigned long long)rl.rlim_max);
+                            "connections that follow need about %llu open files (%llu open now, "
+                            "%llu for the job, %llu to spare), and its limit (ulimit -n) is "
+                            "%llu, hard limit %llu: raise it to %llu or more",
+                            size, open_now + more + TUTTI__FDS_HEADROOM, open_now, more,
+                            TUTTI__FDS_HEADROOM, (unsigned long long)rl.rlim_cur,
+                            (unsigned long long)rl.rlim_max,
+                            open_now + more + TUTTI__FDS_HEADROOM);
 }
 
 tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, const char *name_ip,

@@ -139,6 +139,8 @@ int tutti__cpuset_next(const tutti__cpuset_t *s, int from);
  * 1024); false if the hard limit is too low. *open_now and *limit: what it found, for messages
  * (the limit after any raise). fds.c. */
 struct rlimit;
+/* What tutti__fds_make_room keeps free beyond `more`, for what the program opens next. */
+#define TUTTI__FDS_HEADROOM 16ull
 bool tutti__fds_make_room(unsigned long long more, const char *what, unsigned long long *open_now,
                           struct rlimit *limit);
 

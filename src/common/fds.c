@@ -29,7 +29,7 @@ bool tutti__fds_make_room(unsigned long long more, const char *what, unsigned lo
         return true; /* cannot tell: the opens themselves will say */
     }
     *limit = rl;
-    unsigned long long need = *open_now + more + 16;
+    unsigned long long need = *open_now + more + TUTTI__FDS_HEADROOM;
     if (rl.rlim_cur == RLIM_INFINITY || need <= rl.rlim_cur)
         return true;
     if (rl.rlim_max != RLIM_INFINITY && need > rl.rlim_max)

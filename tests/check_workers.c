@@ -714,6 +714,52 @@ START_TEST(test_nproc)
 }
 END_TEST
 
+/* An address-space limit (ulimit -v) with no room for a worker's stack: the error names that
+ * limit, not the limit of processes (which it blamed, "ulimit -u: 96364", far from reached). */
+START_TEST(test_address_space)
+{
+    int pp[2];
+    ck_assert_int_eq(pipe(pp), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(30);
+        close(pp[0]);
+        unsetenv("RANK");
+        unsetenv("WORLD_SIZE");
+        setenv("TUTTI_SHM_WINDOW", "65536", 1); /* the window fits; a stack does not */
+        unsigned long long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (f == NULL || fscanf(f, "%llu", &pages) != 1)
+            _exit(2);
+        fclose(f);
+        /* what is mapped now and 4 MiB more: less than a thread's 8 MiB stack */
+        struct rlimit as = {pages * (unsigned long long)sysconf(_SC_PAGESIZE) + (4u << 20),
+                            RLIM_INFINITY};
+        if (setrlimit(RLIMIT_AS, &as) != 0)
+            _exit(2);
+        tutti_comm_t *comm = NULL;
+        tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s: %s", tutti_strerror(st), tutti_last_error());
+        ssize_t n = write(pp[1], msg, strlen(msg));
+        (void)n;
+        _exit(st != TUTTI_OK && strstr(msg, "ulimit -v") != NULL &&
+                      strstr(msg, "ulimit -u") == NULL
+                  ? 0
+                  : 1);
+    }
+    close(pp[1]);
+    char msg[1200] = "";
+    ssize_t n = read(pp[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = '\0';
+    close(pp[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    fprintf(stderr, "[address space] %s\n", msg);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x: %s", status, msg);
+}
+END_TEST
+
 START_TEST(test_zero_byte_posts)
 {
     th_opts_t o = TH_OPTS_INIT;
@@ -737,6 +783,7 @@ static Suite *workers_suite(void)
     tcase_add_test(tc, test_nonblocking);
     tcase_add_loop_test(tc, test_count_mismatch, 0, 2); /* shm, ofi */
     tcase_add_test(tc, test_nproc);
+    tcase_add_test(tc, test_address_space);
     tcase_add_loop_test(tc, test_zero_byte_posts, 0, 4); /* {env 0, config -1} x {shm, ofi} */
     suite_add_tcase(s, tc);
     return s;

@@ -784,9 +784,10 @@ tutti_status_t tutti__live_beat(tutti__liveness_t *l, double period_s)
     l->beat_period = period_s;
     l->beat_at_ms = coarse_ms();
     int rc = pthread_create(&l->beat, NULL, beat_main, l);
+    char why[512];
     if (rc != 0)
         return tutti__set_error(TUTTI_ERR_SYSTEM, "rank %d cannot start its heartbeat thread: %s",
-                                l->rank, strerror(rc));
+                                l->rank, tutti__thread_fail_why(rc, why, sizeof why));
     pthread_setname_np(l->beat, "tutti-beat");
     l->beat_on = true;
     return TUTTI_OK;

@@ -408,9 +408,10 @@ tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, cons
                           st, fail);
     rc = pthread_create(&sv->thr, NULL, serve, sv);
     if (rc != 0) {
+        char why[512];
         st = tutti__set_error(TUTTI_ERR_SYSTEM,
                               "rank 0 cannot start the rendezvous store's thread: %s",
-                              strerror(rc));
+                              tutti__thread_fail_why(rc, why, sizeof why));
         goto fail;
     }
     *out = sv;

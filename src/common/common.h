@@ -144,6 +144,11 @@ struct rlimit;
 bool tutti__fds_make_room(unsigned long long more, const char *what, unsigned long long *open_now,
                           struct rlimit *limit);
 
+/* tutti__thread_fail_why writes into buf (cap bytes) why pthread_create failed with rc and
+ * what to do (for EAGAIN: which limit, processes or address space), and returns buf.
+ * thread_limits.c. */
+const char *tutti__thread_fail_why(int rc, char *buf, size_t cap);
+
 /* tutti__cpuset_self fills s with the cores the calling thread may run on (taskset, a
  * launcher's binding, cgroup cpusets); false (s empty) when the system does not say. */
 bool tutti__cpuset_self(tutti__cpuset_t *s);

@@ -397,25 +397,10 @@ tutti_status_t tutti__exec_create(tutti_comm_t *comm, const int *cpus, bool slee
         }
         if (rc != 0) {
             e->nworkers = i; /* only these are joined */
-            if (rc != EAGAIN)
-                return tutti__set_error(TUTTI_ERR_SYSTEM,
-                                        "cannot start worker thread %d: %s; lower "
-                                        "CCL_WORKER_COUNT",
-                                        i, strerror(rc));
-            /* EAGAIN is the user's limit of processes and threads (all of its jobs' together),
-             * or the system's: fewer workers of this rank only help when it is close. */
-            struct rlimit rl = {0};
-            getrlimit(RLIMIT_NPROC, &rl);
-            char lim[32] = "unlimited";
-            if (rl.rlim_cur != RLIM_INFINITY)
-                snprintf(lim, sizeof lim, "%llu", (unsigned long long)rl.rlim_cur);
-            return tutti__set_error(TUTTI_ERR_SYSTEM,
-                                    "cannot start worker thread %d: %s: this user's limit of "
-                                    "processes and threads (RLIMIT_NPROC, ulimit -u: %s, counting "
-                                    "every job of the user) or the system's "
-                                    "(/proc/sys/kernel/threads-max) is reached: raise it, or run "
-                                    "fewer threads (CCL_WORKER_COUNT, OMP_NUM_THREADS)",
-                                    i, strerror(rc), lim);
+            char why[512];
+            return tutti__set_error(TUTTI_ERR_SYSTEM, "cannot start worker thread %d: %s%s", i,
+                                    tutti__thread_fail_why(rc, why, sizeof why),
+                                    rc == EAGAIN ? "" : "; lower CCL_WORKER_COUNT");
         }
     }
     return TUTTI_OK;

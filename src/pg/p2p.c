@@ -112,9 +112,10 @@ static tutti_status_t kick(tutti_comm_t *comm)
             snprintf(name, sizeof name, "tutti-p2p");
             pthread_setname_np(pg->thread, name);
         } else {
+            char why[512];
             st = tutti__comm_error(comm, TUTTI_ERR_SYSTEM,
                                    "cannot start the point-to-point progress thread: %s",
-                                   strerror(rc));
+                                   tutti__thread_fail_why(rc, why, sizeof why));
         }
     }
     pthread_cond_signal(&pg->cv);

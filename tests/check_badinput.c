@@ -780,6 +780,13 @@ static const envcase_t env_cases[] = {
      "TUTTI_TIMEOUT"},
     {"TUTTI_TIMEOUT=1e-320", "TUTTI_TIMEOUT=1e-320", TUTTI_ERR_INVALID_ARG,
      TUTTI_ERR_INVALID_ARG, "TUTTI_TIMEOUT"},
+    /* byte counts: K, M, G are taken (check_workers sets TUTTI_SHM_WINDOW=64K); others not */
+    {"TUTTI_SHM_WINDOW=4X", "TUTTI_SHM_WINDOW=4X", TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG,
+     "not a byte count"},
+    {"TUTTI_SHM_WINDOW=-1M", "TUTTI_SHM_WINDOW=-1M", TUTTI_ERR_INVALID_ARG,
+     TUTTI_ERR_INVALID_ARG, "TUTTI_SHM_WINDOW"},
+    {"TUTTI_SHM_SLOT=1G", "TUTTI_SHM_SLOT=1G (over 64 MiB)", TUTTI_ERR_INVALID_ARG,
+     TUTTI_ERR_INVALID_ARG, "TUTTI_SHM_SLOT"},
     /* a job token too short to be a secret */
     {"TUTTI_JOB_TOKEN=abc", "TUTTI_JOB_TOKEN=abc", TUTTI_ERR_INVALID_ARG, TUTTI_ERR_INVALID_ARG,
      "TUTTI_JOB_TOKEN"},

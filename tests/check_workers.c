@@ -726,7 +726,7 @@ START_TEST(test_address_space)
         close(pp[0]);
         unsetenv("RANK");
         unsetenv("WORLD_SIZE");
-        setenv("TUTTI_SHM_WINDOW", "65536", 1); /* the window fits; a stack does not */
+        setenv("TUTTI_SHM_WINDOW", "64K", 1); /* the window fits; a stack does not */
         unsigned long long pages = 0;
         FILE *f = fopen("/proc/self/statm", "r");
         if (f == NULL || fscanf(f, "%llu", &pages) != 1)

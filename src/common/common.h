@@ -208,6 +208,9 @@ const char *tutti__env_get(const char *name);
 /* tutti__env_long parses an integer knob into *out (default used if unset); an unparsable or
  * out-of-range value is TUTTI_ERR_INVALID_ARG with a message naming the variable. */
 tutti_status_t tutti__env_long(const char *name, long lo, long hi, long *out);
+/* tutti__env_bytes is tutti__env_long for a byte count, which may carry K, M or G (KiB, MiB,
+ * GiB), as the benchmarks' sizes and the CCL_<COLL> ranges do. */
+tutti_status_t tutti__env_bytes(const char *name, long lo, long hi, long *out);
 
 /* tutti__env_double: the same for a real number in [lo, hi] (NaN and infinities refused). */
 tutti_status_t tutti__env_double(const char *name, double lo, double hi, double *out);

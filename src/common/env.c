@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "common.h"
+#include "parse_size.h"
 
 /* The help texts are the documentation, in Markdown: docs/configuration.md's table is generated
  * from them and tests/check_env.c fails when the two differ. A range written "(lo..hi)" is
@@ -157,13 +158,13 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "runs on the workers, blocking calls too; `tutti_comm_config_t.inline_max` overrides it "
      "(there `0` keeps this variable, and `-1` runs no asynchronous post inline while blocking "
      "calls still may)"},
-    {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit)"},
+    {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit; `64K` and the like too)"},
     {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
     {"TUTTI_SHM_WINDOW", "4194304",
      "bytes per rank of the shared window the direct algorithms use (split between the slices "
-     "when `CCL_WORKER_COUNT` > 1)"},
+     "when `CCL_WORKER_COUNT` > 1; `16M` and the like too)"},
     {"TUTTI_OFI_CHUNK", "1073741824",
-     "largest piece of one ofi message in bytes, 4096 to 1 GiB (the ranks use the smallest "
+     "largest piece of one ofi message in bytes, 4096 to 1 GiB (`64M` and the like too; the ranks use the smallest "
      "any of them asks for): a larger message travels as several tagged messages, up to 8 of "
      "them in flight; lower it only for a provider that mishandles large messages"},
     {"TUTTI_CMA", "auto",
@@ -210,6 +211,21 @@ tutti_status_t tutti__env_long(const char *name, long lo, long hi, long *out)
                                 "%s=\"%s\" is not an integer in [%ld, %ld]; fix or unset it", name,
                                 v, lo, hi);
     *out = x;
+    return TUTTI_OK;
+}
+
+tutti_status_t tutti__env_bytes(const char *name, long lo, long hi, long *out)
+{
+    const char *v = tutti__env_get(name);
+    if (v == NULL)
+        return TUTTI_OK;
+    size_t x = 0;
+    if (!tutti__parse_size(v, &x) || x < (size_t)lo || x > (size_t)hi)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "%s=\"%s\" is not a byte count in [%ld, %ld] (digits, with K, M "
+                                "or G for KiB, MiB, GiB if you like); fix or unset it",
+                                name, v, lo, hi);
+    *out = (long)x;
     return TUTTI_OK;
 }
 

@@ -15,7 +15,7 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
      * matching receive, then its iallreduce) waits for the timeout. */
     long workers = 1, worker_wait = 1, inline_max = -1;
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_COUNT", 1, 16, &workers));
-    TUTTI__CHECK(tutti__env_long("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
+    TUTTI__CHECK(tutti__env_bytes("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));
     TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");

@@ -255,7 +255,7 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
     uint64_t fmt = t->info->ep_attr->mem_tag_format;
     unsigned tagbits = fmt ? 64u - (unsigned)__builtin_clzll(fmt) : 64u;
     long piece = (long)TUTTI__OFI_MAX_CHUNK;
-    if ((st = tutti__env_long("TUTTI_OFI_CHUNK", 4096, (long)TUTTI__OFI_MAX_CHUNK, &piece)) < 0)
+    if ((st = tutti__env_bytes("TUTTI_OFI_CHUNK", 4096, (long)TUTTI__OFI_MAX_CHUNK, &piece)) < 0)
         goto fail;
     size_t chunk = (size_t)piece;
     if (t->info->ep_attr->max_msg_size > 0 && t->info->ep_attr->max_msg_size < chunk)

@@ -77,8 +77,8 @@ static tutti_status_t sys_error(const char *what, const char *name)
 static tutti_status_t read_knobs(uint32_t nlocal, uint32_t nchan, uint32_t nwin, layout_t *L)
 {
     long window = 0, slot = 0, slots = 0;
-    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_WINDOW", 64, 1L << 36, &window));
-    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOT", 64, 1L << 26, &slot));
+    TUTTI__CHECK(tutti__env_bytes("TUTTI_SHM_WINDOW", 64, 1L << 36, &window));
+    TUTTI__CHECK(tutti__env_bytes("TUTTI_SHM_SLOT", 64, 1L << 26, &slot));
     TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOTS", 2, 1024, &slots));
     uint32_t p2p = (uint32_t)slots < P2P_SLOTS ? (uint32_t)slots : P2P_SLOTS;
     /* One slice keeps the whole window; several share it, but each keeps enough room that a

@@ -415,6 +415,12 @@ def w_monitored():
         dist.monitored_barrier(g0, timeout=datetime.timedelta(seconds=20))
     else:
         dist.new_group([0], backend="gloo")
+    # a timeout spent before rank 0 could wait for anyone: rank 0 timed out, as Gloo says it
+    # (torch's suite, tutti registered as "gloo": test_monitored_barrier_gloo_rank_0_timeout)
+    everyone = dist.new_group(list(range(n)))
+    if rank == 0:
+        raises(lambda: dist.monitored_barrier(everyone, timeout=datetime.timedelta(0)),
+               "Rank 0 timed out in monitoredBarrier after 0 ms")
     # on a subgroup: a rank outside it returns at once, as from every torch collective
     g = dist.new_group([1, 2])
     tutti_torch.monitored_barrier(g, timeout=datetime.timedelta(seconds=20))

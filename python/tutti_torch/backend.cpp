@@ -585,15 +585,23 @@ void BackendTutti::monitoredBarrier(const c10d::BarrierOptions &opts, bool waitA
         return;
     }
     std::vector<int> missing;
+    std::string verdict;
     for (int r = 1; r < size_; r++) {
+        // The time spent before rank r's turn (or a timeout of 0): rank 0 is the one that ran
+        // out, as Gloo words it; the ranks waited for so far passed.
+        if (!waitAllRanks && std::chrono::steady_clock::now() >= start + timeout) {
+            verdict = "Rank 0 timed out in monitoredBarrier after " +
+                      std::to_string(timeout.count()) + " ms" +
+                      (r > 1 ? "; the ranks below " + std::to_string(r) + " passed" : "");
+            break;
+        }
         if (!store_wait(*store_, base + std::to_string(r), start + timeout)) {
             missing.push_back(r);
             if (!waitAllRanks)
                 break; // the first rank that failed, as Gloo reports it
         }
     }
-    std::string verdict;
-    if (!missing.empty()) {
+    if (verdict.empty() && !missing.empty()) {
         std::string list;
         for (int r : missing)
             list += (list.empty() ? "" : ", ") + std::to_string(r);

@@ -40,19 +40,12 @@ void tutti__backoff_pause(tutti__backoff_t *b)
     }
     if (b->start == 0.0)
         b->start = tutti__now();
-    double waited = tutti__now() - b->start;
-    /* Past half a second the wait is a peer that is elsewhere (loading data, checkpointing):
-     * sleep 1 ms at a time, under 1% of a core, where yielding between sleeps cost ~12% (a
-     * rank that comes now waits at most 1 ms more, next to the half second already waited). */
-    if (waited >= 0.5) {
-        tutti__sleep_us(1000u);
-        return;
-    }
-    if ((it & 15u) != 0 || waited < 0.002) {
+    if ((it & 15u) != 0 || tutti__now() - b->start < 0.002) {
         sched_yield();
         return;
     }
-    /* Longer waits: sleep now and then, growing to 200 us. */
+    /* Long waits: sleep, growing to 200 us, so an idle rank costs almost nothing. */
+    double waited = tutti__now() - b->start;
     tutti__sleep_us(waited < 0.05 ? 20u : 200u);
 }
 

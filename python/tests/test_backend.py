@@ -397,13 +397,13 @@ def w_monitored():
     # torch's own monitored_barrier refuses every backend but Gloo before reaching ours: the
     # one importing tutti_torch puts in its place lets a tutti group through, so that code
     # written for Gloo runs unchanged, its timeout given as seconds too
-    # (rank 0 comes 3 s late to this round: rank 1, which waits twice its 1 s, gives up)
+    # (rank 0 comes 6 s late to this round: rank 1, which waits twice its 1 s, gives up)
     store.set("mb3/%d" % rank, "1")
     store.wait(["mb3/%d" % r for r in range(n)])
     if rank == 1:
         raises(lambda: dist.monitored_barrier(timeout=1.0), "rank 0 did not reach")
     else:
-        time.sleep(3 if rank == 0 else 0)
+        time.sleep(6 if rank == 0 else 0)
         dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
     raises(lambda: tutti_torch._torch_monitored_barrier(), "only implemented for GLOO",
            exc=ValueError)

@@ -431,13 +431,14 @@ class TestLaunchers(unittest.TestCase):
         """Two Open MPI jobs given one MASTER_PORT: a rank of the second that reaches the first
         one's torch store (its own rank 0 lost the port) is refused, naming both jobs and the
         port; before, it joined the first job's group and reduced with it silently. A rank of
-        the first job joins as before."""
+        the first job joins as before; so does a rank of another launch that init_process_group
+        is given a rank and size of the group (a group built on purpose from two launches)."""
         port = str(harness.free_port())
 
-        def rank_of(job, rank):
-            env = clean_env(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="2",
+        def rank_of(job, rank, size=2, **extra):
+            env = clean_env(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE=str(size),
                             OMPI_COMM_WORLD_LOCAL_RANK=str(rank), OMPI_MCA_ess_base_jobid=job,
-                            MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **extra)
             env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
             return subprocess.Popen([harness.PY, self.script, "--worker", "step"], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -456,6 +457,13 @@ class TestLaunchers(unittest.TestCase):
         self.assertIn("both jobs were given MASTER_PORT=%s" % port, out)
         self.assertEqual((own.returncode, first.returncode), (0, 0), own_out + first_out)
         self.assertIn("rank 1 joined", own_out)
+        first = rank_of("1111", 0)
+        time.sleep(3)
+        joined = rank_of("3333", 0, TEST_GROUP="1/2")  # its launch: rank 0 of 2
+        joined_out = joined.communicate(timeout=60)[0]
+        first_out = first.communicate(timeout=60)[0]
+        self.assertEqual((joined.returncode, first.returncode), (0, 0), joined_out + first_out)
+        self.assertIn("rank 1 joined", joined_out)
 
     def test_setup_env_job_port(self):
         """Under mpirun with MASTER_PORT unset: Open MPI's job id gives a port of the job's own
@@ -497,12 +505,18 @@ def w_step():
 
     import tutti_torch  # noqa: F401  (maps SLURM_* and derives MASTER_PORT)
 
+    # TEST_GROUP="r/n": the rank and size given to init_process_group, not the launcher's (a
+    # group built on purpose from several launches)
+    given = {}
+    if os.environ.get("TEST_GROUP"):
+        r, n = os.environ["TEST_GROUP"].split("/")
+        given = {"rank": int(r), "world_size": int(n)}
     try:
-        dist.init_process_group("tutti", timeout=datetime.timedelta(seconds=20))
+        dist.init_process_group("tutti", timeout=datetime.timedelta(seconds=20), **given)
     except Exception as e:  # noqa: BLE001  (the test reads the text)
         print("init failed: %s" % e)
         sys.exit(3)
-    print("rank %s joined" % os.environ["RANK"])
+    print("rank %d joined" % dist.get_rank())
     dist.destroy_process_group()
     sys.exit(0)
 

@@ -298,7 +298,7 @@ def setup_env_from_launcher(environ=None):
         env["MASTER_PORT"] = str(port)
     if env is os.environ:
         global _launcher_job, _port_derived
-        _launcher_job, _port_derived = job, derived
+        _launcher_job, _port_derived = ((rank, size), job), derived
     return rank, size, local
 
 
@@ -309,18 +309,24 @@ def setup_env_from_launcher(environ=None):
 # chance elsewhere). torch's TCPStore, unlike libtutti's store, admits any client: a rank of one
 # job would join the other's group and reduce with it, silently. _create compares it with rank
 # 0's.
-_launcher_job = None
+_launcher_job = (None, None)  # ((rank, size) the launcher gave, its job), or Nones
 _port_derived = False
 _JOB_KEY = "tutti/launcher_job"
 
 
-def _check_job(store, rank, timeout):
+def _check_job(store, rank, size, timeout):
     """Rank 0 records the job its launcher named in the group's store; a rank whose launcher
-    named one compares its own and refuses another job's store."""
+    named one compares its own and refuses another job's store. Only where the group is the
+    launcher's job, rank and size as it gave them: a group built on purpose from several
+    launches (init_process_group(rank=offset + local, world_size=...)) records and checks
+    nothing."""
+    placed, job = _launcher_job
+    if placed != (rank, size):
+        job = None
     if rank == 0:
-        store.set(_JOB_KEY, _launcher_job or "")
+        store.set(_JOB_KEY, job or "")
         return
-    if _launcher_job is None:
+    if job is None:
         return
     import time
 
@@ -331,7 +337,7 @@ def _check_job(store, rank, timeout):
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
     theirs = store.get(_JOB_KEY).decode("utf-8", "replace")
-    if theirs and theirs != _launcher_job:
+    if theirs and theirs != job:
         # another process wrote it: only printable text goes into the message
         theirs = "".join(c if c.isprintable() else "?" for c in theirs[:200])
         how = ("the port was derived from the job, and two jobs' derived ports met; set "
@@ -342,7 +348,7 @@ def _check_job(store, rank, timeout):
         raise RuntimeError(
             "tutti_torch: the store at %s:%s belongs to another job: its rank 0 is of %s, this "
             "rank is of %s (%s)" % (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"),
-                                   theirs, _launcher_job, how))
+                                   theirs, job, how))
 
 
 _generations = {}  # group name: groups of that name this process made (_create)
@@ -374,7 +380,8 @@ def _create(dist_opts, pg_options):
         _generations[dist_opts.group_id] = options._generation + 1
     options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
     if options._default_group and options._generation == 0:
-        _check_job(dist_opts.store, dist_opts.group_rank, dist_opts.timeout)
+        _check_job(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+                   dist_opts.timeout)
     return BackendTutti(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)
 
 
@@ -414,7 +421,8 @@ def _monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 
 
 # Code written for Gloo calls dist.monitored_barrier; let it reach tutti's.
-_monitored_barrier.__doc__ += "\n\ntorch's own:\n" + (_torch_monitored_barrier.__doc__ or "")
+_monitored_barrier.__doc__ = ((_monitored_barrier.__doc__ or "") + "\n\ntorch's own:\n" +
+                              (_torch_monitored_barrier.__doc__ or ""))  # None under python -OO
 dist.monitored_barrier = dist.distributed_c10d.monitored_barrier = _monitored_barrier
 
 

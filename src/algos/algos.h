@@ -180,6 +180,11 @@ tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, boo
  * tutti__win_check first, so that a mismatch is named by the pair that differs. */
 tutti_status_t tutti__win_peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, bool arrived);
 
+/* tutti__win_describe writes the descriptor of c's window call (if it began one) where its
+ * peers can read it: a call that fails describes itself, so that a rank that comes to it late
+ * with another call can name both. */
+void tutti__win_describe(tutti__coll_t *c);
+
 /* tutti__win_fail tells the ranks that share windows with this one that its communicator
  * failed with st during call seq (relayed: passing a peer's failure on, c->relayed): it writes
  * the failure word of every window of net and

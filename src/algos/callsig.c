@@ -15,6 +15,7 @@
  * call's lines are never taken, and a wait whose lines do not come compares on its slow path.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "algos.h"
 
@@ -306,6 +307,13 @@ tutti_status_t tutti__win_peer_failed(tutti__coll_t *c, tutti__window_t *w, int 
     return TUTTI_OK;
 }
 
+void tutti__win_describe(tutti__coll_t *c)
+{
+    tutti__window_t *w = tutti__coll_window(c);
+    if (w != NULL && c->wcall != 0)
+        describe(c, w);
+}
+
 tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, bool arrived)
 {
     const unsigned p = (unsigned)(c->wcall & 1u);
@@ -317,10 +325,26 @@ tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, boo
     /* A peer whose communicator failed at or before this call (it timed out waiting for this
      * rank, which came late) left its last call's value: that failure, not a mismatch. */
     uint64_t f = __atomic_load_n(&w->calls[r][2], __ATOMIC_ACQUIRE);
-    if (f != 0 && (f >> 8) <= c->seq)
-        return peer_failed(c, w, r, f);
     const int g = c->group ? c->group[r] : r;
     tutti__calldesc_t d;
+    if (f != 0 && (f >> 8) <= c->seq) {
+        tutti_status_t st = peer_failed(c, w, r, f);
+        /* Its abandoned call, described when it failed, differs from this one: the program's
+         * ranks also posted different calls, which its timeout alone would hide. */
+        char *tail = strstr(c->err, "; the communicator is now failed");
+        if (st != TUTTI_ERR_MISMATCH && tail != NULL && read_desc(w, r, p, v, &d) &&
+            d.wcall == c->wcall) {
+            char mine[160], theirs[160], rest[TUTTI__ERRLEN];
+            tutti__calldesc_t md = tutti__sig_desc(c);
+            tutti__sig_describe(mine, sizeof mine, &md);
+            tutti__sig_describe(theirs, sizeof theirs, &d);
+            snprintf(rest, sizeof rest, "%s", tail);
+            snprintf(tail, TUTTI__ERRLEN - (size_t)(tail - c->err),
+                     "; and the calls differ: rank %d's there was %s, this rank's is %s%s", g,
+                     theirs, mine, rest);
+        }
+        return st;
+    }
     bool known = read_desc(w, r, p, v, &d);
     if (arrived) {
         /* r differs; it finds so too and describes its call: give it a moment to. */

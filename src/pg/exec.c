@@ -113,13 +113,14 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
  * written, or never ran, which leaves every peer as it was: then it is only recorded as comm's
  * and the thread's last error. Returns st.
  */
-static tutti_status_t settle(tutti_comm_t *comm, const tutti__coll_t *c, tutti_status_t st)
+static tutti_status_t settle(tutti_comm_t *comm, tutti__coll_t *c, tutti_status_t st)
 {
     if (c->declined)
         return tutti__comm_error(comm, st, "%s", c->err);
     /* Peers on this node learn it from the windows: a wait for this rank fails, and one that
      * was stopped cannot complete the call with data this rank had already written. */
     if (st != TUTTI_ERR_ABORTED && __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
+        tutti__win_describe(c); /* a late peer with another call can name both */
         tutti__win_fail(&comm->net, st, c->seq, c->relayed);
         /* and every peer, by message */
         tutti__live_notify_failed(comm->net.live, st, c->seq, c->relayed, c->blame);

@@ -6,6 +6,7 @@
  * TUTTI_TRACE the report is refused; a wrong TUTTI_REPORT on one rank fails every rank at once. */
 #include <check.h>
 #include "check_main.h"
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,13 +97,19 @@ START_TEST(test_trace)
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
     ck_assert_int_eq(system(cmd), 0);
     snprintf(env, sizeof env, "TUTTI_TRACE=%s/trace.%%r.json", dir);
-    /* A symlink at rank 1's path (as another user may plant in /tmp) is replaced, and the file
-     * it points to is left as it was: the trace is written under a fresh name and renamed. */
-    char victim[420];
+    /* A symlink of another user at rank 1's path (as one may plant in /tmp) is replaced, and
+     * the file it points to is left as it was: the trace is written under a fresh name and
+     * renamed. (A link of this user's own, or root's, as /dev/stdout, is written through.) */
+    char victim[420], link[420];
     snprintf(victim, sizeof victim, "%s-victim", dir);
-    snprintf(cmd, sizeof cmd, "echo precious > %s && ln -s %s %s/trace.1.json", victim, victim,
-             dir);
+    snprintf(link, sizeof link, "%s/trace.1.json", dir);
+    snprintf(cmd, sizeof cmd, "echo precious > %s && ln -s %s %s", victim, victim, link);
     ck_assert_int_eq(system(cmd), 0);
+    const bool planted = geteuid() == 0 && lchown(link, 65534, 65534) == 0; /* nobody's */
+    if (!planted) {
+        fprintf(stderr, "check_trace: not root: no other user's symlink planted\n");
+        unlink(link);
+    }
     th_opts_t o = TH_OPTS_INIT;
     o.transport = tp;
     o.timeout_s = 120;
@@ -144,14 +151,14 @@ START_TEST(test_trace)
         free(s);
     }
     char *v = slurp(victim);
+    unlink(victim);
     ck_assert_msg(v != NULL && strcmp(v, "precious\n") == 0,
-                  "the trace was written through the symlink at %s/trace.1.json into %s", dir,
+                  "the trace was written through another user's symlink at %s into %s", link,
                   victim);
     free(v);
     struct stat sb;
-    snprintf(path, sizeof path, "%s/trace.1.json", dir);
-    ck_assert_msg(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s is not a file", path);
-    unlink(victim);
+    ck_assert_msg(lstat(link, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 0777) == 0644,
+                  "%s is not a file of mode 0644", link);
     /* The sub-communicators: {0, 2} as ranks 0 and 1, {1} as rank 0: three files, each with its
      * one allreduce, named trace.R.json.comm1-ID (two IDs). */
     snprintf(cmd, sizeof cmd,

@@ -7,13 +7,14 @@
  * the pair with the shortest round trip gives rank r's offset (its time when rank 0's clock
  * read the midpoint of the round trip), within half that round trip, which is the error the
  * trace states. */
-#include <fcntl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common/sha256.h"
@@ -262,13 +263,20 @@ static void trace_file(tutti_comm_t *comm)
      * process creates that first) keeps the name; every other gets one no other has. */
     if (o->index > 0)
         snprintf(path + n, sizeof path - n, ".comm%d-%08x", o->index, (unsigned)o->id);
-    /* Written under a fresh name (O_EXCL, never a file or link that was there), then renamed
-     * into place: a symlink or a file another user left at the path in a shared directory such
-     * as /tmp is replaced, or the rename is refused (sticky /tmp), never written through. */
+    /* A regular file (or none) is written under a fresh name (O_EXCL: never a file or link
+     * that was there) and renamed into place: a symlink or a file another user left at the
+     * path in a shared directory such as /tmp is replaced, or the rename is refused (sticky
+     * /tmp), never written through. A link or a special file of this user's or root's
+     * (/dev/stdout, a FIFO) is written as it is. */
+    struct stat sb;
+    const bool direct = lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) &&
+                        (sb.st_uid == geteuid() || sb.st_uid == 0);
     char tmp[sizeof path + 8];
     snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    int fd = direct ? -1 : mkostemp(tmp, O_CLOEXEC);
+    if (fd >= 0)
+        (void)fchmod(fd, 0644); /* as fopen would under the usual umask, not mkostemp's 0600 */
+    FILE *f = direct ? fopen(path, "we") : fd >= 0 ? fdopen(fd, "w") : NULL;
     if (f == NULL && fd >= 0)
         close(fd);
     char meta[256];
@@ -280,17 +288,19 @@ static void trace_file(tutti_comm_t *comm)
     int err = errno;
     if (f != NULL && fclose(f) != 0 && ok)
         ok = false, err = errno;
-    if (ok && rename(tmp, path) != 0)
+    bool refused = false; /* the rename, of a file another user has there */
+    if (ok && !direct && rename(tmp, path) != 0) {
         ok = false, err = errno;
+        refused = err == EPERM || err == EACCES;
+    }
     if (!ok && fd >= 0)
         unlink(tmp);
     if (!ok)
         TUTTI__LOG(TUTTI__LOG_WARN, "TUTTI_TRACE: rank %d could not write %s: %s%s", comm->rank,
                    path, strerror(err),
-                   err == EPERM || err == EACCES
-                       ? " (a file another user left there, in a shared directory such as /tmp, "
-                         "is not replaced: choose another path)"
-                       : "");
+                   refused ? " (a file another user left there, in a shared directory such as "
+                             "/tmp, is not replaced: choose another path)"
+                           : "");
     else
         TUTTI__LOG(TUTTI__LOG_INFO, "TUTTI_TRACE: rank %d wrote %s", comm->rank, path);
 }

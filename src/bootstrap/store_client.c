@@ -570,7 +570,8 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
             snprintf(dir_err, sizeof dir_err, "%s", tutti__tls_error());
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank %d finds no rendezvous store at %s:%d, and rank 0, on "
-                                  "this host, cannot have started it: %s",
+                                  "this host, cannot have started it if its secret directory is "
+                                  "this rank's: %s",
                                   rank, addr, port, dir_err);
             goto fail;
         }

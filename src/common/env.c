@@ -150,23 +150,25 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "its cores and its ranks run in different scheduling groups, as under MPICH's mpirun; "
      "`move` elsewhere)"},
     {"TUTTI_INLINE_MAX", NULL,
-     "bytes up to which an asynchronous collective posted on an idle communicator runs in the "
-     "caller's thread, which then waits there until the peers join (a program that posts one "
-     "and then waits for a peer that joins only after it may stall until the timeout); unset: "
-     "never, every asynchronous post returns at once (a blocking call on an idle communicator "
-     "always runs in the caller's thread; asynchronous send/recv never do); `0`: everything "
-     "runs on the workers, blocking calls too; `tutti_comm_config_t.inline_max` overrides it "
-     "(there `0` keeps this variable, and `-1` runs no asynchronous post inline while blocking "
-     "calls still may)"},
-    {"TUTTI_SHM_SLOT", "65536", "bytes per slot of a shared-memory channel (pipelining unit; `64K` and the like too)"},
+     "bytes (`4K` and the like too) up to which an asynchronous collective posted on an idle "
+     "communicator runs in the caller's thread, which then waits there until the peers join "
+     "(a program that posts one and then waits for a peer that joins only after it may stall "
+     "until the timeout); unset: never, every asynchronous post returns at once (a blocking "
+     "call on an idle communicator always runs in the caller's thread; asynchronous send/recv "
+     "never do); `0`: everything runs on the workers, blocking calls too; "
+     "`tutti_comm_config_t.inline_max` overrides it (there `0` keeps this variable, and `-1` "
+     "runs no asynchronous post inline while blocking calls still may)"},
+    {"TUTTI_SHM_SLOT", "65536",
+     "bytes per slot of a shared-memory channel (pipelining unit; `64K` and the like too)"},
     {"TUTTI_SHM_SLOTS", "8", "slots per shared-memory channel"},
     {"TUTTI_SHM_WINDOW", "4194304",
      "bytes per rank of the shared window the direct algorithms use (split between the slices "
      "when `CCL_WORKER_COUNT` > 1; `16M` and the like too)"},
     {"TUTTI_OFI_CHUNK", "1073741824",
-     "largest piece of one ofi message in bytes, 4096 to 1 GiB (`64M` and the like too; the ranks use the smallest "
-     "any of them asks for): a larger message travels as several tagged messages, up to 8 of "
-     "them in flight; lower it only for a provider that mishandles large messages"},
+     "largest piece of one ofi message in bytes, 4096 to 1 GiB (`64M` and the like too; the "
+     "ranks use the smallest any of them asks for): a larger message travels as several "
+     "tagged messages, up to 8 of them in flight; lower it only for a provider that "
+     "mishandles large messages"},
     {"TUTTI_CMA", "auto",
      "single copy between the ranks of a node with `process_vm_readv`, where the algorithms "
      "choose it: `auto` (where every pair of local ranks may, probed at creation; where one may "
@@ -222,8 +224,8 @@ tutti_status_t tutti__env_bytes(const char *name, long lo, long hi, long *out)
     size_t x = 0;
     if (!tutti__parse_size(v, &x) || x < (size_t)lo || x > (size_t)hi)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                "%s=\"%s\" is not a byte count in [%ld, %ld] (digits, with K, M "
-                                "or G for KiB, MiB, GiB if you like); fix or unset it",
+                                "%s=\"%s\" is not a byte count in [%ld, %ld] (digits, then K, M "
+                                "or G if you like: 64K, 16M); fix or unset it",
                                 name, v, lo, hi);
     *out = (long)x;
     return TUTTI_OK;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -675,6 +676,65 @@ START_TEST(test_count_mismatch)
 }
 END_TEST
 
+/* init_limited creates a one-rank communicator in a child process after limit(arg) (false: it
+ * could not set its limit); 0 when creation failed with a system error naming want and not
+ * unwanted (NULL: anything). The child's text goes to msg, for the assertion. */
+static int init_limited(bool (*limit)(size_t), size_t arg, const char *want, const char *unwanted,
+                        char *msg, size_t cap)
+{
+    int pp[2];
+    ck_assert_int_eq(pipe(pp), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(30);
+        close(pp[0]);
+        unsetenv("RANK");
+        unsetenv("WORLD_SIZE");
+        setenv("TUTTI_SHM_WINDOW", "64K", 1); /* small mappings: a limit meets the threads */
+        if (!limit(arg))
+            _exit(2);
+        tutti_comm_t *comm = NULL;
+        tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+        char text[1200];
+        snprintf(text, sizeof text, "%s: %s", tutti_strerror(st), tutti_last_error());
+        ssize_t n = write(pp[1], text, strlen(text));
+        (void)n;
+        _exit(st == TUTTI_ERR_SYSTEM && strstr(text, want) != NULL &&
+                      (unwanted == NULL || strstr(text, unwanted) == NULL)
+                  ? 0
+                  : 1);
+    }
+    close(pp[1]);
+    ssize_t n = read(pp[0], msg, cap - 1);
+    msg[n > 0 ? n : 0] = '\0';
+    close(pp[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    fprintf(stderr, "[limits] %s\n", msg);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* root is not held to RLIMIT_NPROC: run as nobody, allowed one task, this one */
+static bool one_task(size_t unused)
+{
+    (void)unused;
+    struct rlimit one = {1, 1};
+    return setgid(65534) == 0 && setuid(65534) == 0 && setrlimit(RLIMIT_NPROC, &one) == 0;
+}
+
+/* what is mapped now and half a thread's stack (stack bytes) more */
+static bool half_a_stack(size_t stack)
+{
+    unsigned long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL || fscanf(f, "%llu", &pages) != 1)
+        return false;
+    fclose(f);
+    struct rlimit as = {pages * (unsigned long long)sysconf(_SC_PAGESIZE) + stack / 2,
+                        RLIM_INFINITY};
+    return setrlimit(RLIMIT_AS, &as) == 0;
+}
+
 /* A user at its limit of processes and threads (ulimit -u, which counts all of its jobs):
  * creation fails with that limit named, not with advice to lower a count that is already 1. */
 START_TEST(test_nproc)
@@ -683,34 +743,9 @@ START_TEST(test_nproc)
         fprintf(stderr, "test_nproc: not root: skipped (it runs a rank as another user)\n");
         return;
     }
-    int pp[2];
-    ck_assert_int_eq(pipe(pp), 0);
-    pid_t child = fork();
-    if (child == 0) {
-        alarm(30);
-        close(pp[0]);
-        /* root is not held to RLIMIT_NPROC: run as nobody, allowed one task, this one */
-        struct rlimit one = {1, 1};
-        if (setgid(65534) != 0 || setuid(65534) != 0 || setrlimit(RLIMIT_NPROC, &one) != 0)
-            _exit(2);
-        unsetenv("RANK");
-        unsetenv("WORLD_SIZE");
-        tutti_comm_t *comm = NULL;
-        tutti_status_t st = tutti_comm_init_env(NULL, &comm);
-        char msg[1200];
-        snprintf(msg, sizeof msg, "%s: %s", tutti_strerror(st), tutti_last_error());
-        ssize_t n = write(pp[1], msg, strlen(msg));
-        (void)n;
-        _exit(st == TUTTI_ERR_SYSTEM && strstr(msg, "ulimit -u: 1") != NULL ? 0 : 1);
-    }
-    close(pp[1]);
-    char msg[1200] = "";
-    ssize_t n = read(pp[0], msg, sizeof msg - 1);
-    msg[n > 0 ? n : 0] = '\0';
-    close(pp[0]);
-    int status = 0;
-    waitpid(child, &status, 0);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x: %s", status, msg);
+    char msg[1200];
+    ck_assert_msg(init_limited(one_task, 0, "ulimit -u: 1", NULL, msg, sizeof msg) == 0, "%s",
+                  msg);
 }
 END_TEST
 
@@ -736,45 +771,9 @@ START_TEST(test_address_space)
         fprintf(stderr, "test_address_space: thread stacks of %zu KiB: skipped\n", stack >> 10);
         return;
     }
-    int pp[2];
-    ck_assert_int_eq(pipe(pp), 0);
-    pid_t child = fork();
-    if (child == 0) {
-        alarm(30);
-        close(pp[0]);
-        unsetenv("RANK");
-        unsetenv("WORLD_SIZE");
-        setenv("TUTTI_SHM_WINDOW", "64K", 1); /* the window fits; a stack does not */
-        unsigned long long pages = 0;
-        FILE *f = fopen("/proc/self/statm", "r");
-        if (f == NULL || fscanf(f, "%llu", &pages) != 1)
-            _exit(2);
-        fclose(f);
-        /* what is mapped now and half a thread's stack more */
-        struct rlimit as = {pages * (unsigned long long)sysconf(_SC_PAGESIZE) + stack / 2,
-                            RLIM_INFINITY};
-        if (setrlimit(RLIMIT_AS, &as) != 0)
-            _exit(2);
-        tutti_comm_t *comm = NULL;
-        tutti_status_t st = tutti_comm_init_env(NULL, &comm);
-        char msg[1200];
-        snprintf(msg, sizeof msg, "%s: %s", tutti_strerror(st), tutti_last_error());
-        ssize_t n = write(pp[1], msg, strlen(msg));
-        (void)n;
-        _exit(st != TUTTI_OK && strstr(msg, "ulimit -v") != NULL &&
-                      strstr(msg, "ulimit -u") == NULL
-                  ? 0
-                  : 1);
-    }
-    close(pp[1]);
-    char msg[1200] = "";
-    ssize_t n = read(pp[0], msg, sizeof msg - 1);
-    msg[n > 0 ? n : 0] = '\0';
-    close(pp[0]);
-    int status = 0;
-    waitpid(child, &status, 0);
-    fprintf(stderr, "[address space] %s\n", msg);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x: %s", status, msg);
+    char msg[1200];
+    ck_assert_msg(init_limited(half_a_stack, stack, "ulimit -v", "ulimit -u", msg, sizeof msg) == 0,
+                  "%s", msg);
 }
 END_TEST
 

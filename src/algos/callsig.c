@@ -331,17 +331,15 @@ tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, boo
         tutti_status_t st = peer_failed(c, w, r, f);
         /* Its abandoned call, described when it failed, differs from this one: the program's
          * ranks also posted different calls, which its timeout alone would hide. */
-        char *tail = strstr(c->err, "; the communicator is now failed");
-        if (st != TUTTI_ERR_MISMATCH && tail != NULL && read_desc(w, r, p, v, &d) &&
-            d.wcall == c->wcall) {
-            char mine[160], theirs[160], rest[TUTTI__ERRLEN];
+        size_t n = strlen(c->err);
+        if (st != TUTTI_ERR_MISMATCH && read_desc(w, r, p, v, &d) && d.wcall == c->wcall) {
+            char mine[160], theirs[160];
             tutti__calldesc_t md = tutti__sig_desc(c);
             tutti__sig_describe(mine, sizeof mine, &md);
             tutti__sig_describe(theirs, sizeof theirs, &d);
-            snprintf(rest, sizeof rest, "%s", tail);
-            snprintf(tail, TUTTI__ERRLEN - (size_t)(tail - c->err),
-                     "; and the calls differ: rank %d's there was %s, this rank's is %s%s", g,
-                     theirs, mine, rest);
+            snprintf(c->err + n, TUTTI__ERRLEN - n,
+                     "; and the calls differ: rank %d's there was %s, this rank's is %s", g,
+                     theirs, mine);
         }
         return st;
     }

@@ -6,7 +6,6 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 
 #include "../algos/patterns/chunk.h"
 #include "comm.h"

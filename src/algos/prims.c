@@ -320,6 +320,9 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
 /* How long a wait that sleeps on a doorbell sleeps at most before it looks again (a doorbell
  * that no one rings, such as a transport's, costs no more than this). */
 #define DOORBELL_SLEEP_S 200e-6
+/* ... and once the wait is long (TUTTI__LONG_WAIT_S): a rung doorbell wakes the sleeper at once
+ * whatever this is, so only an unrung one's wake-ups, a waiter's whole idle cost, grow. */
+#define DOORBELL_LONG_SLEEP_S 1e-3
 
 /*
  * pause_for is one pause of a wait for rank peer (ready(arg) tells whether what it waits for
@@ -335,7 +338,9 @@ static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int pe
         tutti__backoff_step_aside(b);
     if (c->net->sleep_waits && b->oversubscribed && b->iter >= YIELDS_FIRST) {
         b->iter++;
-        tutti__colo_sleep(c, peer, ready, arg, DOORBELL_SLEEP_S);
+        tutti__colo_sleep(c, peer, ready, arg,
+                          tutti__backoff_waited(b) < TUTTI__LONG_WAIT_S ? DOORBELL_SLEEP_S
+                                                                        : DOORBELL_LONG_SLEEP_S);
         return;
     }
     tutti__backoff_pause(b);

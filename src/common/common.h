@@ -77,13 +77,28 @@ void tutti__sleep_us(unsigned us);
  * outnumber cores do not starve each other. oversubscribed skips the spinning. */
 typedef struct tutti__backoff {
     unsigned iter;
-    double start;
+    double start;        /* when the wait began, or data last moved; 0 while it spins */
+    uint64_t moved_seen; /* tutti__moved when the wait last looked */
     bool oversubscribed;
 } tutti__backoff_t;
+
+/* tutti__moved counts the chunks this thread's transport progress has moved (a thread-local, so
+ * counting costs no shared cache line). A wait that sees it change knows data flows, and goes
+ * back to short pauses: a long sleep between the chunks of a large message would slow it. */
+extern __thread uint64_t tutti__moved;
+static inline void tutti__note_moved(void) { tutti__moved++; }
 
 void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed);
 /* tutti__backoff_pause waits a little, longer the longer the wait has gone on. */
 void tutti__backoff_pause(tutti__backoff_t *b);
+/* tutti__backoff_waited tells how long b's wait has gone on: since it stopped spinning, or since
+ * this thread's transport progress last moved data, whichever is later. A wait counts as long
+ * from when data last moved, so that a large message whose sender came late does not crawl at
+ * one chunk per long sleep. */
+double tutti__backoff_waited(tutti__backoff_t *b);
+/* A wait this long without data moving sleeps 1 ms at a time (an idle waiter then costs about
+ * 2% of a core): the peer is late by far more than the millisecond it may add. */
+#define TUTTI__LONG_WAIT_S 1.0
 
 /* About 3 us of pause instructions (a pause is ~20 ns on Zen 4): longer than a hand-off between
  * two busy cores takes, short enough that a waiter sharing its core with the peer it waits for

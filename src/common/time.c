@@ -21,11 +21,24 @@ void tutti__sleep_us(unsigned us)
     nanosleep(&ts, NULL);
 }
 
+__thread uint64_t tutti__moved;
+
 void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed)
 {
     b->iter = 0;
     b->start = 0.0;
+    b->moved_seen = tutti__moved;
     b->oversubscribed = oversubscribed;
+}
+
+double tutti__backoff_waited(tutti__backoff_t *b)
+{
+    double now = tutti__now();
+    if (b->start == 0.0 || b->moved_seen != tutti__moved) {
+        b->start = now;
+        b->moved_seen = tutti__moved;
+    }
+    return now - b->start;
 }
 
 /* Spinning wins while the peer runs on another core (sub-microsecond hand-offs); once the wait
@@ -38,15 +51,22 @@ void tutti__backoff_pause(tutti__backoff_t *b)
         tutti__cpu_relax();
         return;
     }
-    if (b->start == 0.0)
-        b->start = tutti__now();
-    if ((it & 15u) != 0 || tutti__now() - b->start < 0.002) {
+    double waited = tutti__backoff_waited(b);
+    if (waited < 0.002) {
         sched_yield();
         return;
     }
-    /* Long waits: sleep, growing to 200 us, so an idle rank costs almost nothing. */
-    double waited = tutti__now() - b->start;
-    tutti__sleep_us(waited < 0.05 ? 20u : 200u);
+    /* Up to 50 ms, mostly yield: the peer is probably about to come. Past that, only sleep:
+     * a yield costs as much as a short sleep's wake-up when nothing else wants the core, and
+     * fifteen of them per sleep kept an idle waiter at a tenth of a core. */
+    if (waited < 0.05) {
+        if ((it & 15u) != 0)
+            sched_yield();
+        else
+            tutti__sleep_us(20u);
+        return;
+    }
+    tutti__sleep_us(waited < TUTTI__LONG_WAIT_S ? 200u : 1000u);
 }
 
 /* Not FUTEX_PRIVATE: the word may live in a segment other processes map. */

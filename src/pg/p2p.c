@@ -50,23 +50,16 @@ static void finish(tutti_comm_t *comm, tutti__p2p_op_t *op)
     }
 }
 
-/* After this long without anything ending, the progress thread sleeps LONG_SLEEP_US between
- * rounds: a receive that waits for seconds then costs about 1% of a core, and the millisecond
- * it may add is small beside the wait. */
-#define LONG_WAIT_S 1.0
-#define LONG_SLEEP_US 1000u
-
 /* progress_thread drives the engine while it has anything open: it spins briefly, then yields,
- * then sleeps a little longer each time (tutti__backoff, then LONG_SLEEP_US), so that a receive
- * that waits for a long time does not keep a core; with nothing open it sleeps until the next
- * asynchronous post. */
+ * then sleeps longer the longer nothing ends or moves (tutti__backoff: a receive that waits for
+ * seconds costs about 2% of a core); with nothing open it sleeps until the next asynchronous
+ * post. */
 static void *progress_thread(void *arg)
 {
     tutti_comm_t *comm = arg;
     tutti__p2p_pg_t *pg = comm->p2p;
     tutti__backoff_t b;
     tutti__backoff_init(&b, comm->net.oversubscribed);
-    double since = tutti__now(); /* when something last ended or was posted */
     for (;;) {
         pthread_mutex_lock(&pg->lock);
         tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);
@@ -75,7 +68,6 @@ static void *progress_thread(void *arg)
         if (done != NULL) {
             finish(comm, done);
             tutti__backoff_init(&b, comm->net.oversubscribed);
-            since = tutti__now();
         }
         pthread_mutex_lock(&pg->tlock);
         if (!busy)
@@ -85,14 +77,11 @@ static void *progress_thread(void *arg)
         if (pg->kick || !busy) {
             pg->kick = false;
             tutti__backoff_init(&b, comm->net.oversubscribed);
-            since = tutti__now();
         }
         pthread_mutex_unlock(&pg->tlock);
         if (stop)
             return NULL;
-        if (busy && !tutti__backoff_spinning(&b) && tutti__now() - since > LONG_WAIT_S)
-            tutti__sleep_us(LONG_SLEEP_US);
-        else if (busy)
+        if (busy)
             tutti__backoff_pause(&b);
     }
 }

@@ -261,6 +261,7 @@ static void complete_ok(struct ofi *t, struct op *op, const struct fi_cq_tagged_
     tutti__ofi_inflight_del(t, op);
     t->busy[op->kind]--;
     tutti__ofi_op_put(t, op);
+    tutti__note_moved();
     if (req == NULL)
         return;
     struct reqst *st = st_of(req);

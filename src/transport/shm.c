@@ -65,6 +65,7 @@ static bool push(shm_tp_t *t, chan_t *ch, tutti__req_t *r)
         h->chunk = (uint32_t)n;
         if (n)
             memcpy(slot + SLOT_DATA, r->buf + r->off, n);
+        tutti__note_moved();
         r->off += n;
         ch->tx_head++;
         if (++ch->tx_idx == ch->nslots)
@@ -178,6 +179,7 @@ static bool pull(shm_tp_t *t, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
         }
         if (n)
             memcpy(r->buf + r->off, slot + SLOT_DATA, n);
+        tutti__note_moved();
         r->off += n;
         consume(ch);
         if (r->off == r->len) {

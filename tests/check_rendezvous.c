@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../src/bootstrap/store.h"
+#include "../src/bootstrap/store_impl.h"
 #include "../src/bootstrap/wire.h"
 #include "harness.h"
 
@@ -722,6 +723,75 @@ START_TEST(test_fake_server)
 }
 END_TEST
 
+/* ---- the store's own keys ------------------------------------------------------------------ */
+
+/* core_feed gives c the n bytes at p as the socket would, and returns the type of the reply
+ * they brought (0: none). */
+static uint32_t core_feed(tutti__store_core_t *k, tutti__sconn_t *c, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        uint8_t *dst;
+        size_t want;
+        tutti__store_conn_want(c, &dst, &want);
+        if (want == 0)
+            break;
+        size_t take = want < n ? want : n;
+        memcpy(dst, p, take);
+        tutti__store_conn_got(k, c, take);
+        p += take;
+        n -= take;
+    }
+    uint32_t w[4] = {0};
+    if (c->olen >= TUTTI__WIRE_HDR)
+        tutti__wire_get_hdr(c->out, w);
+    if (c->olen > 0)
+        tutti__store_conn_sent(c, c->olen);
+    return w[1];
+}
+
+/* A rank that passed its handshake is still another process: it may not set the key under
+ * which the store tells everyone that the job is doomed, and why (an admitted rank could make
+ * every other rank stop with a text of its choosing). */
+START_TEST(test_reserved_key)
+{
+    uint8_t key[TUTTI__AUTH_KEY] = {7};
+    tutti__auth_t a;
+    tutti__auth_from_key(key, &a);
+    tutti__store_core_t k;
+    ck_assert(tutti__store_core_init(&k, 2, 1, &a));
+    tutti__sconn_t c;
+    ck_assert(tutti__store_conn_open(&k, &c, 3, true, 0.0));
+    tutti__store_conn_sent(&c, c.olen); /* the challenge */
+    uint8_t m[TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_BODY];
+    uint8_t *b = m + TUTTI__WIRE_HDR;
+    memset(m, 0, sizeof m);
+    tutti__wire_put_hdr(m, TUTTI__REQ_HELLO, 1, 2);
+    tutti__wire_put32(b + TUTTI__WIRE_HELLO_FLAGS, TUTTI__WIRE_PROOF);
+    memcpy(b + TUTTI__WIRE_HELLO_JOB, a.job, TUTTI__AUTH_JOB);
+    memset(b + TUTTI__WIRE_HELLO_NONCE, 0x3c, TUTTI__AUTH_NONCE);
+    tutti__auth_client_mac(a.key, c.ns, b + TUTTI__WIRE_HELLO_NONCE, 1, 2, a.job,
+                           TUTTI__WIRE_PROOF, b + TUTTI__WIRE_HELLO_MAC);
+    ck_assert_uint_eq(core_feed(&k, &c, m, sizeof m), TUTTI__REP_OK);
+    ck_assert_int_eq(c.rank, 1);
+    const char *keys[] = {"0123456789abcdef0123456789abcdef", TUTTI__STORE_DOOMED_KEY};
+    const char val[] = "\x1b[2Jforged";
+    for (int i = 0; i < 2; i++) {
+        uint8_t req[TUTTI__WIRE_HDR + 64];
+        size_t kl = strlen(keys[i]);
+        tutti__wire_put_hdr(req, TUTTI__REQ_SET, (uint32_t)kl, (uint32_t)sizeof val);
+        memcpy(req + TUTTI__WIRE_HDR, keys[i], kl);
+        memcpy(req + TUTTI__WIRE_HDR + kl, val, sizeof val);
+        uint32_t rep = core_feed(&k, &c, req, TUTTI__WIRE_HDR + kl + sizeof val);
+        ck_assert_msg(rep == (i == 0 ? TUTTI__REP_OK : TUTTI__REP_ERROR),
+                      "SET of %s: reply %u", keys[i], rep);
+    }
+    ck_assert(c.drop);
+    ck_assert(!k.doomed);
+    tutti__store_conn_close(&k, &c);
+    tutti__store_core_free(&k);
+}
+END_TEST
+
 /* ---- a job of one rank --------------------------------------------------------------------- */
 
 /* Twenty single-rank programs at once, with no launcher variables, while the default port is
@@ -994,6 +1064,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_emfile);
     tcase_add_test(tc, test_fd_limit);
     tcase_add_test(tc, test_fake_server);
+    tcase_add_test(tc, test_reserved_key);
     tcase_add_test(tc, test_single_rank);
     tcase_add_test(tc, test_any_addr);
     tcase_add_test(tc, test_bad_secret_dir);

@@ -281,11 +281,62 @@ START_TEST(test_kill_during_creation)
 }
 END_TEST
 
+/* ---- the header other ranks read -------------------------------------------------------- */
+
+/* hdr_for writes into page a header as a leader would for these sizes, consistent with
+ * tutti__shm_layout's sums for them (so only the bounds checks can refuse it). */
+static void hdr_for(void *page, uint64_t region, uint64_t slot, uint32_t ncoll, uint32_t np2p)
+{
+    layout_t L;
+    memset(page, 0, HDR_SPACE);
+    seg_hdr_t h = {.magic = SEG_MAGIC, .version = SEG_VERSION, .nlocal = 2, .nchan = 1,
+                   .nwin = 1, .region_size = region, .slot_size = slot, .nslots_p2p = np2p,
+                   .nslots_coll = ncoll};
+    h.size = tutti__shm_layout(&L, 2, 1, 1, region, slot, ncoll, np2p) ? L.size : 0;
+    memcpy(page, &h, sizeof h);
+}
+
+static tutti_status_t hdr_verdict(const void *page)
+{
+    seg_hdr_t h;
+    memcpy(&h, page, sizeof h);
+    layout_t L;
+    return tutti__shm_hdr_check(page, h.size, 2, 1, 1, 0, &L);
+}
+
+/* A header whose sums agree with the file's size is not enough: a window size that wraps
+ * around when rounded to pages made a segment of a few pages look like one with a window of
+ * 2^64 bytes, which the algorithms would then write into; zero-sized slots or windows made
+ * every send "corrupt". */
+START_TEST(test_header_bounds)
+{
+    static _Alignas(64) unsigned char page[HDR_SPACE];
+    hdr_for(page, 1 << 20, 65536, 8, 8);
+    ck_assert_int_eq(hdr_verdict(page), TUTTI_OK);
+    const struct {
+        uint64_t region, slot;
+        uint32_t ncoll, np2p;
+    } bad[] = {
+        {UINT64_MAX - PAGE + 2, 65536, 8, 8}, /* rounds up to 0 */
+        {1 << 20, 0, 8, 8},
+        {0, 65536, 8, 8},
+        {1 << 20, (uint64_t)UINT32_MAX + 1, 8, 8},
+        {1 << 20, 65536, 0, 8},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        hdr_for(page, bad[i].region, bad[i].slot, bad[i].ncoll, bad[i].np2p);
+        ck_assert_msg(hdr_verdict(page) == TUTTI_ERR_INTERNAL, "case %zu accepted", i);
+        ck_assert_ptr_nonnull(strstr(tutti_last_error(), "inconsistent header"));
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("segment");
     TCase *tc = tcase_create("segment");
     tcase_set_timeout(tc, 200);
+    tcase_add_test(tc, test_header_bounds);
     tcase_add_test(tc, test_handout);
     tcase_add_test(tc, test_handout_emfile);
     tcase_add_test(tc, test_leader_killed_waiting);

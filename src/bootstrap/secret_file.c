@@ -266,15 +266,26 @@ void tutti__secret_file_remove(const char *path)
         unlink(path);
 }
 
+static int hexval(char ch)
+{
+    return ch >= '0' && ch <= '9' ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                    : -1;
+}
+
+/* unhex reads exactly 2n hex digits (nothing before, between or after them) into out. */
 static int unhex(const char *s, uint8_t *out, size_t n)
 {
+    if (strnlen(s, 2 * n + 1) != 2 * n)
+        return -1;
     for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1)
+        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
             return -1;
-        out[i] = (uint8_t)v;
+        out[i] = (uint8_t)(hi << 4 | lo);
     }
-    return s[2 * n] == '\0' ? 0 : -1;
+    return 0;
 }
 
 tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a)

@@ -656,9 +656,8 @@ tutti_status_t tutti__store_doomed(void *ctx)
     tutti_status_t why = tutti__wire_relayed_status(neg);
     if (vlen > sizeof text - 1)
         vlen = sizeof text - 1;
-    text[vlen] = '\0';
-    return tutti__set_error(why, "bootstrap: rank %d stopped waiting: %.*s", s->rank,
-                            (int)(vlen - 4), text + 4);
+    tutti__wire_printable(text + 4, (const uint8_t *)text + 4, vlen - 4);
+    return tutti__set_error(why, "bootstrap: rank %d stopped waiting: %s", s->rank, text + 4);
 }
 
 tutti_oob_t tutti__store_oob(tutti__store_t *s)

@@ -357,6 +357,13 @@ static void handle(tutti__store_core_t *k, tutti__sconn_t *c)
         }
         memcpy(key, body, c->a);
         key[c->a] = '\0';
+        if (key[0] == '!') { /* the store's own keys (TUTTI__STORE_DOOMED_KEY): no rank's */
+            free(key);
+            free(val);
+            refuse(k, c, "rank %d tried to set one of the store's own keys (they begin with '!'):"
+                   " is it running the same tutti?", c->rank);
+            break;
+        }
         memcpy(val, body + c->a, c->b);
         if (!set(k->kv, key, val, c->b)) {
             free(key);

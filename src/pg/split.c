@@ -242,6 +242,16 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int k
         bs.cancelled = split_cancelled;
         bs.cancel_ctx = &watch;
         if (crank != 0) {
+            /* Another process wrote the record: its address must end inside its field. */
+            if (memchr(rvs[leader].ip, '\0', sizeof rvs[leader].ip) == NULL ||
+                rvs[leader].port < 0 || rvs[leader].port > 65535) {
+                st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                      "rank %d of the parent, the new communicator's rank 0, "
+                                      "sent a malformed store address: are all ranks running "
+                                      "the same tutti?",
+                                      leader);
+                goto fail;
+            }
             if (rvs[leader].port == 0) { /* its error comes by mail; wait a moment for it */
                 for (double t0 = tutti__now(); tutti__now() - t0 < 1.0;) {
                     if ((st = split_cancelled(&watch)) < 0)

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../bootstrap/wire.h"
 #include "ofi_impl.h"
 
 /* ---- creation ----------------------------------------------------------------------------- */
@@ -301,7 +302,8 @@ tutti_status_t tutti__ofi_create(int rank, int size, int nchan, tutti__bootstrap
     /* Every rank must speak the same provider and split messages alike. */
     for (int r = 0; r < t->size; r++) {
         if (all[r].magic == REC_FAILED) {
-            all[r].name[sizeof all[r].name - 1] = '\0';
+            tutti__wire_printable((char *)all[r].name, (const uint8_t *)all[r].name,
+                                  strnlen((const char *)all[r].name, sizeof all[r].name - 1));
             st = tutti__set_error(TUTTI_ERR_TRANSPORT, "ofi: rank %d could not open its endpoint: "
                                   "%s", r, (const char *)all[r].name);
             goto fail;

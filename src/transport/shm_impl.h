@@ -101,6 +101,17 @@ typedef struct layout {
     uint64_t size;
 } layout_t;
 
+/* tutti__shm_layout computes every offset of a segment of these sizes; false if they overflow. */
+bool tutti__shm_layout(layout_t *L, uint32_t nlocal, uint32_t nchan, uint32_t nwin,
+                       uint64_t region_size, uint64_t slot_size, uint32_t nslots_coll,
+                       uint32_t nslots_p2p);
+
+/* tutti__shm_hdr_check checks the header at base of a segment of file_size bytes that local
+ * rank leader made (any local rank can write it: it reads one copy) against what this rank
+ * expects, and fills L from it: TUTTI_OK, or an error naming what is wrong. */
+tutti_status_t tutti__shm_hdr_check(const void *base, uint64_t file_size, uint32_t nlocal,
+                                    uint32_t nchan, uint32_t nwin, int leader, layout_t *L);
+
 /* What the node's leader publishes through the bootstrap: where to ask for the segment (a unix
  * socket of its own, its pid, and the token to show), or why there is none, so that the other
  * local ranks fail at once instead of waiting for the deadline. */

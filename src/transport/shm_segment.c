@@ -5,18 +5,19 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../bootstrap/wire.h"
 #include "shm_impl.h"
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-/* layout_init computes every offset; false if the sizes overflow. */
-static bool layout_init(layout_t *L, uint32_t nlocal, uint32_t nchan, uint32_t nwin,
-                        uint64_t region_size, uint64_t slot_size, uint32_t nslots_coll,
-                        uint32_t nslots_p2p)
+bool tutti__shm_layout(layout_t *L, uint32_t nlocal, uint32_t nchan, uint32_t nwin,
+                       uint64_t region_size, uint64_t slot_size, uint32_t nslots_coll,
+                       uint32_t nslots_p2p)
 {
     memset(L, 0, sizeof *L);
     L->nlocal = nlocal;
@@ -90,7 +91,7 @@ static tutti_status_t read_knobs(uint32_t nlocal, uint32_t nchan, uint32_t nwin,
         if (region < MIN_SLICE_REGION)
             region = MIN_SLICE_REGION;
     }
-    if (!layout_init(L, nlocal, nchan, nwin, region, (uint64_t)slot, (uint32_t)slots, p2p))
+    if (!tutti__shm_layout(L, nlocal, nchan, nwin, region, (uint64_t)slot, (uint32_t)slots, p2p))
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "shm: a segment for %u local ranks and %u channels with "
                                 "TUTTI_SHM_WINDOW=%ld, TUTTI_SHM_SLOT=%ld, TUTTI_SHM_SLOTS=%ld is "
@@ -165,6 +166,44 @@ fail:
     return st;
 }
 
+tutti_status_t tutti__shm_hdr_check(const void *base, uint64_t file_size, uint32_t nlocal,
+                                    uint32_t nchan, uint32_t nwin, int leader, layout_t *L)
+{
+    /* Every local rank can write the header: check one copy of it, and use only that. */
+    seg_hdr_t hdr;
+    memcpy(&hdr, base, sizeof hdr);
+    __asm__ volatile("" ::: "memory");
+    const seg_hdr_t *h = &hdr;
+    tutti_status_t st = TUTTI_OK;
+    if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->nlocal != nlocal ||
+        h->size != file_size) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: the segment rank %d handed over does not hold a tutti header "
+                              "for %u ranks (magic %llx, version %u, %u ranks): mixed tutti "
+                              "versions on one node?",
+                              leader, nlocal, (unsigned long long)h->magic, h->version,
+                              h->nlocal);
+    } else if (h->nchan != nchan || h->nwin != nwin) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: rank %d made the shared segment for %u channels and %u "
+                              "windows but this rank expects %u and %u: the ranks of this node "
+                              "disagree on the number of collective slices (worker settings)",
+                              leader, h->nchan, h->nwin, nchan, nwin);
+    } else if (h->slot_size == 0 || h->slot_size > UINT32_MAX || h->region_size == 0 ||
+               h->region_size > h->size || h->nslots_coll == 0 || h->nslots_p2p == 0 ||
+               !tutti__shm_layout(L, nlocal, nchan, nwin, h->region_size, h->slot_size,
+                                  h->nslots_coll, h->nslots_p2p) ||
+               L->size != h->size) {
+        st = tutti__set_error(TUTTI_ERR_INTERNAL,
+                              "shm: the segment rank %d handed over has an inconsistent header "
+                              "(%llu bytes, slots of %llu bytes): mixed tutti versions on one "
+                              "node, or the segment was overwritten",
+                              leader, (unsigned long long)h->size,
+                              (unsigned long long)h->slot_size);
+    }
+    return st;
+}
+
 /* map_segment: a non-leader's side, on the memfd it was handed (closed here either way). The
  * descriptor must be this user's and sealed against resizing; the layout comes from the
  * header, which must be for as many ranks, channels and windows as this rank expects. */
@@ -202,34 +241,9 @@ static tutti_status_t map_segment(int fd, uint32_t nlocal, uint32_t nchan, uint3
         return st;
     }
     close(fd);
-    const seg_hdr_t *h = (const seg_hdr_t *)*base;
-    if (h->magic != SEG_MAGIC || h->version != SEG_VERSION || h->nlocal != nlocal ||
-        h->size != (uint64_t)sb.st_size) {
-        st = tutti__set_error(TUTTI_ERR_INTERNAL,
-                              "shm: the segment rank %d handed over does not hold a tutti header "
-                              "for %u ranks (magic %llx, version %u, %u ranks): mixed tutti "
-                              "versions on one node?",
-                              leader, nlocal, (unsigned long long)h->magic, h->version,
-                              h->nlocal);
-    } else if (h->nchan != nchan || h->nwin != nwin) {
-        st = tutti__set_error(TUTTI_ERR_INTERNAL,
-                              "shm: rank %d made the shared segment for %u channels and %u "
-                              "windows but this rank expects %u and %u: the ranks of this node "
-                              "disagree on the number of collective slices (worker settings)",
-                              leader, h->nchan, h->nwin, nchan, nwin);
-    } else if (!layout_init(L, nlocal, nchan, nwin, h->region_size, h->slot_size, h->nslots_coll,
-                            h->nslots_p2p) ||
-               L->size != h->size || h->slot_size > UINT32_MAX || h->nslots_coll == 0 ||
-               h->nslots_p2p == 0) {
-        st = tutti__set_error(TUTTI_ERR_INTERNAL,
-                              "shm: the segment rank %d handed over has an inconsistent header "
-                              "(%llu bytes, slots of %llu bytes): mixed tutti versions on one "
-                              "node, or the segment was overwritten",
-                              leader, (unsigned long long)h->size,
-                              (unsigned long long)h->slot_size);
-    } else {
+    st = tutti__shm_hdr_check(*base, (uint64_t)sb.st_size, nlocal, nchan, nwin, leader, L);
+    if (st == TUTTI_OK)
         return TUTTI_OK;
-    }
     munmap(*base, (size_t)sb.st_size);
     *base = NULL;
     return st;
@@ -477,7 +491,8 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
                 goto fail;
             }
             pub.sock[SEG_SOCK_LEN - 1] = '\0';
-            pub.msg[sizeof pub.msg - 1] = '\0';
+            tutti__wire_printable(pub.msg, (const uint8_t *)pub.msg,
+                                  strnlen(pub.msg, sizeof pub.msg - 1));
             if (pub.status != TUTTI_OK) {
                 st = tutti__set_error(pub.status < 0 && pub.status >= TUTTI_ERR_INTERNAL
                                           ? (tutti_status_t)pub.status

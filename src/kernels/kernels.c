@@ -179,9 +179,7 @@ static void choose(void)
         if (st == TUTTI_OK)
             chosen[TUTTI_FLOAT16] = kv;
     }
-    chosen_status = st;
-    if (st != TUTTI_OK)
-        TUTTI__LOG(TUTTI__LOG_WARN, "%s", chosen_err);
+    chosen_status = st; /* every tutti__kernels_init returns it: no log line to repeat it */
     TUTTI__LOG(TUTTI__LOG_INFO, "reduction kernels: bf16 %s, fp16 %s, fp32 %s",
                variants[chosen[TUTTI_BFLOAT16]].name, variants[chosen[TUTTI_FLOAT16]].name,
                variants[chosen[TUTTI_FLOAT32]].name);

@@ -211,8 +211,8 @@ void tutti__comm_child_auth(const tutti_comm_t *parent, const char *label,
 /* tutti__comm_fail marks comm failed with status and message (first failure wins) and copies
  * the message into the thread's and the communicator's last-error text. Returns status. */
 tutti_status_t tutti__comm_fail(tutti_comm_t *comm, tutti_status_t status, const char *msg);
-/* tutti__comm_end is tutti__comm_fail for an end the caller asked for (a shrink): logged as
- * information, not as an error. */
+/* tutti__comm_end is tutti__comm_fail for an end the caller asked for (a shrink, an abort):
+ * logged as information, not as an error. */
 tutti_status_t tutti__comm_end(tutti_comm_t *comm, tutti_status_t status, const char *msg);
 
 /* tutti__comm_error records a non-fatal error (bad input) as comm's and the thread's last

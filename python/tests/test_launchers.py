@@ -435,10 +435,10 @@ class TestLaunchers(unittest.TestCase):
         is given a rank and size of the group (a group built on purpose from two launches)."""
         port = str(harness.free_port())
 
-        def rank_of(job, rank, size=2, **extra):
+        def rank_of(job, rank, size=2, master_port=port, **extra):
             env = clean_env(OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE=str(size),
                             OMPI_COMM_WORLD_LOCAL_RANK=str(rank), OMPI_MCA_ess_base_jobid=job,
-                            MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **extra)
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=master_port, **extra)
             env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
             return subprocess.Popen([harness.PY, self.script, "--worker", "step"], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -464,6 +464,17 @@ class TestLaunchers(unittest.TestCase):
         first_out = first.communicate(timeout=60)[0]
         self.assertEqual((joined.returncode, first.returncode), (0, 0), joined_out + first_out)
         self.assertIn("rank 1 joined", joined_out)
+        # The store given by init_method, MASTER_PORT elsewhere: the message names the store.
+        first = rank_of("1111", 0)
+        time.sleep(3)
+        other = rank_of("2222", 1, master_port=str(int(port) ^ 1), TEST_GROUP="1/2",
+                        TEST_INIT="tcp://127.0.0.1:%s" % port)
+        out = other.communicate(timeout=60)[0]
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+        self.assertEqual(other.returncode, 3, out)
+        self.assertIn("the store at 127.0.0.1:%s belongs to another job" % port, out)
+        self.assertIn("both jobs were given the store 127.0.0.1:%s" % port, out)
 
     def test_setup_env_job_port(self):
         """Under mpirun with MASTER_PORT unset: Open MPI's job id gives a port of the job's own
@@ -507,10 +518,13 @@ def w_step():
 
     # TEST_GROUP="r/n": the rank and size given to init_process_group, not the launcher's (a
     # group built on purpose from several launches)
+    # TEST_INIT: init_method
     given = {}
     if os.environ.get("TEST_GROUP"):
         r, n = os.environ["TEST_GROUP"].split("/")
         given = {"rank": int(r), "world_size": int(n)}
+    if os.environ.get("TEST_INIT"):
+        given["init_method"] = os.environ["TEST_INIT"]
     try:
         dist.init_process_group("tutti", timeout=datetime.timedelta(seconds=20), **given)
     except Exception as e:  # noqa: BLE001  (the test reads the text)

@@ -340,15 +340,35 @@ def _check_job(store, rank, size, timeout):
     if theirs and theirs != job:
         # another process wrote it: only printable text goes into the message
         theirs = "".join(c if c.isprintable() else "?" for c in theirs[:200])
-        how = ("the port was derived from the job, and two jobs' derived ports met; set "
-               "MASTER_PORT to a port of this job's own" if _port_derived else
-               "both jobs were given MASTER_PORT=%s; give each job a port of its own, or leave "
-               "MASTER_PORT unset under mpirun or srun, and tutti_torch derives one from the job"
-               % os.environ.get("MASTER_PORT"))
+        host, port = _store_address(store)
+        env_port = os.environ.get("MASTER_PORT")
+        if port is not None and str(port) != env_port:
+            how = ("both jobs were given the store %s:%s; give each job a port of its own"
+                   % (host, port))
+        elif _port_derived:
+            how = ("the port was derived from the job, and two jobs' derived ports met; set "
+                   "MASTER_PORT to a port of this job's own")
+        else:
+            how = ("both jobs were given MASTER_PORT=%s; give each job a port of its own, or "
+                   "leave MASTER_PORT unset under mpirun or srun, and tutti_torch derives one "
+                   "from the job" % env_port)
+        where = ("the store at %s:%s" % (host, port) if port is not None else
+                 "the group's store")
         raise RuntimeError(
-            "tutti_torch: the store at %s:%s belongs to another job: its rank 0 is of %s, this "
-            "rank is of %s (%s)" % (os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"),
-                                   theirs, job, how))
+            "tutti_torch: %s belongs to another job: its rank 0 is of %s, this rank is of %s "
+            "(%s)" % (where, theirs, job, how))
+
+
+def _store_address(store):
+    """The host and port of the TCPStore under store's prefixes, or (None, None) for another
+    kind of store (a FileStore, a HashStore)."""
+    for _ in range(16):
+        if hasattr(store, "port") and hasattr(store, "host"):
+            return store.host, store.port
+        store = getattr(store, "underlying_store", None)
+        if store is None:
+            break
+    return None, None
 
 
 _generations = {}  # group name: groups of that name this process made (_create)

@@ -304,10 +304,10 @@ static tutti_status_t hdr_verdict(const void *page)
     return tutti__shm_hdr_check(page, h.size, 2, 1, 1, 0, &L);
 }
 
-/* A header whose sums agree with the file's size is not enough: a window size that wraps
- * around when rounded to pages made a segment of a few pages look like one with a window of
- * 2^64 bytes, which the algorithms would then write into; zero-sized slots or windows made
- * every send "corrupt". */
+/* A header whose sums agree with the file's size is not enough: a window size, or a ring of
+ * many large slots, that wraps around when rounded to pages made a segment of a few pages look
+ * like one with a window of 2^64 bytes or slots of 4 GiB, which the algorithms and the rings
+ * would then write into; zero-sized slots or windows made every send "corrupt". */
 START_TEST(test_header_bounds)
 {
     static _Alignas(64) unsigned char page[HDR_SPACE];
@@ -321,7 +321,9 @@ START_TEST(test_header_bounds)
         {1 << 20, 0, 8, 8},
         {0, 65536, 8, 8},
         {1 << 20, (uint64_t)UINT32_MAX + 1, 8, 8},
+        {1 << 20, UINT32_MAX, 8, UINT32_MAX - 63}, /* the rings' stride rounds up to 0 */
         {1 << 20, 65536, 0, 8},
+        {1 << 20, 65536, 8, 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         hdr_for(page, bad[i].region, bad[i].slot, bad[i].ncoll, bad[i].np2p);

@@ -338,9 +338,9 @@ static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int pe
         tutti__backoff_step_aside(b);
     if (c->net->sleep_waits && b->oversubscribed && b->iter >= YIELDS_FIRST) {
         b->iter++;
+        bool long_wait = tutti__backoff_waited(b) >= TUTTI__LONG_WAIT_S && !b->keep_polling;
         tutti__colo_sleep(c, peer, ready, arg,
-                          tutti__backoff_waited(b) < TUTTI__LONG_WAIT_S ? DOORBELL_SLEEP_S
-                                                                        : DOORBELL_LONG_SLEEP_S);
+                          long_wait ? DOORBELL_LONG_SLEEP_S : DOORBELL_SLEEP_S);
         return;
     }
     tutti__backoff_pause(b);
@@ -421,6 +421,8 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
     tutti__backoff_init(&b, c->net->oversubscribed);
+    if (c->net->links.ofi != NULL)
+        tutti__backoff_keep_polling(&b); /* its pieces count as moved only once whole */
     reqs_ready_t rr = {c, reqs, n, -1};
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));

@@ -80,12 +80,13 @@ typedef struct tutti__backoff {
     double start;        /* when the wait began, or data last moved; 0 while it spins */
     uint64_t moved_seen; /* tutti__moved when the wait last looked */
     bool oversubscribed;
+    bool keep_polling;   /* tutti__backoff_keep_polling */
 } tutti__backoff_t;
 
 /* tutti__moved counts the chunks this thread's transport progress has moved (a thread-local, so
  * counting costs no shared cache line). A wait that sees it change knows data flows, and goes
  * back to short pauses: a long sleep between the chunks of a large message would slow it. */
-extern __thread uint64_t tutti__moved;
+extern _Thread_local uint64_t tutti__moved;
 static inline void tutti__note_moved(void) { tutti__moved++; }
 
 void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed);
@@ -97,7 +98,8 @@ void tutti__backoff_pause(tutti__backoff_t *b);
  * one chunk per long sleep. */
 double tutti__backoff_waited(tutti__backoff_t *b);
 /* A wait this long without data moving sleeps 1 ms at a time (an idle waiter then costs about
- * 2% of a core): the peer is late by far more than the millisecond it may add. */
+ * 3% of a core): the peer is late by far more than the millisecond each waiter it held up may
+ * add once it comes (a chain of them: a millisecond a hop). */
 #define TUTTI__LONG_WAIT_S 1.0
 
 /* About 3 us of pause instructions (a pause is ~20 ns on Zen 4): longer than a hand-off between
@@ -111,6 +113,12 @@ static inline bool tutti__backoff_spinning(const tutti__backoff_t *b)
 {
     return !b->oversubscribed && b->iter <= TUTTI__SPIN_ITERS;
 }
+
+/* tutti__backoff_keep_polling keeps b's long waits at one short sleep in sixteen pauses (the
+ * rest yield), for a waiter whose data moves only while it polls and whose moving is not
+ * counted (an ofi piece, up to TUTTI_OFI_CHUNK, counts once it has all arrived), or which must
+ * answer at once (a worker told to spin). */
+static inline void tutti__backoff_keep_polling(tutti__backoff_t *b) { b->keep_polling = true; }
 
 /* tutti__backoff_step_aside makes the rest of b's wait yield at once, as if oversubscribed:
  * for a waiter that found the thread it waits for on its own core. */

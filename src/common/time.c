@@ -21,14 +21,14 @@ void tutti__sleep_us(unsigned us)
     nanosleep(&ts, NULL);
 }
 
-__thread uint64_t tutti__moved;
+_Thread_local uint64_t tutti__moved;
 
 void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed)
 {
     b->iter = 0;
-    b->start = 0.0;
-    b->moved_seen = tutti__moved;
+    b->start = 0.0; /* tutti__backoff_waited starts the clock, and reads tutti__moved, then */
     b->oversubscribed = oversubscribed;
+    b->keep_polling = false;
 }
 
 double tutti__backoff_waited(tutti__backoff_t *b)
@@ -59,11 +59,11 @@ void tutti__backoff_pause(tutti__backoff_t *b)
     /* Up to 50 ms, mostly yield: the peer is probably about to come. Past that, only sleep:
      * a yield costs as much as a short sleep's wake-up when nothing else wants the core, and
      * fifteen of them per sleep kept an idle waiter at a tenth of a core. */
-    if (waited < 0.05) {
+    if (waited < 0.05 || b->keep_polling) {
         if ((it & 15u) != 0)
             sched_yield();
         else
-            tutti__sleep_us(20u);
+            tutti__sleep_us(waited < 0.05 ? 20u : 200u);
         return;
     }
     tutti__sleep_us(waited < TUTTI__LONG_WAIT_S ? 200u : 1000u);

@@ -216,6 +216,7 @@ static void *worker_main(void *p)
         uint64_t g = e->gen;
         pthread_mutex_unlock(&e->lock);
         tutti__backoff_init(&b, e->comm->net.oversubscribed);
+        tutti__backoff_keep_polling(&b); /* told to spin: it must see new work at once */
         while (__atomic_load_n(&e->gen, __ATOMIC_ACQUIRE) == g &&
                !__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE) &&
                __atomic_load_n(&e->head, __ATOMIC_ACQUIRE) == NULL &&

@@ -50,16 +50,25 @@ static void finish(tutti_comm_t *comm, tutti__p2p_op_t *op)
     }
 }
 
+/* backoff_init starts a wait of the engine's: over ofi it keeps polling (a piece in flight
+ * moves only while someone polls, and counts as moved only once whole). */
+static void backoff_init(const tutti_comm_t *comm, tutti__backoff_t *b)
+{
+    tutti__backoff_init(b, comm->net.oversubscribed);
+    if (comm->net.links.ofi != NULL)
+        tutti__backoff_keep_polling(b);
+}
+
 /* progress_thread drives the engine while it has anything open: it spins briefly, then yields,
- * then sleeps longer the longer nothing ends or moves (tutti__backoff: a receive that waits for
- * seconds costs about 2% of a core); with nothing open it sleeps until the next asynchronous
+ * then sleeps longer the longer nothing ends or moves (tutti__backoff: over shm, a receive that
+ * waits for seconds costs about 3% of a core); with nothing open it sleeps until the next asynchronous
  * post. */
 static void *progress_thread(void *arg)
 {
     tutti_comm_t *comm = arg;
     tutti__p2p_pg_t *pg = comm->p2p;
     tutti__backoff_t b;
-    tutti__backoff_init(&b, comm->net.oversubscribed);
+    backoff_init(comm, &b);
     for (;;) {
         pthread_mutex_lock(&pg->lock);
         tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);
@@ -67,7 +76,7 @@ static void *progress_thread(void *arg)
         pthread_mutex_unlock(&pg->lock);
         if (done != NULL) {
             finish(comm, done);
-            tutti__backoff_init(&b, comm->net.oversubscribed);
+            backoff_init(comm, &b);
         }
         pthread_mutex_lock(&pg->tlock);
         if (!busy)
@@ -76,7 +85,7 @@ static void *progress_thread(void *arg)
         bool stop = pg->stop;
         if (pg->kick || !busy) {
             pg->kick = false;
-            tutti__backoff_init(&b, comm->net.oversubscribed);
+            backoff_init(comm, &b);
         }
         pthread_mutex_unlock(&pg->tlock);
         if (stop)
@@ -137,7 +146,7 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
         pthread_mutex_unlock(&pg->lock);
         finish(comm, done);
         tutti__backoff_t b;
-        tutti__backoff_init(&b, comm->net.oversubscribed);
+        backoff_init(comm, &b);
         bool busy = true;
         while (!__atomic_load_n(&op.done, __ATOMIC_ACQUIRE)) {
             if (pthread_mutex_trylock(&pg->lock) == 0) {

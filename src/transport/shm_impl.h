@@ -35,6 +35,11 @@
 #define SEG_VERSION 3u
 #define LINE 64u
 #define PAGE 4096u
+/* The largest TUTTI_SHM_WINDOW, TUTTI_SHM_SLOT and TUTTI_SHM_SLOTS (a header beyond them is
+ * refused: its sums could wrap around). */
+#define SHM_WINDOW_MAX (1L << 36)
+#define SHM_SLOT_MAX (1L << 26)
+#define SHM_SLOTS_MAX 1024
 #define HDR_SPACE 256u
 #define RING_HDR 128u /* head line + tail line */
 #define P2P_SLOTS 2u  /* user send/recv: double buffering is enough and saves memory */

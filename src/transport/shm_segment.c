@@ -20,6 +20,11 @@ bool tutti__shm_layout(layout_t *L, uint32_t nlocal, uint32_t nchan, uint32_t nw
                        uint32_t nslots_p2p)
 {
     memset(L, 0, sizeof *L);
+    /* The sizes may come from a header another rank wrote: bounded first, so that no sum or
+     * rounding below can wrap around and make a small segment look like a large one. */
+    if (region_size > SHM_WINDOW_MAX || slot_size > SHM_SLOT_MAX || nslots_coll > SHM_SLOTS_MAX ||
+        nslots_p2p > SHM_SLOTS_MAX || nlocal == 0 || nchan == 0)
+        return false;
     L->nlocal = nlocal;
     L->nchan = nchan;
     L->nwin = nwin;
@@ -78,9 +83,9 @@ static tutti_status_t sys_error(const char *what, const char *name)
 static tutti_status_t read_knobs(uint32_t nlocal, uint32_t nchan, uint32_t nwin, layout_t *L)
 {
     long window = 0, slot = 0, slots = 0;
-    TUTTI__CHECK(tutti__env_bytes("TUTTI_SHM_WINDOW", 64, 1L << 36, &window));
-    TUTTI__CHECK(tutti__env_bytes("TUTTI_SHM_SLOT", 64, 1L << 26, &slot));
-    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOTS", 2, 1024, &slots));
+    TUTTI__CHECK(tutti__env_bytes("TUTTI_SHM_WINDOW", 64, SHM_WINDOW_MAX, &window));
+    TUTTI__CHECK(tutti__env_bytes("TUTTI_SHM_SLOT", 64, SHM_SLOT_MAX, &slot));
+    TUTTI__CHECK(tutti__env_long("TUTTI_SHM_SLOTS", 2, SHM_SLOTS_MAX, &slots));
     uint32_t p2p = (uint32_t)slots < P2P_SLOTS ? (uint32_t)slots : P2P_SLOTS;
     /* One slice keeps the whole window; several share it, but each keeps enough room that a
      * direct algorithm does not degenerate into tiny rounds. */
@@ -189,8 +194,8 @@ tutti_status_t tutti__shm_hdr_check(const void *base, uint64_t file_size, uint32
                               "windows but this rank expects %u and %u: the ranks of this node "
                               "disagree on the number of collective slices (worker settings)",
                               leader, h->nchan, h->nwin, nchan, nwin);
-    } else if (h->slot_size == 0 || h->slot_size > UINT32_MAX || h->region_size == 0 ||
-               h->region_size > h->size || h->nslots_coll == 0 || h->nslots_p2p == 0 ||
+    } else if (h->slot_size == 0 || h->region_size == 0 || h->nslots_coll == 0 ||
+               h->nslots_p2p == 0 ||
                !tutti__shm_layout(L, nlocal, nchan, nwin, h->region_size, h->slot_size,
                                   h->nslots_coll, h->nslots_p2p) ||
                L->size != h->size) {

@@ -86,7 +86,8 @@ static tutti_status_t parse(tutti_comm_t *comm, tutti_coll_t coll, const char *s
                                      comm->net.topo.ppn_max,
                                      comm->net.links.ofi && comm->net.links.shm ? "shm+ofi"
                                      : comm->net.links.ofi                      ? "ofi"
-                                                                                : "shm",
+                                     : comm->net.links.shm                      ? "shm"
+                                                                                : "none",
                                      valid);
         size_t lo = 0, hi = SIZE_MAX;
         if (colon != NULL) {

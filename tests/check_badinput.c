@@ -254,6 +254,31 @@ static void bad_collectives(bctx_t *c)
                              "counts nor their values: \"%s\"", tutti_last_error());
     }
 
+    /* TUTTI_IN_PLACE where memory is needed: a receive buffer, or both buffers (the library
+     * wrote through address 1 and the process died) */
+    void *const ip = (void *)TUTTI_IN_PLACE;
+    BAD(INV, tutti_allreduce(c->S, ip, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_allreduce(ip, ip, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL));
+    BAD(INV, tutti_allgather(c->S, ip, 1, TUTTI_FLOAT32, comm, &c->w));
+    BAD(INV, tutti_allgather(ip, ip, 1, TUTTI_FLOAT32, comm, NULL));
+    BAD(INV, tutti_allgatherv(c->S, 1, ip, counts, displs, TUTTI_FLOAT32, comm, &c->w));
+    BAD(INV, tutti_alltoall(c->S, ip, 1, TUTTI_FLOAT32, comm, &c->w));
+    BAD(INV, tutti_alltoallv(ip, counts, displs, ip, counts, displs, TUTTI_FLOAT32, comm, NULL));
+    BAD(INV, tutti_reduce_scatter(c->S, ip, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, &c->w));
+    BAD(INV, tutti_reduce(c->S, ip, 4, TUTTI_FLOAT32, TUTTI_SUM, c->rank, comm, &c->w));
+    BAD(INV, tutti_broadcast(ip, 1, TUTTI_INT8, 0, comm, &c->w));
+    {
+        const void *sbufs[1] = {c->S};
+        void *rbufs[1] = {ip};
+        size_t n1[1] = {4};
+        BAD(INV, tutti_allreduce_coalesced(sbufs, rbufs, n1, 1, TUTTI_FLOAT32, TUTTI_SUM, comm,
+                                           &c->w));
+    }
+    if (P > 1) {
+        BAD(INV, tutti_send(ip, 1, TUTTI_INT8, (c->rank + 1) % P, 0, comm, &c->w));
+        BAD(INV, tutti_recv(ip, 1, TUTTI_INT8, (c->rank + 1) % P, 0, comm, &c->w));
+    }
+
     /* send / recv */
     BAD(INV, tutti_send(NULL, 4, TUTTI_INT8, 0, 0, comm, &c->w));
     BAD(INV, tutti_recv(NULL, 4, TUTTI_INT8, 0, 0, comm, &c->w));

@@ -61,9 +61,16 @@ static tutti_status_t check_bytes(tutti_comm_t *comm, const char *fn, size_t cou
     return TUTTI_OK;
 }
 
+/* check_buf checks a buffer the call reads or writes bytes of. TUTTI_IN_PLACE is not memory:
+ * callers put recvbuf (or its block) in place of a sendbuf that is TUTTI_IN_PLACE first, so
+ * here it is a receive buffer, or a sendbuf that stands for one that was. */
 static tutti_status_t check_buf(tutti_comm_t *comm, const char *fn, const char *what,
                                 const void *buf, size_t bytes)
 {
+    if (buf == TUTTI_IN_PLACE)
+        return BAD(comm, "%s: %s is TUTTI_IN_PLACE, which only a sendbuf may be (the input then "
+                         "lies in recvbuf, which must be memory)",
+                   fn, strcmp(what, "sendbuf") == 0 ? "recvbuf" : what);
     if (buf == NULL && bytes > 0)
         return BAD(comm, "%s: %s is NULL but %zu bytes are to be %s", fn, what, bytes,
                    strcmp(what, "recvbuf") == 0   ? "written"
@@ -251,6 +258,10 @@ TUTTI_API tutti_status_t tutti_allreduce_coalesced(const void *const *sendbufs,
         const void *sb = sendbufs && sendbufs[i] != TUTTI_IN_PLACE ? sendbufs[i] : recvbufs[i];
         if ((sb == NULL || recvbufs[i] == NULL) && bytes > 0)
             return BAD(comm, "%s: buffer %d is NULL but holds %zu bytes", fn, i, bytes);
+        if (recvbufs[i] == TUTTI_IN_PLACE)
+            return BAD(comm, "%s: recvbufs[%d] is TUTTI_IN_PLACE, which only a sendbufs entry may "
+                             "be (the input then lies in recvbufs[%d])",
+                       fn, i, i);
     }
     size_t head = sizeof(coalesced_t) + (size_t)nbufs * (sizeof(size_t) + sizeof(void *));
     head = (head + 63) & ~(size_t)63;

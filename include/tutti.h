@@ -491,14 +491,16 @@ TUTTI_API const char *tutti_work_error(const tutti_work_t *work);
  * point-to-point engine); if it has completed already, at once in the calling thread. At
  * most one callback per handle (a second call returns TUTTI_ERR_INVALID_ARG). The callback may
  * query the handle and post new operations, but must not wait on operations of the same
- * communicator.
+ * communicator: such a wait, on one not yet complete, returns TUTTI_ERR_INVALID_ARG (it would
+ * wait for the very thread it runs on).
  */
 TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *work,
                                                 void (*fn)(tutti_work_t *work, void *arg),
                                                 void *arg);
 
 /** Free a handle (NULL is fine). A handle still in progress is waited for first (up to its
- *  deadline); its memory lives until the operation and its callback are done. */
+ *  deadline); its memory lives until the operation and its callback are done. As with MPI's
+ *  requests, no other thread may use the handle (wait, test, query) once free is called. */
 TUTTI_API void tutti_work_free(tutti_work_t *work);
 
 #ifdef __cplusplus

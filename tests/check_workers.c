@@ -181,6 +181,22 @@ static void on_done(tutti_work_t *w, void *arg)
     __atomic_add_fetch(&r->calls, 1, __ATOMIC_RELEASE); /* publishes the two fields above */
 }
 
+/* waits_in_callback is a callback that waits for a later operation of its own communicator (the
+ * header forbids it): it hung for good, past every deadline; now the wait is refused. */
+typedef struct later {
+    tutti_work_t *b;
+    tutti_status_t st;
+    int calls;
+} later_t;
+
+static void waits_in_callback(tutti_work_t *w, void *arg)
+{
+    (void)w;
+    later_t *l = arg;
+    l->st = tutti_work_wait(l->b, -1);
+    __atomic_add_fetch(&l->calls, 1, __ATOMIC_RELEASE);
+}
+
 static int async_rank(int rank, int size, void *arg)
 {
     (void)arg;
@@ -227,6 +243,29 @@ static int async_rank(int rank, int size, void *arg)
         rc = th_fail("callback: %d call(s), on a worker: %d, status %d", rec.calls, rec.on_worker,
                      rec.status);
     tutti_work_free(w);
+
+    /* A callback that waits for a later operation of the same communicator is refused; rank 1
+     * comes late, so that the first operation is still queued when its callback is set. */
+    if (rank == 1)
+        usleep(300000);
+    tutti_work_t *a = NULL;
+    later_t l = {0};
+    st = tutti_allreduce(TUTTI_IN_PLACE, big, BIG, TUTTI_FLOAT32, TUTTI_SUM, comm, &a);
+    if (st == TUTTI_OK)
+        st = tutti_allreduce(TUTTI_IN_PLACE, big, BIG, TUTTI_FLOAT32, TUTTI_SUM, comm, &l.b);
+    if (st != TUTTI_OK)
+        return th_fail("post: %s", tutti_strerror(st));
+    tutti_work_on_complete(a, waits_in_callback, &l);
+    if ((st = tutti_work_wait(l.b, 30)) != TUTTI_OK || (st = tutti_work_wait(a, 30)) != TUTTI_OK)
+        rc = th_fail("the two operations: %s", tutti_strerror(st));
+    for (double t1 = th_now(); __atomic_load_n(&l.calls, __ATOMIC_ACQUIRE) == 0 &&
+                               th_now() - t1 < 20;)
+        usleep(1000);
+    /* done already (the callback came after both) is fine too: only a hang is not */
+    if (l.calls != 1 || (l.st != TUTTI_ERR_INVALID_ARG && l.st != TUTTI_OK))
+        rc = th_fail("a wait in a callback: %d call(s), status %d", l.calls, l.st);
+    tutti_work_free(a);
+    tutti_work_free(l.b);
 
     /* Order: many operations in flight at once, each on its own buffer, completed in order. */
     int32_t *bufs = malloc(NOPS * 1000 * sizeof(int32_t));

@@ -25,13 +25,22 @@ void tutti__work_release(tutti_work_t *w)
     }
 }
 
+/* The communicator whose completion callback this thread runs, if any: the thread is then the
+ * one that completes that communicator's operations (a worker, or the p2p engine's driver), so
+ * a wait there for another of them would wait for itself. */
+static _Thread_local const tutti_comm_t *in_callback;
+
 void tutti__work_complete(tutti_work_t *w, tutti_status_t st)
 {
     w->status = st;
     if (__atomic_exchange_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_ACQ_REL) == TUTTI__WORK_SLEEPERS)
         futex_wake_all(&w->state);
-    if (__atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL) == 1)
+    if (__atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL) == 1) {
+        const tutti_comm_t *outer = in_callback;
+        in_callback = w->comm;
         w->cb(w, w->cb_arg);
+        in_callback = outer;
+    }
 }
 
 static bool done(const tutti_work_t *w)
@@ -47,6 +56,12 @@ TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *w, double timeout_s)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "tutti_work_wait: timeout_s is NaN: pass seconds, or a negative "
                                 "number to wait up to the operation's own deadline");
+    if (in_callback != NULL && in_callback == w->comm && !done(w))
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "tutti_work_wait: a completion callback waits for another "
+                                "operation of its own communicator, which cannot complete while "
+                                "the callback runs on the thread that completes it; post it in "
+                                "the callback, and wait for it outside");
     double deadline = timeout_s < 0 ? -1.0 : tutti__now() + timeout_s;
     /* Spin briefly, then yield for a while: operations often end within microseconds, a sleep
      * costs several to wake from, and yielding hands the core to the worker doing the work. */

@@ -39,7 +39,7 @@ typedef struct mcase {
 } mcase_t;
 
 enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS, WIN_VS_MSG,
-       TAG_HIGH };
+       TAG_HIGH, EMPTY_THEN_WIN };
 
 static const mcase_t cases[] = {
     {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0},
@@ -50,6 +50,13 @@ static const mcase_t cases[] = {
     {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0, 0, 0},
     {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0},
     {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 "}, 0, 0, 0},
+    /* The others' call goes by messages (the ring), the odd rank's empty one meets no one and
+     * its next one waits in the window: both waited out the timeout, each for a call the other
+     * was not in, until a message wait looked for a peer already in a later window call. */
+    {"an empty call, then a window call", "shm", "CCL_ALLREDUCE=ring:1024-max", 2, 1,
+     EMPTY_THEN_WIN, {"1000 fp32", "8 fp32"}, 1, 0, 0},
+    {"an empty call, then a window call, 3 ranks", "shm", "CCL_ALLREDUCE=ring:1024-max", 3, 2,
+     EMPTY_THEN_WIN, {"1000 fp32", "8 fp32"}, 1, 0, 0},
     /* alltoallv: the odd rank sends 3 elements to rank 0, which expects 5 (window paths
      * compare each pair's counts; the message path compares lengths) */
     {"alltoallv counts (direct)", "shm", NULL, 2, 1, VCOUNTS, {"alltoallv", "sends 3 elements"}, 2, 0, 0},
@@ -109,6 +116,10 @@ static tutti_status_t post(const mcase_t *mc, int rank, tutti_comm_t *comm, floa
         if (odd && tutti_allreduce(x, y, 0, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
             return TUTTI_ERR_INTERNAL;
         return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case EMPTY_THEN_WIN:
+        if (odd && tutti_allreduce(x, y, 0, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
+            return TUTTI_ERR_INTERNAL;
+        return tutti_allreduce(x, y, odd ? 8 : 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
     case WIN_VS_MSG:
         if (odd && tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE, "ring") != TUTTI_OK)
             return TUTTI_ERR_INTERNAL;

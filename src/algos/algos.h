@@ -148,6 +148,12 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
  * whole communicator. */
 tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r);
 
+/* tutti__win_peer_ahead is for the same wait: true, with its descriptor in *d, when rank r has
+ * described a window call numbered after c. r then passed c's number without sending what c
+ * still waits for from it, unless that is in flight (the caller progresses once more and looks
+ * again): r's call of that number was empty, or other than c. */
+bool tutti__win_peer_ahead(tutti__coll_t *c, int r, tutti__calldesc_t *d);
+
 /* tutti__resumed_check is for the end of a call that succeeded over ofi: where this process
  * may have been stopped lately (tutti__live_stalled) and a peer said meanwhile that its
  * communicator failed in this call or before it, the peers have reported the call failed, so

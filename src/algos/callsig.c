@@ -376,6 +376,20 @@ tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r)
     return TUTTI_OK;
 }
 
+bool tutti__win_peer_ahead(tutti__coll_t *c, int r, tutti__calldesc_t *d)
+{
+    tutti__window_t *w = tutti__coll_window(c);
+    if (w == NULL || c->group != NULL || w->nranks != c->size || r == c->rank)
+        return false;
+    const uint64_t seq = tutti__sig_desc(c).seq;
+    for (unsigned p = 0; p < 2; p++) {
+        uint64_t v = __atomic_load_n(&w->calls[r][p], __ATOMIC_ACQUIRE);
+        if (v != 0 && read_desc(w, r, p, v, d) && d->seq > seq)
+            return true;
+    }
+    return false;
+}
+
 static void fail_window(tutti__window_t *w, uint64_t word)
 {
     if (w == NULL)

@@ -414,6 +414,15 @@ tutti_status_t tutti__resumed_check(tutti__coll_t *c)
                 gap, r, tutti_strerror(st), (unsigned long long)seq);
 }
 
+/* peer_pending tells whether a request with peer is still not done. */
+static bool peer_pending(const tutti__req_t *reqs, int n, int peer)
+{
+    for (int i = 0; i < n; i++)
+        if (reqs[i].peer == peer && !__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE))
+            return true;
+    return false;
+}
+
 /* How long a message wait goes before it looks whether a missing peer is in a window call. */
 #define MSG_VS_WINDOW_S 0.2
 
@@ -474,8 +483,19 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
              * number: another algorithm, a mismatch that neither side would see otherwise
              * before the timeout. */
             if (tutti__now() - (c->deadline - tutti__coll_timeout(c)) > MSG_VS_WINDOW_S)
-                for (int i = 0; i < nm; i++)
+                for (int i = 0; i < nm; i++) {
                     TUTTI__CHECK(tutti__win_check_msg(c, missing[i]));
+                    tutti__calldesc_t d;
+                    if (tutti__win_peer_ahead(c, missing[i], &d)) {
+                        /* what it sent before it went on is in the rings by now */
+                        TUTTI__CHECK(progress_all(c));
+                        if (peer_pending(reqs, n, missing[i]))
+                            return tutti__sig_mismatch(
+                                c, missing[i], &d,
+                                "(it went on to that call without sending what this rank's "
+                                "call waits for from it: was its call empty, 0 elements?)");
+                    }
+                }
         }
         rr.peer = first;
         pause_for(c, &b, it, first, peer_reqs_done, &rr);

@@ -206,6 +206,9 @@ TUTTI_API tutti_status_t tutti_comm_init(int rank, int size, const tutti_oob_t *
  * of one while a peer waits in the destroy of another waits until the timeout, and gets
  * TUTTI_ERR_TIMEOUT. A child of fork() can neither use nor destroy its parent's communicators
  * (TUTTI_ERR_INVALID_COMM, saying so; the parent's go on unharmed); it may create its own.
+ * No other thread may be inside a call on comm meanwhile (the memory it uses is freed): a
+ * watchdog thread calls tutti_comm_abort, which ends such calls at once, and the destroy comes
+ * once they have returned.
  */
 TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm);
 

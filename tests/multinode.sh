@@ -416,6 +416,29 @@ part_faults() {
         fault_trial "seed $seed: link of host 1 cut during $fam ($count fp32) after ${delay}s" \
             "$fam" "$count" cut 1 "$delay"
     fi
+    # The end of a communicator right after an eager send across a link that is down: the
+    # sender waits for the silent peer (it used to end after its 1 s timeout, and the message,
+    # still on its way, was lost) and the receiver for the data after the sender's goodbye.
+    local d="$tmp/lastsend" lp
+    rm -rf "$d" && mkdir -p "$d"
+    launch env -- env TUTTI_TIMEOUT=60 "$faults" lastsend "$d" &
+    lp=$!
+    for ((i = 0; i < 600; i++)); do
+        [ "$(ls "$d" | grep -c '^ready\.')" = 4 ] && break
+        sleep 0.05
+    done
+    ip link set "tcv${name}1" down
+    touch "$d/go"
+    sleep 5
+    ip link set "tcv${name}1" up
+    wait "$lp"
+    rc=$?
+    if [ $rc = 0 ] && [ "$(grep -c '^verdict ok' "$tmp/out")" = 2 ]; then
+        ok "an eager send, then the end, while the link is down for 5 s: the message arrives"
+    else
+        echo "exit status $rc" >>"$tmp/out"
+        notok "an eager send, then the end, while the link is down for 5 s" "$tmp/out"
+    fi
     # A full /dev/shm (a 64 KiB tmpfs over it, filled, in a mount namespace of its own; two
     # ranks on this machine): the shared segment is a memfd, which needs no room there.
     if unshare -m true 2>/dev/null; then

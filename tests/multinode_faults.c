@@ -21,6 +21,14 @@
  * communicator failed, which a peer's notice reports) and every call before the fault returned
  * the exact result; else "verdict bad rank R: ...". A call that returns TUTTI_OK with a wrong
  * result prints "verdict bad ... wrong result". Exit 0 on ok, 1 on bad, 2 on setup errors.
+ *
+ *   multinode_faults lastsend DIR
+ *
+ * Rank 0's last act is an eager send to the first rank of host 1, then the end of its
+ * communicator with the timeout lowered to 1 s (as tutti_torch ends a group in 2 s); the script
+ * cuts host 1's link once every rank wrote DIR/ready.R, writes DIR/go, and restores the link
+ * seconds later. The receiver prints "verdict ok" when the message arrived whole: before, rank
+ * 0 ended 1 s after the send, and the message, still on its way, was lost.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,8 +116,59 @@ static int names_one(const char *text, const char *s, int size)
     return 0;
 }
 
+static int last_send(const char *dir)
+{
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK) {
+        printf("verdict bad: init: %s\n", tutti_last_error());
+        return 2;
+    }
+    int rank = tutti_comm_rank(comm), size = tutti_comm_size(comm), peer = size / 2;
+    unsigned char b[1024];
+    memset(b, 1, sizeof b);
+    tutti_status_t st = TUTTI_OK; /* a first message: the two are connected before the cut */
+    if (rank == 0)
+        st = tutti_send(b, sizeof b, TUTTI_UINT8, peer, 1, comm, NULL);
+    else if (rank == peer)
+        st = tutti_recv(b, sizeof b, TUTTI_UINT8, 0, 1, comm, NULL);
+    if (st != TUTTI_OK) {
+        printf("verdict bad rank %d: setup: %s\n", rank, tutti_comm_last_error(comm));
+        return 2;
+    }
+    mn_touch(dir, "ready", rank, "1");
+    int rc = 0;
+    if (rank == 0) {
+        char go[4096];
+        snprintf(go, sizeof go, "%s/go", dir);
+        for (int i = 0; i < 600 && access(go, F_OK) != 0; i++)
+            usleep(50000);
+        for (size_t i = 0; i < sizeof b; i++)
+            b[i] = (unsigned char)(i * 7 + 3);
+        st = tutti_send(b, sizeof b, TUTTI_UINT8, peer, 2, comm, NULL);
+        printf("verdict %s rank 0: the send returned %d\n", st == TUTTI_OK ? "ok" : "bad", st);
+        rc = st != TUTTI_OK;
+        tutti_comm_set_timeout(comm, 1.0);
+    } else if (rank == peer) {
+        memset(b, 0, sizeof b);
+        st = tutti_recv(b, sizeof b, TUTTI_UINT8, 0, 2, comm, NULL);
+        size_t bad = 0;
+        for (size_t i = 0; st == TUTTI_OK && i < sizeof b; i++)
+            bad += b[i] != (unsigned char)(i * 7 + 3);
+        if (st == TUTTI_OK && bad == 0)
+            printf("verdict ok rank %d: the message arrived whole\n", rank);
+        else
+            printf("verdict bad rank %d: %d (%s), %zu bytes wrong\n", rank, st,
+                   st == TUTTI_OK ? "" : tutti_comm_last_error(comm), bad);
+        rc = st != TUTTI_OK || bad != 0;
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "lastsend") == 0)
+        return last_send(argv[2]);
     if (argc != 6) {
         fprintf(stderr, "usage: multinode_faults FAMILY COUNT DIR died|unresponsive|unreachable VICTIMS\n");
         return 2;

@@ -6,9 +6,6 @@
 
 #include "p2p_impl.h"
 
-/* How long a departed peer's data may still arrive before the ops that wait for it fail (as
- * for collectives). */
-#define LEFT_GRACE_S 1.0
 /* How often the liveness mesh is asked (as for collectives). */
 #define LIVE_PERIOD 0.05
 
@@ -244,7 +241,7 @@ static void fail_orphaned_any(tutti__p2p_t *e, double now)
         const tutti__p2p_peer_t *q = &e->peers[p];
         if (p != e->rank && !q->broken &&
             (!tutti__live_left(e->net->live, p) || q->left_seen == 0.0 ||
-             now - q->left_seen <= LEFT_GRACE_S))
+             now - q->left_seen <= tutti__live_left_grace(e->net->live, p)))
             return;
     }
     tutti__p2p_op_t *next;
@@ -283,7 +280,8 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
             if (q->left_seen == 0.0 || q->nrx != q->nrx_seen) { /* its data still comes */
                 q->left_seen = now;
                 q->nrx_seen = q->nrx;
-            } else if (now - q->left_seen > LEFT_GRACE_S && q->nops > 0)
+            } else if (q->nops > 0 &&
+                       now - q->left_seen > tutti__live_left_grace(net->live, p))
                 peer_left(e, p,
                           "rank %d destroyed its communicator while this rank still had "
                           "point-to-point operations with it: a rank must finish its sends and "

@@ -11,8 +11,6 @@
 /* How often a waiting rank asks the liveness mesh whether a peer died: often enough that a
  * death becomes an error well within a second, rarely enough to cost nothing. */
 #define LIVE_CHECK_PERIOD 0.05
-/* How long a wait still gives data from a peer that destroyed its communicator to arrive. */
-#define LEFT_GRACE_S 1.0
 
 /* describe writes "allreduce #12 (ring, 4096 bytes of fp32)" for error texts. */
 static int describe(const tutti__coll_t *c, char *buf, size_t cap)
@@ -275,7 +273,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         if (c->left_seen == 0.0 || c->left_rank != missing[i]) {
             c->left_seen = now;
             c->left_rank = missing[i];
-        } else if (now - c->left_seen > LEFT_GRACE_S)
+        } else if (now - c->left_seen > tutti__live_left_grace(net->live, missing[i]))
             return fail(c, TUTTI_ERR_PEER_FAILED,
                         "rank %d destroyed its communicator while this rank still waited for it "
                         "here, so it will not join this call: it failed or exited (its own "

@@ -42,6 +42,7 @@ typedef struct peer {
     unsigned char state; /* PEER_*; read without the lock by tutti__live_left */
     bool bye_sent;
     double heard;        /* when a byte from it was last read (tutti__live_silent) */
+    double resumed;      /* when it was heard again after a silence (tutti__live_resumed) */
     unsigned char rec_left, rec[FAIL_REC]; /* a failure notice being read */
     int fail_status;     /* its communicator's failure, from its notice; 0: none */
     uint64_t fail_seq;
@@ -259,7 +260,10 @@ static bool mail_byte(const tutti__liveness_t *l, peer_t *p, unsigned char b)
  * they do not parse. */
 static bool take(const tutti__liveness_t *l, peer_t *p, const unsigned char *b, size_t n)
 {
-    double now = tutti__now();
+    double now = tutti__now(), before;
+    __atomic_load(&p->heard, &before, __ATOMIC_RELAXED);
+    if (l->beat_on && before > 0 && now - before > TUTTI__LIVE_SILENCE_S)
+        __atomic_store(&p->resumed, &now, __ATOMIC_RELAXED);
     __atomic_store(&p->heard, &now, __ATOMIC_RELAXED);
     for (size_t i = 0; i < n; i++) {
         if (p->in_mail) {
@@ -832,6 +836,41 @@ bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int from, int *ran
         if (s > limit_s) {
             *rank = r;
             *silent_s = s;
+            return true;
+        }
+    }
+    return false;
+}
+
+double tutti__live_resumed(const tutti__liveness_t *l, int rank)
+{
+    if (l == NULL || rank < 0 || rank >= l->size)
+        return 0.0;
+    double t;
+    __atomic_load(&l->peers[rank].resumed, &t, __ATOMIC_RELAXED);
+    return t;
+}
+
+double tutti__live_left_grace(const tutti__liveness_t *l, int rank)
+{
+    const double after_silence = 30.0;
+    return tutti__live_resumed(l, rank) > tutti__now() - after_silence ? after_silence : 1.0;
+}
+
+bool tutti__live_troubled(tutti__liveness_t *l, double since, int *rank)
+{
+    if (l == NULL || l->forked || !l->beat_on)
+        return false;
+    double now = tutti__now();
+    for (int r = 0; r < l->size; r++) {
+        const peer_t *p = &l->peers[r];
+        if (r == l->rank || __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != PEER_ALIVE)
+            continue;
+        double heard, resumed;
+        __atomic_load(&p->heard, &heard, __ATOMIC_RELAXED);
+        __atomic_load(&p->resumed, &resumed, __ATOMIC_RELAXED);
+        if (now - heard > TUTTI__LIVE_SILENCE_S || (resumed > 0 && resumed >= since)) {
+            *rank = r;
             return true;
         }
     }

@@ -64,6 +64,24 @@ double tutti__live_stalled(const tutti__liveness_t *l);
 bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int from, int *rank,
                         double *silent_s);
 
+/* A peer that sent nothing for this long was unreachable or stopped, not merely busy: its
+ * heartbeats come every 0.25 s at most. */
+#define TUTTI__LIVE_SILENCE_S 1.0
+
+/* tutti__live_resumed is when rank was last heard again after a silence of more than
+ * TUTTI__LIVE_SILENCE_S (a link down and up, a stop and continue), 0.0 if never: what it sent
+ * before, over other connections, may still be on its way. */
+double tutti__live_resumed(const tutti__liveness_t *l, int rank);
+
+/* tutti__live_left_grace is how long data rank sent before it left (its goodbye) may still take
+ * to arrive: a second; 30 s when it was silent lately (after a link down and up, its data comes
+ * when TCP resends it, seconds after the goodbye that came on another connection). */
+double tutti__live_left_grace(const tutti__liveness_t *l, int rank);
+
+/* tutti__live_troubled tells whether a peer that neither died nor left is silent now, or was
+ * heard again after a silence at `since` or later (*rank: the lowest such). */
+bool tutti__live_troubled(tutti__liveness_t *l, double since, int *rank);
+
 /* tutti__live_notify_failed tells every peer that this rank's communicator failed with st in
  * its call seq (best effort: a peer whose buffer is full does not get it); relayed: this rank
  * only passes on a failure that another rank found; blame: the other rank of a mismatch, or -1. */

@@ -125,6 +125,48 @@ tutti_status_t tutti__comm_error(tutti_comm_t *c, tutti_status_t status, const c
 }
 
 
+/* How long a destroy goes on waiting, past its timeout, for a peer that was silent lately. */
+#define TROUBLED_WAIT_S 60.0
+
+/* goodbye_troubled is the rest of a healthy destroy whose wait for the peers' goodbyes timed
+ * out (a timeout lowered for the end, as tutti_torch's 2 s). If a peer that has not ended is
+ * silent (no heartbeat: a link down, or a stopped process), or was heard again only while this
+ * rank waited, what this rank sent it last may not have reached it (an eager send completes
+ * when it is queued, and TCP resends only after its backoff), and ending now would lose it. So
+ * the wait goes on, polling the transport, until that peer too has ended (or died), up to the
+ * timeout the communicator was created with, at most TROUBLED_WAIT_S; its receive waits as
+ * long for data after this rank's goodbye (p2p_fail.c). Peers that only run late, and beat,
+ * are not waited for. */
+static tutti_status_t goodbye_troubled(tutti_comm_t *comm, double began)
+{
+    int r;
+    if (!tutti__live_troubled(comm->net.live, began - TUTTI__LIVE_SILENCE_S, &r))
+        return TUTTI_ERR_TIMEOUT; /* its error names the late ranks */
+    double until =
+        began + (comm->cfg.timeout < TROUBLED_WAIT_S ? comm->cfg.timeout : TROUBLED_WAIT_S);
+    TUTTI__LOG(TUTTI__LOG_WARN,
+               "rank %d: the end of the communicator waits for rank %d, which was silent (a link "
+               "down, or a stopped process?), so that what this rank sent it last is not lost: "
+               "up to %.0f s more",
+               comm->rank, r, until - tutti__now());
+    tutti_status_t st = TUTTI_ERR_TIMEOUT;
+    while (st == TUTTI_ERR_TIMEOUT && tutti__now() < until) {
+        tutti__transport_t *ofi = comm->net.links.ofi;
+        if (ofi != NULL)
+            (void)ofi->ops->progress(ofi);
+        double next = tutti__now() + 0.01;
+        st = tutti__live_goodbye(comm->net.live, true, next < until ? next : until);
+    }
+    if (st == TUTTI_ERR_TIMEOUT)
+        st = tutti__set_error(TUTTI_ERR_TIMEOUT,
+                              "rank %d waited %.3g s for its peers to destroy the communicator "
+                              "too; rank %d was silent for a while (a link down, a host gone, or "
+                              "a stopped process): what this rank sent it last may not have "
+                              "reached it",
+                              comm->rank, tutti__now() - began, r);
+    return st;
+}
+
 TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
 {
     if (!tutti__comm_valid(comm))
@@ -145,7 +187,10 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
     /* A healthy communicator waits for its peers: a peer may still be reading this rank's shared
      * memory or receiving its last message. A failed one has nothing left to protect. */
     bool wait = comm->failed == TUTTI_OK;
-    tutti_status_t st = tutti__live_goodbye(comm->net.live, wait, tutti__now() + tutti__net_timeout(&comm->net));
+    double now = tutti__now();
+    tutti_status_t st = tutti__live_goodbye(comm->net.live, wait, now + tutti__net_timeout(&comm->net));
+    if (wait && st == TUTTI_ERR_TIMEOUT)
+        st = goodbye_troubled(comm, now);
     tutti__comm_free(comm);
     return st;
 }

@@ -372,6 +372,25 @@ class TestLaunchers(unittest.TestCase):
                 warnings.simplefilter("error")
                 tutti_torch.setup_env_from_launcher(env)
 
+    def test_setup_env_hosts_without_master_addr(self):
+        """mpirun across hosts with MASTER_ADDR unset: refused at once, as plain torch does
+        (127.0.0.1 was taken, and every rank waited out its timeout for a store no other host
+        reaches); on one host, or with MASTER_ADDR set, 127.0.0.1 or that address."""
+        import tutti_torch
+
+        for env in ({"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALNRANKS": "2"},
+                    {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
+                     "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}):
+            with self.assertRaisesRegex(ValueError, "MASTER_ADDR is not set, and this job spans "
+                                                    "several hosts"):
+                tutti_torch.setup_env_from_launcher(dict(env))
+            on_one = dict(env, MPI_LOCALNRANKS="4", OMPI_COMM_WORLD_LOCAL_SIZE="4")
+            tutti_torch.setup_env_from_launcher(on_one)
+            self.assertEqual(on_one["MASTER_ADDR"], "127.0.0.1")
+            given = dict(env, MASTER_ADDR="10.0.0.1")
+            tutti_torch.setup_env_from_launcher(given)
+            self.assertEqual(given["MASTER_ADDR"], "10.0.0.1")
+
     def test_import_in_batch_shell(self):
         """Python run in an sbatch script or salloc shell of 2 tasks without srun: importing
         tutti_torch warns that it needs srun and makes it a job of one, as libtutti does (it said
@@ -501,7 +520,7 @@ class TestLaunchers(unittest.TestCase):
         tutti_torch.setup_env_from_launcher(env)
         self.assertEqual(env["MASTER_PORT"], "29500")
         for local in ("2", "1", None):  # not under a Hydra proxy here
-            env = {"PMI_RANK": "0", "PMI_SIZE": "2"}
+            env = {"PMI_RANK": "0", "PMI_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
             if local:
                 env["MPI_LOCALNRANKS"] = local
             tutti_torch.setup_env_from_launcher(env)

@@ -292,6 +292,13 @@ def setup_env_from_launcher(environ=None):
         derived, job = _launcher_port(env, names)
         port = derived or port
     if not env.get("MASTER_ADDR"):
+        # 127.0.0.1 serves a job on one host; one that spans hosts would wait out its timeout
+        # for a store no other host can reach (plain torch refuses at once, as here)
+        here = _first_int(env, ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"), None)
+        if addr == "127.0.0.1" and here is not None and here < size:
+            raise ValueError("tutti_torch: MASTER_ADDR is not set, and this job spans several "
+                             "hosts (%d of its %d ranks on this one): set MASTER_ADDR to rank "
+                             "0's host, where the store will listen" % (here, size))
         env["MASTER_ADDR"] = addr
     derived = not env.get("MASTER_PORT")
     if derived:

@@ -391,6 +391,26 @@ class TestLaunchers(unittest.TestCase):
             tutti_torch.setup_env_from_launcher(given)
             self.assertEqual(given["MASTER_ADDR"], "10.0.0.1")
 
+    def test_gloo_socket_ifname(self):
+        """GLOO_SOCKET_IFNAME, which a job set up for Gloo names its interface with, is used
+        unless TUTTI_SOCKET_IFNAME is set (it was ignored); an interface that is not there is
+        then refused at init, naming it."""
+        import tutti_torch
+
+        env = {"GLOO_SOCKET_IFNAME": "ib0,ib1"}
+        tutti_torch._interface_from_gloo(env)
+        self.assertEqual(env["TUTTI_SOCKET_IFNAME"], "=ib0,ib1")
+        env = {"GLOO_SOCKET_IFNAME": "ib0", "TUTTI_SOCKET_IFNAME": "eth"}
+        tutti_torch._interface_from_gloo(env)
+        self.assertEqual(env["TUTTI_SOCKET_IFNAME"], "eth")
+        env = clean_env(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(harness.free_port()), GLOO_SOCKET_IFNAME="nonesuch0")
+        env.pop("TUTTI_SOCKET_IFNAME", None)
+        out = subprocess.run([harness.PY, self.script, "--worker", "step"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=60).stdout
+        self.assertIn("from GLOO_SOCKET_IFNAME=nonesuch0", out)
+
     def test_import_in_batch_shell(self):
         """Python run in an sbatch script or salloc shell of 2 tasks without srun: importing
         tutti_torch warns that it needs srun and makes it a job of one, as libtutti does (it said

@@ -382,6 +382,17 @@ _generations = {}  # group name: groups of that name this process made (_create)
 _generations_lock = threading.Lock()
 
 
+def _interface_from_gloo(env):
+    """A job set up for Gloo names its network interface in GLOO_SOCKET_IFNAME (exact names,
+    comma-separated): unless TUTTI_SOCKET_IFNAME says otherwise, tutti uses the same (it
+    ignored it, and chose by MASTER_ADDR's route, where a firewall may refuse it)."""
+    gloo = env.get("GLOO_SOCKET_IFNAME", "").strip()
+    if gloo and not env.get("TUTTI_SOCKET_IFNAME"):
+        env["TUTTI_SOCKET_IFNAME"] = "=" + gloo
+        return True
+    return False
+
+
 def _create(dist_opts, pg_options):
     """The creator torch calls for backend "tutti" (init_process_group, new_group), with the
     extended API: dist_opts carries the group's store (already prefixed per group and device),
@@ -406,10 +417,17 @@ def _create(dist_opts, pg_options):
         options._generation = _generations.get(dist_opts.group_id, 0)
         _generations[dist_opts.group_id] = options._generation + 1
     options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
+    from_gloo = _interface_from_gloo(os.environ)
     if options._default_group and options._generation == 0:
         _check_job(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
                    dist_opts.timeout)
-    return BackendTutti(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)
+    try:
+        return BackendTutti(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)
+    except RuntimeError as e:
+        if from_gloo and "TUTTI_SOCKET_IFNAME" in str(e):
+            raise RuntimeError("%s (tutti_torch set TUTTI_SOCKET_IFNAME from GLOO_SOCKET_IFNAME="
+                               "%s)" % (e, os.environ.get("GLOO_SOCKET_IFNAME"))) from e
+        raise
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):

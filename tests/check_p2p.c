@@ -819,6 +819,60 @@ START_TEST(test_left)
 }
 END_TEST
 
+/* A pause between calls is no silence of the peers': nothing reads the liveness links then.
+ * After 3 s without a call, a receive from a rank that left still ends in about a second (the
+ * long grace is for data from a peer that was silent lately), and a destroy whose timeout is 2 s
+ * does not wait longer for a rank that is only late (it waited up to 60 s, taking it for one
+ * behind a link that was down). */
+static int pause_body(int rank, int n, void *arg)
+{
+    (void)n;
+    const int part = *(const int *)arg;
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    if (tutti_barrier(comm, NULL) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_last_error());
+    if (part == 0) {
+        if (rank == 1)
+            return tutti_comm_destroy(comm) != TUTTI_OK;
+        sleep(3);
+        unsigned char b[8];
+        double t0 = th_now();
+        tutti_status_t st = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 5, comm, NULL);
+        if (st != TUTTI_ERR_PEER_FAILED || th_now() - t0 > 10)
+            bad = th_fail("a receive from a rank that left, after a pause: %d after %.1f s: %s",
+                          st, th_now() - t0, tutti_last_error());
+    } else {
+        sleep(rank == 0 ? 3 : 10);
+        double t0 = th_now();
+        if (rank == 0)
+            tutti_comm_set_timeout(comm, 2.0);
+        tutti_status_t st = tutti_comm_destroy(comm);
+        if (rank == 0 && (st != TUTTI_ERR_TIMEOUT || th_now() - t0 > 6))
+            bad = th_fail("a destroy of 2 s with a rank 7 s late: %d after %.1f s: %s", st,
+                          th_now() - t0, tutti_last_error());
+        return bad;
+    }
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_pause)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    for (int part = 0; part < 2; part++) {
+        th_opts_t o = TH_OPTS_INIT;
+        o.transport = tps[_i];
+        o.timeout_s = 40;
+        o.rank_timeout_s = 60;
+        ck_assert_msg(th_run_opts(2, &o, pause_body, &part) == 0, "part %d on %s: see stderr",
+                      part, tps[_i]);
+    }
+}
+END_TEST
+
 /* Abort with operations open (and one blocking receive in another thread) ends each with
  * TUTTI_ERR_ABORTED at once; destroy with a receive open ends it with TUTTI_ERR_ABORTED too,
  * and the handle outlives the communicator. */
@@ -922,6 +976,7 @@ static void add_tcases(Suite *s)
     tcase_add_loop_test(tc, test_dead_peer, 0, (int)(sizeof dead_cases / sizeof dead_cases[0]));
     tcase_add_loop_test(tc, test_timeout, 0, 2);
     tcase_add_loop_test(tc, test_left, 0, 2);
+    tcase_add_loop_test(tc, test_pause, 0, 2);
     tcase_add_loop_test(tc, test_abort, 0, 2);
     suite_add_tcase(s, tc);
 }

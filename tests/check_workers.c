@@ -184,8 +184,10 @@ static void on_done(tutti_work_t *w, void *arg)
 /* waits_in_callback is a callback that waits for a later operation of its own communicator (the
  * header forbids it): it hung for good, past every deadline; now the wait is refused. */
 typedef struct later {
+    tutti_comm_t *comm;
     tutti_work_t *b;
-    tutti_status_t st;
+    tutti_status_t st, blocking_st;
+    char blocking_msg[256];
     int calls;
 } later_t;
 
@@ -194,6 +196,12 @@ static void waits_in_callback(tutti_work_t *w, void *arg)
     (void)w;
     later_t *l = arg;
     l->st = tutti_work_wait(l->b, -1);
+    /* a blocking call behind the queued one is a wait too: refused before it is posted (it
+     * was posted, its wait refused with no text, and the call ran later: the ranks' calls
+     * then differed) */
+    float one = 1, sum = 0;
+    l->blocking_st = tutti_allreduce(&one, &sum, 1, TUTTI_FLOAT32, TUTTI_SUM, l->comm, NULL);
+    snprintf(l->blocking_msg, sizeof l->blocking_msg, "%s", tutti_last_error());
     __atomic_add_fetch(&l->calls, 1, __ATOMIC_RELEASE);
 }
 
@@ -249,7 +257,7 @@ static int async_rank(int rank, int size, void *arg)
     if (rank == 1)
         usleep(300000);
     tutti_work_t *a = NULL;
-    later_t l = {0};
+    later_t l = {.comm = comm};
     st = tutti_allreduce(TUTTI_IN_PLACE, big, BIG, TUTTI_FLOAT32, TUTTI_SUM, comm, &a);
     if (st == TUTTI_OK)
         st = tutti_allreduce(TUTTI_IN_PLACE, big, BIG, TUTTI_FLOAT32, TUTTI_SUM, comm, &l.b);
@@ -264,6 +272,9 @@ static int async_rank(int rank, int size, void *arg)
     /* done already (the callback came after both) is fine too: only a hang is not */
     if (l.calls != 1 || (l.st != TUTTI_ERR_INVALID_ARG && l.st != TUTTI_OK))
         rc = th_fail("a wait in a callback: %d call(s), status %d", l.calls, l.st);
+    if (l.st == TUTTI_ERR_INVALID_ARG &&
+        (l.blocking_st != TUTTI_ERR_INVALID_ARG || !strstr(l.blocking_msg, "callback")))
+        rc = th_fail("a blocking call in a callback: %d: \"%s\"", l.blocking_st, l.blocking_msg);
     tutti_work_free(a);
     tutti_work_free(l.b);
 

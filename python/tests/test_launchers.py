@@ -390,6 +390,11 @@ class TestLaunchers(unittest.TestCase):
             given = dict(env, MASTER_ADDR="10.0.0.1")
             tutti_torch.setup_env_from_launcher(given)
             self.assertEqual(given["MASTER_ADDR"], "10.0.0.1")
+        # RANK/WORLD_SIZE of one's own (mp.spawn under a one-rank mpirun): not that launcher's
+        spawned = {"RANK": "3", "WORLD_SIZE": "8", "PMI_RANK": "0", "PMI_SIZE": "1",
+                   "MPI_LOCALNRANKS": "1"}
+        tutti_torch.setup_env_from_launcher(spawned)
+        self.assertEqual(spawned["MASTER_ADDR"], "127.0.0.1")
 
     def test_gloo_socket_ifname(self):
         """GLOO_SOCKET_IFNAME, which a job set up for Gloo names its interface with, is used

@@ -293,8 +293,11 @@ def setup_env_from_launcher(environ=None):
         port = derived or port
     if not env.get("MASTER_ADDR"):
         # 127.0.0.1 serves a job on one host; one that spans hosts would wait out its timeout
-        # for a store no other host can reach (plain torch refuses at once, as here)
-        here = _first_int(env, ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"), None)
+        # for a store no other host can reach (plain torch refuses at once, as here). Only the
+        # launcher in use says so, each with its own count of local ranks.
+        local_size = {"PMI_RANK/PMI_SIZE": "MPI_LOCALNRANKS",
+                      "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE": "OMPI_COMM_WORLD_LOCAL_SIZE"}
+        here = _first_int(env, (local_size[names],), None) if names in local_size else None
         if addr == "127.0.0.1" and here is not None and here < size:
             raise ValueError("tutti_torch: MASTER_ADDR is not set, and this job spans several "
                              "hosts (%d of its %d ranks on this one): set MASTER_ADDR to rank "
@@ -385,7 +388,8 @@ _generations_lock = threading.Lock()
 def _interface_from_gloo(env):
     """A job set up for Gloo names its network interface in GLOO_SOCKET_IFNAME (exact names,
     comma-separated): unless TUTTI_SOCKET_IFNAME says otherwise, tutti uses the same (it
-    ignored it, and chose by MASTER_ADDR's route, where a firewall may refuse it)."""
+    ignored it, and chose by MASTER_ADDR's route, where a firewall may refuse it). True when it
+    set TUTTI_SOCKET_IFNAME, which the caller removes once the group is made."""
     gloo = env.get("GLOO_SOCKET_IFNAME", "").strip()
     if gloo and not env.get("TUTTI_SOCKET_IFNAME"):
         env["TUTTI_SOCKET_IFNAME"] = "=" + gloo
@@ -428,6 +432,9 @@ def _create(dist_opts, pg_options):
             raise RuntimeError("%s (tutti_torch set TUTTI_SOCKET_IFNAME from GLOO_SOCKET_IFNAME="
                                "%s)" % (e, os.environ.get("GLOO_SOCKET_IFNAME"))) from e
         raise
+    finally:
+        if from_gloo:  # for this group's creation only: not for children, nor later groups
+            os.environ.pop("TUTTI_SOCKET_IFNAME", None)
 
 
 def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):

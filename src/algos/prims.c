@@ -421,6 +421,10 @@ static bool peer_pending(const tutti__req_t *reqs, int n, int peer)
     return false;
 }
 
+/* How long a missing peer must stay in a later window call, while this wait still lacks its
+ * data, before the calls are taken to differ. */
+#define AHEAD_GRACE_S 1.0
+
 /* How long a message wait goes before it looks whether a missing peer is in a window call. */
 #define MSG_VS_WINDOW_S 0.2
 
@@ -431,6 +435,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
     if (c->net->links.ofi != NULL)
         tutti__backoff_keep_polling(&b); /* its pieces count as moved only once whole */
     reqs_ready_t rr = {c, reqs, n, -1};
+    double ahead_since = 0.0; /* when a missing peer was first seen in a later call */
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
         tutti__colo_ring(c); /* what progress moved may be what a sleeping peer waits for */
@@ -485,9 +490,13 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                     TUTTI__CHECK(tutti__win_check_msg(c, missing[i]));
                     tutti__calldesc_t d;
                     if (tutti__win_peer_ahead(c, missing[i], &d)) {
-                        /* what it sent before it went on is in the rings by now */
-                        TUTTI__CHECK(progress_all(c));
-                        if (peer_pending(reqs, n, missing[i]))
+                        /* What it sent before it went on is in the rings, but another thread
+                         * of this rank may hold the lane (progress only tries its lock), or
+                         * be descheduled holding it: a while, not one look. */
+                        if (ahead_since == 0.0)
+                            ahead_since = tutti__now();
+                        else if (tutti__now() - ahead_since > AHEAD_GRACE_S &&
+                                 peer_pending(reqs, n, missing[i]))
                             return tutti__sig_mismatch(
                                 c, missing[i], &d,
                                 "(it went on to that call without sending what this rank's "

@@ -42,6 +42,7 @@ typedef struct peer {
     unsigned char state; /* PEER_*; read without the lock by tutti__live_left */
     bool bye_sent;
     double heard;        /* when a byte from it was last read (tutti__live_silent) */
+    double empty_at;     /* when a look at its link last found nothing to read */
     double resumed;      /* when it was heard again after a silence (tutti__live_resumed) */
     unsigned char rec_left, rec[FAIL_REC]; /* a failure notice being read */
     int fail_status;     /* its communicator's failure, from its notice; 0: none */
@@ -260,9 +261,12 @@ static bool mail_byte(const tutti__liveness_t *l, peer_t *p, unsigned char b)
  * they do not parse. */
 static bool take(const tutti__liveness_t *l, peer_t *p, const unsigned char *b, size_t n)
 {
-    double now = tutti__now(), before;
+    /* A silence is seen only by reads that found nothing: the link is read only inside waits,
+     * so a long gap between reads (compute between steps) is no silence of the peer's. */
+    double now = tutti__now(), before, empty;
     __atomic_load(&p->heard, &before, __ATOMIC_RELAXED);
-    if (l->beat_on && before > 0 && now - before > TUTTI__LIVE_SILENCE_S)
+    __atomic_load(&p->empty_at, &empty, __ATOMIC_RELAXED);
+    if (l->beat_on && before > 0 && empty - before > TUTTI__LIVE_SILENCE_S)
         __atomic_store(&p->resumed, &now, __ATOMIC_RELAXED);
     __atomic_store(&p->heard, &now, __ATOMIC_RELAXED);
     for (size_t i = 0; i < n; i++) {
@@ -306,8 +310,11 @@ static void drain(tutti__liveness_t *l, int r)
         bool garbled = false;
         if (n > 0 && !(garbled = !take(l, p, (const unsigned char *)buf, (size_t)n)))
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            double now = tutti__now();
+            __atomic_store(&p->empty_at, &now, __ATOMIC_RELAXED);
             return;
+        }
         if (n < 0 && errno == EINTR)
             continue;
         /* EOF or a reset: fine after a goodbye, death without one. A stream that does not parse
@@ -348,11 +355,16 @@ static void poll_peers(tutti__liveness_t *l, int ms, bool want_out)
             tutti__sleep_us((unsigned)ms * 1000u);
         return;
     }
-    if (poll(l->pfd, (nfds_t)n, ms) <= 0)
+    int ready = poll(l->pfd, (nfds_t)n, ms);
+    if (ready < 0)
         return;
-    for (int i = 0; i < n; i++)
-        if (l->pfd[i].revents & (POLLIN | POLLHUP | POLLERR))
+    double now = tutti__now();
+    for (int i = 0; i < n; i++) {
+        if (ready > 0 && (l->pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
             drain(l, l->pfd_rank[i]);
+        else /* looked, and found nothing: a silence is seen only this way (take) */
+            __atomic_store(&l->peers[l->pfd_rank[i]].empty_at, &now, __ATOMIC_RELAXED);
+    }
 }
 
 static void send_byes(tutti__liveness_t *l)
@@ -854,22 +866,23 @@ double tutti__live_resumed(const tutti__liveness_t *l, int rank)
 double tutti__live_left_grace(const tutti__liveness_t *l, int rank)
 {
     const double after_silence = 30.0;
-    return tutti__live_resumed(l, rank) > tutti__now() - after_silence ? after_silence : 1.0;
+    double resumed = tutti__live_resumed(l, rank);
+    return resumed > 0 && resumed > tutti__now() - after_silence ? after_silence : 1.0;
 }
 
 bool tutti__live_troubled(tutti__liveness_t *l, double since, int *rank)
 {
     if (l == NULL || l->forked || !l->beat_on)
         return false;
-    double now = tutti__now();
     for (int r = 0; r < l->size; r++) {
         const peer_t *p = &l->peers[r];
         if (r == l->rank || __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != PEER_ALIVE)
             continue;
-        double heard, resumed;
+        double heard, empty, resumed;
         __atomic_load(&p->heard, &heard, __ATOMIC_RELAXED);
+        __atomic_load(&p->empty_at, &empty, __ATOMIC_RELAXED);
         __atomic_load(&p->resumed, &resumed, __ATOMIC_RELAXED);
-        if (now - heard > TUTTI__LIVE_SILENCE_S || (resumed > 0 && resumed >= since)) {
+        if (empty - heard > TUTTI__LIVE_SILENCE_S || (resumed > 0 && resumed >= since)) {
             *rank = r;
             return true;
         }

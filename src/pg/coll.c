@@ -162,6 +162,15 @@ static tutti_status_t run_then(tutti_comm_t *comm, tutti__coll_t *c, tutti_work_
         free(owned);
         return st;
     }
+    if (work == NULL && tutti__work_in_callback(comm, false)) {
+        free(owned);
+        return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
+                                 "tutti_%s: a blocking call in a completion callback of its own "
+                                 "communicator, with operations queued ahead of it, would wait "
+                                 "for the very thread it runs on; post it with a work handle, and "
+                                 "wait for it outside the callback",
+                                 c->name);
+    }
     tutti_work_t *w = malloc(sizeof *w);
     if (w == NULL) {
         free(owned);
@@ -169,6 +178,7 @@ static tutti_status_t run_then(tutti_comm_t *comm, tutti__coll_t *c, tutti_work_
                                  c->name);
     }
     w->coll = *c;
+    w->p2p = false;
     w->refs = 1; /* the caller's */
     w->cb_state = 0;
     w->cb_taken = 0;

@@ -144,6 +144,8 @@ static tutti_status_t goodbye_troubled(tutti_comm_t *comm, double began)
         return TUTTI_ERR_TIMEOUT; /* its error names the late ranks */
     double until =
         began + (comm->cfg.timeout < TROUBLED_WAIT_S ? comm->cfg.timeout : TROUBLED_WAIT_S);
+    if (until <= tutti__now())
+        return TUTTI_ERR_TIMEOUT;
     TUTTI__LOG(TUTTI__LOG_WARN,
                "rank %d: the end of the communicator waits for rank %d, which was silent (a link "
                "down, or a stopped process?), so that what this rank sent it last is not lost: "

@@ -78,6 +78,7 @@ struct tutti_work {
     tutti__coll_t coll;
     int nsplit;              /* slices it runs as: 1 = whole, on slice 0 */
     bool trivial;            /* nothing to communicate: a single rank's copy, or 0 bytes */
+    bool p2p;                /* a send or receive (the p2p engine completes it, not a worker) */
     int left;                /* workers that have yet to pass it (exec lock) */
     int state;               /* TUTTI__WORK_PENDING, then TUTTI__WORK_DONE (atomic; futex) */
     int refs;                /* the caller's and the executor's (atomic); freed at 0 */
@@ -91,6 +92,10 @@ struct tutti_work {
     void (*post_fn)(tutti_work_t *); /* run on success before completion (unpacking) */
     char error[TUTTI__ERRLEN];
 };
+
+/* tutti__work_in_callback tells whether this thread runs a completion callback of comm's, for an
+ * operation of the p2p engine (p2p) or of the workers (work.c). */
+bool tutti__work_in_callback(const tutti_comm_t *comm, bool p2p);
 
 /* ---- execution (exec.c) ---- */
 

@@ -187,6 +187,7 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
     w->status = TUTTI_OK;
     w->source = -1;
     w->coll.name = kind == TUTTI__P2P_SEND ? "send" : "recv";
+    w->p2p = true;
     w->coll.seq = seq;
     pw->op = (tutti__p2p_op_t){.kind = kind, .peer = peer, .tag = tag, .buf = buf, .len = len,
                                .seq = seq, .err = w->error, .async = true,

@@ -25,10 +25,17 @@ void tutti__work_release(tutti_work_t *w)
     }
 }
 
-/* The communicator whose completion callback this thread runs, if any: the thread is then the
- * one that completes that communicator's operations (a worker, or the p2p engine's driver), so
- * a wait there for another of them would wait for itself. */
+/* The communicator whose completion callback this thread runs, if any, and the engine that
+ * completed the operation: the thread is then the one that completes that engine's operations
+ * (a worker for collectives, the p2p engine's driver for sends and receives), so a wait there
+ * for another of them would wait for itself. */
 static _Thread_local const tutti_comm_t *in_callback;
+static _Thread_local bool in_callback_p2p;
+
+bool tutti__work_in_callback(const tutti_comm_t *comm, bool p2p)
+{
+    return in_callback != NULL && in_callback == comm && in_callback_p2p == p2p;
+}
 
 void tutti__work_complete(tutti_work_t *w, tutti_status_t st)
 {
@@ -37,9 +44,12 @@ void tutti__work_complete(tutti_work_t *w, tutti_status_t st)
         futex_wake_all(&w->state);
     if (__atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL) == 1) {
         const tutti_comm_t *outer = in_callback;
+        bool outer_p2p = in_callback_p2p;
         in_callback = w->comm;
+        in_callback_p2p = w->p2p;
         w->cb(w, w->cb_arg);
         in_callback = outer;
+        in_callback_p2p = outer_p2p;
     }
 }
 
@@ -56,7 +66,7 @@ TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *w, double timeout_s)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "tutti_work_wait: timeout_s is NaN: pass seconds, or a negative "
                                 "number to wait up to the operation's own deadline");
-    if (in_callback != NULL && in_callback == w->comm && !done(w))
+    if (tutti__work_in_callback(w->comm, w->p2p) && !done(w))
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "tutti_work_wait: a completion callback waits for another "
                                 "operation of its own communicator, which cannot complete while "

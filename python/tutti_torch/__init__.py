@@ -421,10 +421,10 @@ def _create(dist_opts, pg_options):
         options._generation = _generations.get(dist_opts.group_id, 0)
         _generations[dist_opts.group_id] = options._generation + 1
     options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
-    from_gloo = _interface_from_gloo(os.environ)
     if options._default_group and options._generation == 0:
         _check_job(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
                    dist_opts.timeout)
+    from_gloo = _interface_from_gloo(os.environ)
     try:
         return BackendTutti(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, options)
     except RuntimeError as e:

@@ -150,8 +150,8 @@ tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r);
 
 /* tutti__win_peer_ahead is for the same wait: true, with its descriptor in *d, when rank r has
  * described a window call numbered after c. r then passed c's number without sending what c
- * still waits for from it, unless that is in flight (the caller progresses once more and looks
- * again): r's call of that number was empty, or other than c. */
+ * still waits for from it, unless that is in flight (the caller looks again for a while before
+ * it decides): r's call of that number was empty, or other than c. */
 bool tutti__win_peer_ahead(tutti__coll_t *c, int r, tutti__calldesc_t *d);
 
 /* tutti__resumed_check is for the end of a call that succeeded over ofi: where this process

@@ -360,10 +360,18 @@ tutti_status_t tutti__win_check(tutti__coll_t *c, tutti__window_t *w, int r, boo
     return TUTTI_OK;
 }
 
-tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r)
+/* whole_window is c's window when it serves the whole communicator and r is another rank of it
+ * (what a message wait may look into for r's calls), else NULL. */
+static tutti__window_t *whole_window(tutti__coll_t *c, int r)
 {
     tutti__window_t *w = tutti__coll_window(c);
-    if (w == NULL || c->group != NULL || w->nranks != c->size || r == c->rank)
+    return w == NULL || c->group != NULL || w->nranks != c->size || r == c->rank ? NULL : w;
+}
+
+tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r)
+{
+    tutti__window_t *w = whole_window(c, r);
+    if (w == NULL)
         return TUTTI_OK;
     const tutti__calldesc_t md = tutti__sig_desc(c);
     for (unsigned p = 0; p < 2; p++) {
@@ -378,8 +386,8 @@ tutti_status_t tutti__win_check_msg(tutti__coll_t *c, int r)
 
 bool tutti__win_peer_ahead(tutti__coll_t *c, int r, tutti__calldesc_t *d)
 {
-    tutti__window_t *w = tutti__coll_window(c);
-    if (w == NULL || c->group != NULL || w->nranks != c->size || r == c->rank)
+    tutti__window_t *w = whole_window(c, r);
+    if (w == NULL)
         return false;
     const uint64_t seq = tutti__sig_desc(c).seq;
     for (unsigned p = 0; p < 2; p++) {

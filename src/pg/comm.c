@@ -190,7 +190,8 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm)
      * memory or receiving its last message. A failed one has nothing left to protect. */
     bool wait = comm->failed == TUTTI_OK;
     double now = tutti__now();
-    tutti_status_t st = tutti__live_goodbye(comm->net.live, wait, now + tutti__net_timeout(&comm->net));
+    tutti_status_t st =
+        tutti__live_goodbye(comm->net.live, wait, now + tutti__net_timeout(&comm->net));
     if (wait && st == TUTTI_ERR_TIMEOUT)
         st = goodbye_troubled(comm, now);
     tutti__comm_free(comm);

@@ -61,8 +61,8 @@ static void backoff_init(const tutti_comm_t *comm, tutti__backoff_t *b)
 
 /* progress_thread drives the engine while it has anything open: it spins briefly, then yields,
  * then sleeps longer the longer nothing ends or moves (tutti__backoff: over shm, a receive that
- * waits for seconds costs about 3% of a core); with nothing open it sleeps until the next asynchronous
- * post. */
+ * waits for seconds costs about 3% of a core); with nothing open it sleeps until the next
+ * asynchronous post. */
 static void *progress_thread(void *arg)
 {
     tutti_comm_t *comm = arg;

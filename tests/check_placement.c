@@ -5,13 +5,14 @@
  * what communicator creation does with the calling thread (TUTTI_CALLER_AFFINITY, its auto
  * default pinning it for 3 ranks on 2 cores in sessions of their own) and with
  * ranks that a launcher bound to a core each; sleeping on a rank's doorbell, alone and with
- * ranks in sessions of their own on one core. */
+ * ranks in sessions of their own on one core; a wait bound beside a busy thread (common/time.c). */
 #include <check.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -742,6 +743,68 @@ START_TEST(test_worker_wait_per_rank)
 }
 END_TEST
 
+/* ---- a wait bound to a core that a busy thread shares (common/time.c) -------------------- */
+
+typedef struct hog {
+    int core;
+    int stop;
+} hog_t;
+
+static void *hog_run(void *p)
+{
+    hog_t *h = p;
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(h->core, &s);
+    pthread_setaffinity_np(pthread_self(), sizeof s, &s);
+    double end = tutti__now() + 30.0; /* a bound, should the test fail before it stops us */
+    while (!__atomic_load_n(&h->stop, __ATOMIC_RELAXED) && tutti__now() < end)
+        tutti__cpu_relax();
+    return NULL;
+}
+
+static long voluntary_switches(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return ru.ru_nvcsw;
+}
+
+/* A waiter bound to the core of a busy thread of its own process (one scheduling group) must
+ * sleep rather than yield: each yield hands the busy thread the core until the next tick, and
+ * each chunk of a large message waited that long. A yield leaves the thread's count of
+ * voluntary context switches alone, a sleep adds one: in the first 40 ms of a wait the old
+ * schedule made about 10 pauses and slept in none of them. */
+START_TEST(test_busy_core_wait)
+{
+    cpu_set_t before;
+    sched_getaffinity(0, sizeof before, &before);
+    hog_t h = {.core = sched_getcpu()};
+    pin_to(h.core);
+    pthread_t t;
+    ck_assert(pthread_create(&t, NULL, hog_run, &h) == 0);
+    tutti__sleep_us(20000); /* the hog is running on the core */
+    tutti__backoff_t b;
+    tutti__backoff_init(&b, false);
+    long vol0 = voluntary_switches();
+    int pauses = 0;
+    while (tutti__backoff_waited(&b) < 0.04 || b.iter <= TUTTI__SPIN_ITERS) {
+        tutti__backoff_pause(&b);
+        pauses++;
+    }
+    long slept = voluntary_switches() - vol0;
+    __atomic_store_n(&h.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(t, NULL);
+    sched_setaffinity(0, sizeof before, &before);
+    fprintf(stderr, "check_placement: bound beside a busy thread, 40 ms of a wait: %d pauses, "
+                    "%ld slept\n", pauses - (int)TUTTI__SPIN_ITERS, slept);
+    ck_assert_msg(slept >= 10,
+                  "a wait bound beside a busy thread slept %ld times in 40 ms: it yields its "
+                  "core away a slice at a time",
+                  slept);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("placement");
@@ -758,6 +821,7 @@ int main(void)
     TCase *tw = tcase_create("wait");
     tcase_add_test(tw, test_colocated_wait);
     tcase_add_test(tw, test_doorbell);
+    tcase_add_test(tw, test_busy_core_wait);
     suite_add_tcase(s, tw);
     TCase *tc = tcase_create("create");
     tcase_set_timeout(tc, 180);

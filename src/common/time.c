@@ -2,6 +2,7 @@
  * until another thread or process changes it (futex). */
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,14 +32,79 @@ void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed)
     b->keep_polling = false;
 }
 
-double tutti__backoff_waited(tutti__backoff_t *b)
+static double waited_at(tutti__backoff_t *b, double now)
 {
-    double now = tutti__now();
     if (b->start == 0.0 || b->moved_seen != tutti__moved) {
         b->start = now;
         b->moved_seen = tutti__moved;
     }
     return now - b->start;
+}
+
+double tutti__backoff_waited(tutti__backoff_t *b) { return waited_at(b, tutti__now()); }
+
+/*
+ * A waiter bound to one core that shares it with a busy thread of its own scheduling group (a
+ * DataLoader worker forked by a bound rank, another program in the same session, container or
+ * cgroup) gives that thread the core at almost every yield, and gets it back only at the next
+ * tick, milliseconds later; every hand-off of a large message then costs that long (Open MPI's
+ * binding, three busy processes in the launching session: a 64 MiB allreduce 1.3-1.5 s, a
+ * 64 MiB send 3.5 s, where Gloo took 0.17 and 0.09 s). A waiter that sleeps instead is woken
+ * ahead of the busy thread as soon as its sleep ends.
+ *
+ * So: a yield that came back SLOW_YIELD_S late, when this thread had run for less than
+ * SLOW_YIELD_CPU_S since its previous slow yield, makes its waits sleep CONTENDED_SLEEP_US at
+ * a time instead of yielding, for a hold that starts at CONTENDED_HOLD_MIN_S and doubles, up to
+ * CONTENDED_HOLD_MAX_S, each time the busy thread is found again soon after a hold ended. A
+ * busy thread of another group (another user's session) also takes the core at a yield now and
+ * then, but only once this thread's group has had its share, milliseconds of CPU time: there
+ * yields stay, as sleeping would cost (a 64 MiB allreduce about 1.25x). Left alone too: a
+ * thread that may run on other cores (the kernel moves it off the busy one), and ranks that
+ * outnumber cores, whose yields hand the core to the very rank they wait for.
+ */
+#define SLOW_YIELD_S 250e-6
+#define SLOW_YIELD_CPU_S 200e-6
+#define CONTENDED_SLEEP_US 50u
+#define CONTENDED_HOLD_MIN_S 0.02
+#define CONTENDED_HOLD_MAX_S 1.0
+static _Thread_local double contended_until, contended_hold;
+/* This thread's CPU time at its last slow yield; negative before one. */
+static _Thread_local double cpu_at_slow = -1.0;
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void yield(const tutti__backoff_t *b, double now)
+{
+    sched_yield();
+    if (tutti__now() - now <= SLOW_YIELD_S || b->oversubscribed)
+        return;
+    double cpu = thread_cpu_s();
+    if (cpu_at_slow >= 0.0 && cpu - cpu_at_slow < SLOW_YIELD_CPU_S &&
+        !tutti__thread_movable(true)) {
+        /* Found again soon after the last hold ended: the busy thread is still there. */
+        contended_hold = now < contended_until + contended_hold
+                             ? (contended_hold * 2 < CONTENDED_HOLD_MAX_S ? contended_hold * 2
+                                                                          : CONTENDED_HOLD_MAX_S)
+                             : CONTENDED_HOLD_MIN_S;
+        contended_until = now + contended_hold;
+    }
+    cpu_at_slow = cpu;
+}
+
+/* contended_sleep sleeps us with a timer slack of 1 us rather than the default 50 (restored
+ * after): the sleep stands in for a yield, and the slack would triple it. */
+static void contended_sleep(unsigned us)
+{
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    tutti__sleep_us(us);
+    if (slack > 0)
+        prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 }
 
 /* Spinning wins while the peer runs on another core (sub-microsecond hand-offs); once the wait
@@ -51,17 +117,16 @@ void tutti__backoff_pause(tutti__backoff_t *b)
         tutti__cpu_relax();
         return;
     }
-    double waited = tutti__backoff_waited(b);
-    if (waited < 0.002) {
-        sched_yield();
-        return;
-    }
+    double now = tutti__now();
+    double waited = waited_at(b, now);
     /* Up to 50 ms, mostly yield: the peer is probably about to come. Past that, only sleep:
      * a yield costs as much as a short sleep's wake-up when nothing else wants the core, and
      * fifteen of them per sleep kept an idle waiter at a tenth of a core. */
     if (waited < 0.05 || b->keep_polling) {
-        if ((it & 15u) != 0)
-            sched_yield();
+        if (!b->oversubscribed && now < contended_until)
+            contended_sleep(waited < 0.05 ? CONTENDED_SLEEP_US : 200u);
+        else if (waited < 0.002 || (it & 15u) != 0)
+            yield(b, now);
         else
             tutti__sleep_us(waited < 0.05 ? 20u : 200u);
         return;

@@ -770,6 +770,21 @@ static long voluntary_switches(void)
     return ru.ru_nvcsw;
 }
 
+/* wait_40ms makes the first 40 ms of a wait's pauses; the voluntary context switches in them. */
+static long wait_40ms(int *pauses)
+{
+    tutti__backoff_t b;
+    tutti__backoff_init(&b, false);
+    long vol0 = voluntary_switches();
+    *pauses = 0;
+    while (tutti__backoff_waited(&b) < 0.04 || b.iter <= TUTTI__SPIN_ITERS) {
+        tutti__backoff_pause(&b);
+        ++*pauses;
+    }
+    *pauses -= (int)TUTTI__SPIN_ITERS;
+    return voluntary_switches() - vol0;
+}
+
 /* A waiter bound to the core of a busy thread of its own process (one scheduling group) must
  * sleep rather than yield: each yield hands the busy thread the core until the next tick, and
  * each chunk of a large message waited that long. A yield leaves the thread's count of
@@ -784,24 +799,26 @@ START_TEST(test_busy_core_wait)
     pthread_t t;
     ck_assert(pthread_create(&t, NULL, hog_run, &h) == 0);
     tutti__sleep_us(20000); /* the hog is running on the core */
-    tutti__backoff_t b;
-    tutti__backoff_init(&b, false);
-    long vol0 = voluntary_switches();
-    int pauses = 0;
-    while (tutti__backoff_waited(&b) < 0.04 || b.iter <= TUTTI__SPIN_ITERS) {
-        tutti__backoff_pause(&b);
-        pauses++;
-    }
-    long slept = voluntary_switches() - vol0;
+    int pauses;
+    long slept = wait_40ms(&pauses);
+    /* TUTTI_BUSY_CORE_NAP=0: the same wait only yields, as before. */
+    tutti__busy_core_naps = false;
+    int pauses_off;
+    long slept_off = wait_40ms(&pauses_off);
+    tutti__busy_core_naps = true;
     __atomic_store_n(&h.stop, 1, __ATOMIC_RELAXED);
     pthread_join(t, NULL);
     sched_setaffinity(0, sizeof before, &before);
     fprintf(stderr, "check_placement: bound beside a busy thread, 40 ms of a wait: %d pauses, "
-                    "%ld slept\n", pauses - (int)TUTTI__SPIN_ITERS, slept);
+                    "%ld slept\n", pauses, slept);
     ck_assert_msg(slept >= 10,
                   "a wait bound beside a busy thread slept %ld times in 40 ms: it yields its "
                   "core away a slice at a time",
                   slept);
+    fprintf(stderr, "check_placement: the same with TUTTI_BUSY_CORE_NAP=0: %d pauses, %ld slept\n",
+            pauses_off, slept_off);
+    ck_assert_msg(slept_off < 5 && slept_off < slept,
+                  "with naps off, a wait beside a busy thread still slept %ld times", slept_off);
 }
 END_TEST
 

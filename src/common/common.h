@@ -81,6 +81,7 @@ typedef struct tutti__backoff {
     uint64_t moved_seen; /* tutti__moved when the wait last looked */
     bool oversubscribed;
     bool keep_polling;   /* tutti__backoff_keep_polling */
+    unsigned naps;       /* sleeps in place of yields since data last moved (time.c) */
 } tutti__backoff_t;
 
 /* tutti__moved counts the chunks this thread's transport progress has moved (a thread-local, so
@@ -88,6 +89,10 @@ typedef struct tutti__backoff {
  * back to short pauses: a long sleep between the chunks of a large message would slow it. */
 extern _Thread_local uint64_t tutti__moved;
 static inline void tutti__note_moved(void) { tutti__moved++; }
+
+/* tutti__busy_core_naps: whether a wait bound beside a busy thread of its own scheduling group
+ * naps instead of yielding (time.c); TUTTI_BUSY_CORE_NAP, read at communicator creation. */
+extern bool tutti__busy_core_naps;
 
 void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed);
 /* tutti__backoff_pause waits a little, longer the longer the wait has gone on. */

@@ -30,6 +30,7 @@ void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed)
     b->start = 0.0; /* tutti__backoff_waited starts the clock, and reads tutti__moved, then */
     b->oversubscribed = oversubscribed;
     b->keep_polling = false;
+    b->naps = 0;
 }
 
 static double waited_at(tutti__backoff_t *b, double now)
@@ -37,6 +38,7 @@ static double waited_at(tutti__backoff_t *b, double now)
     if (b->start == 0.0 || b->moved_seen != tutti__moved) {
         b->start = now;
         b->moved_seen = tutti__moved;
+        b->naps = 0;
     }
     return now - b->start;
 }
@@ -53,18 +55,24 @@ double tutti__backoff_waited(tutti__backoff_t *b) { return waited_at(b, tutti__n
  * ahead of the busy thread as soon as its sleep ends.
  *
  * So: a yield that came back SLOW_YIELD_S late, when this thread had run for less than
- * SLOW_YIELD_CPU_S since its previous slow yield, makes its waits sleep CONTENDED_SLEEP_US at
- * a time instead of yielding, for a hold that starts at CONTENDED_HOLD_MIN_S and doubles, up to
- * CONTENDED_HOLD_MAX_S, each time the busy thread is found again soon after a hold ended. A
- * busy thread of another group (another user's session) also takes the core at a yield now and
- * then, but only once this thread's group has had its share, milliseconds of CPU time: there
- * yields stay, as sleeping would cost (a 64 MiB allreduce about 1.25x). Left alone too: a
- * thread that may run on other cores (the kernel moves it off the busy one), and ranks that
- * outnumber cores, whose yields hand the core to the very rank they wait for.
+ * SLOW_YIELD_CPU_S since its previous slow yield, makes its waits stop yielding for a hold that
+ * starts at CONTENDED_HOLD_MIN_S and doubles, up to CONTENDED_HOLD_MAX_S, each time the busy
+ * thread is found again soon after a hold ended. Meanwhile a wait spins CONTENDED_SPIN_S (a
+ * hand-off between two running ranks takes microseconds, and spinning keeps the core), then
+ * naps, CONTENDED_NAP_US and doubling to 16 times that until data moves: a nap of a fixed 50 us
+ * turned tight ping-pongs into ping-pongs of naps (64 B allreduce 0.4 -> 16 us) and cost
+ * wake-ups. A busy thread of another group (another user's session) also takes the core at a
+ * yield now and then, but only once this thread's group has had its share, milliseconds of
+ * CPU time: there yields mostly stay (sleeping cost 1.2-4x in versions without it). Left
+ * alone too: a thread that may run on other cores (the kernel moves it off the busy one), and
+ * ranks that outnumber cores, whose yields hand the core to the very rank they wait for.
+ * Where the busy threads are the rank's own DataLoader workers, its yields gave them time they
+ * used: napping costs a step there 5-10%, and TUTTI_BUSY_CORE_NAP=0 turns all this off.
  */
 #define SLOW_YIELD_S 250e-6
 #define SLOW_YIELD_CPU_S 200e-6
-#define CONTENDED_SLEEP_US 50u
+#define CONTENDED_SPIN_S 10e-6
+#define CONTENDED_NAP_US 25u
 #define CONTENDED_HOLD_MIN_S 0.02
 #define CONTENDED_HOLD_MAX_S 1.0
 static _Thread_local double contended_until, contended_hold;
@@ -78,10 +86,13 @@ static double thread_cpu_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void yield(const tutti__backoff_t *b, double now)
+bool tutti__busy_core_naps = true;
+
+static void yield_core(const tutti__backoff_t *b, double now)
 {
     sched_yield();
-    if (tutti__now() - now <= SLOW_YIELD_S || b->oversubscribed)
+    if (tutti__now() - now <= SLOW_YIELD_S || b->oversubscribed ||
+        !__atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED))
         return;
     double cpu = thread_cpu_s();
     if (cpu_at_slow >= 0.0 && cpu - cpu_at_slow < SLOW_YIELD_CPU_S &&
@@ -97,7 +108,7 @@ static void yield(const tutti__backoff_t *b, double now)
 }
 
 /* contended_sleep sleeps us with a timer slack of 1 us rather than the default 50 (restored
- * after): the sleep stands in for a yield, and the slack would triple it. */
+ * after): the nap stands in for a yield, and the slack would triple a short one. */
 static void contended_sleep(unsigned us)
 {
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
@@ -123,10 +134,17 @@ void tutti__backoff_pause(tutti__backoff_t *b)
      * a yield costs as much as a short sleep's wake-up when nothing else wants the core, and
      * fifteen of them per sleep kept an idle waiter at a tenth of a core. */
     if (waited < 0.05 || b->keep_polling) {
-        if (!b->oversubscribed && now < contended_until)
-            contended_sleep(waited < 0.05 ? CONTENDED_SLEEP_US : 200u);
+        if (!b->oversubscribed && now < contended_until &&
+            __atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED)) {
+            /* Spin a little (a yield is what loses the core), then nap, longer each time:
+             * short hand-offs cost no sleep, and a long wait few wake-ups. */
+            if (waited < CONTENDED_SPIN_S)
+                tutti__cpu_relax();
+            else
+                contended_sleep(CONTENDED_NAP_US << (b->naps < 4 ? b->naps++ : 4));
+        }
         else if (waited < 0.002 || (it & 15u) != 0)
-            yield(b, now);
+            yield_core(b, now);
         else
             tutti__sleep_us(waited < 0.05 ? 20u : 200u);
         return;

@@ -17,6 +17,9 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_COUNT", 1, 16, &workers));
     TUTTI__CHECK(tutti__env_bytes("TUTTI_INLINE_MAX", 0, LONG_MAX, &inline_max));
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));
+    long naps = 1;
+    TUTTI__CHECK(tutti__env_long("TUTTI_BUSY_CORE_NAP", 0, 1, &naps));
+    __atomic_store_n(&tutti__busy_core_naps, naps == 1, __ATOMIC_RELAXED); /* the process's */
     TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");
     const char *caller = tutti__env_get("TUTTI_CALLER_AFFINITY");

@@ -789,7 +789,8 @@ static long wait_40ms(int *pauses)
  * sleep rather than yield: each yield hands the busy thread the core until the next tick, and
  * each chunk of a large message waited that long. A yield leaves the thread's count of
  * voluntary context switches alone, a sleep adds one: in the first 40 ms of a wait the old
- * schedule made about 10 pauses and slept in none of them. */
+ * schedule made about 10 pauses and slept in none of them (after 2 ms it sleeps in one pause
+ * of sixteen). */
 START_TEST(test_busy_core_wait)
 {
     cpu_set_t before;
@@ -811,14 +812,16 @@ START_TEST(test_busy_core_wait)
     sched_setaffinity(0, sizeof before, &before);
     fprintf(stderr, "check_placement: bound beside a busy thread, 40 ms of a wait: %d pauses, "
                     "%ld slept\n", pauses, slept);
-    ck_assert_msg(slept >= 10,
-                  "a wait bound beside a busy thread slept %ld times in 40 ms: it yields its "
-                  "core away a slice at a time",
-                  slept);
+    /* Ratios, not counts: on a loaded machine each nap may wait for the busy thread's slice. */
+    ck_assert_msg(slept >= 3 && slept * 3 >= pauses,
+                  "a wait bound beside a busy thread slept in %ld of its %d pauses in 40 ms: it "
+                  "yields its core away a slice at a time",
+                  slept, pauses);
     fprintf(stderr, "check_placement: the same with TUTTI_BUSY_CORE_NAP=0: %d pauses, %ld slept\n",
             pauses_off, slept_off);
-    ck_assert_msg(slept_off < 5 && slept_off < slept,
-                  "with naps off, a wait beside a busy thread still slept %ld times", slept_off);
+    ck_assert_msg(slept_off <= pauses_off / 8 + 1,
+                  "with naps off, a wait beside a busy thread still slept in %ld of its %d pauses",
+                  slept_off, pauses_off);
 }
 END_TEST
 

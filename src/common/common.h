@@ -74,7 +74,9 @@ double tutti__now(void);
 void tutti__sleep_us(unsigned us);
 
 /* A backoff for wait loops: spins briefly, then yields, then sleeps, so that ranks that
- * outnumber cores do not starve each other. oversubscribed skips the spinning. */
+ * outnumber cores do not starve each other (and naps instead of yielding where yields hand
+ * the core to a busy thread of the same scheduling group: time.c). oversubscribed skips the
+ * spinning. */
 typedef struct tutti__backoff {
     unsigned iter;
     double start;        /* when the wait began, or data last moved; 0 while it spins */
@@ -120,9 +122,10 @@ static inline bool tutti__backoff_spinning(const tutti__backoff_t *b)
 }
 
 /* tutti__backoff_keep_polling keeps b's long waits at one short sleep in sixteen pauses (the
- * rest yield), for a waiter whose data moves only while it polls and whose moving is not
- * counted (an ofi piece, up to TUTTI_OFI_CHUNK, counts once it has all arrived), or which must
- * answer at once (a worker told to spin). */
+ * rest yield; naps of at most 100 us where yields lose the core: time.c), for a waiter whose
+ * data moves only while it polls and whose moving is not counted (an ofi piece, up to
+ * TUTTI_OFI_CHUNK, counts once it has all arrived), or which must answer at once (a worker
+ * told to spin). */
 static inline void tutti__backoff_keep_polling(tutti__backoff_t *b) { b->keep_polling = true; }
 
 /* tutti__backoff_step_aside makes the rest of b's wait yield at once, as if oversubscribed:

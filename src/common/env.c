@@ -145,9 +145,10 @@ const tutti__env_knob_t tutti__env_knobs[] = {
     {"TUTTI_BUSY_CORE_NAP", "1",
      "`1`: a wait in a thread bound to one core, whose yields keep handing the core to a busy "
      "thread of its own scheduling group (a DataLoader worker, another program in the same "
-     "session or container), naps instead of yielding (docs/placement.md, Waits); `0`: it "
-     "always yields, which suits a rank whose core its own DataLoader workers keep fully busy "
-     "(the yielded time is theirs; napping cost 5-10% of a step there)"},
+     "session or container), naps instead of yielding (docs/placement.md, Waits); `0`: its "
+     "waits yield as they did before, which suits a rank whose core its own DataLoader workers "
+     "keep fully busy (the yielded time is theirs; napping cost a step there a few percent); "
+     "for the whole process, read at each communicator creation"},
     {"TUTTI_CALLER_AFFINITY", "auto",
      "the thread that creates a communicator, when the launcher lets it run on several cores: "
      "`move` (onto a core of its own, keeping every core it may use, and again when a wait finds "

@@ -55,19 +55,20 @@ double tutti__backoff_waited(tutti__backoff_t *b) { return waited_at(b, tutti__n
  * ahead of the busy thread as soon as its sleep ends.
  *
  * So: a yield that came back SLOW_YIELD_S late, when this thread had run for less than
- * SLOW_YIELD_CPU_S since its previous slow yield, makes its waits stop yielding for a hold that
- * starts at CONTENDED_HOLD_MIN_S and doubles, up to CONTENDED_HOLD_MAX_S, each time the busy
- * thread is found again soon after a hold ended. Meanwhile a wait spins CONTENDED_SPIN_S (a
- * hand-off between two running ranks takes microseconds, and spinning keeps the core), then
- * naps, CONTENDED_NAP_US and doubling to 16 times that until data moves: a nap of a fixed 50 us
- * turned tight ping-pongs into ping-pongs of naps (64 B allreduce 0.4 -> 16 us) and cost
- * wake-ups. A busy thread of another group (another user's session) also takes the core at a
- * yield now and then, but only once this thread's group has had its share, milliseconds of
- * CPU time: there yields mostly stay (sleeping cost 1.2-4x in versions without it). Left
- * alone too: a thread that may run on other cores (the kernel moves it off the busy one), and
+ * SLOW_YIELD_CPU_S since its previous slow yield (itself under SLOW_YIELD_WINDOW_S ago), makes
+ * its waits stop yielding for a hold that starts at CONTENDED_HOLD_MIN_S and doubles, up to
+ * CONTENDED_HOLD_MAX_S, each time the busy thread is found again soon after a hold ended.
+ * Meanwhile a wait spins CONTENDED_SPIN_S (a hand-off between two running ranks takes
+ * microseconds, and spinning keeps the core), then naps, CONTENDED_NAP_US and doubling to 16
+ * times that (4 times for a poller) until data moves: a nap of a fixed 50 us turned tight
+ * ping-pongs into ping-pongs of naps (64 B allreduce 0.4 -> 16 us) and cost wake-ups. A busy
+ * thread of another group (another user's session) also takes the core at a yield now and
+ * then, but only once this thread's group has had its share, milliseconds of CPU time: there
+ * yields mostly stay (sleeping cost 1.2-4x in versions without that condition). Left alone
+ * too: a thread that may run on other cores (the kernel moves it off the busy one), and
  * ranks that outnumber cores, whose yields hand the core to the very rank they wait for.
  * Where the busy threads are the rank's own DataLoader workers, its yields gave them time they
- * used: napping costs a step there 5-10%, and TUTTI_BUSY_CORE_NAP=0 turns all this off.
+ * used: napping costs a step there a few percent, and TUTTI_BUSY_CORE_NAP=0 turns it off.
  */
 #define SLOW_YIELD_S 250e-6
 #define SLOW_YIELD_CPU_S 200e-6
@@ -76,12 +77,16 @@ double tutti__backoff_waited(tutti__backoff_t *b) { return waited_at(b, tutti__n
 #define CONTENDED_HOLD_MIN_S 0.02
 #define CONTENDED_HOLD_MAX_S 1.0
 static _Thread_local double contended_until, contended_hold;
-/* This thread's CPU time at its last slow yield; negative before one. */
-static _Thread_local double cpu_at_slow = -1.0;
+/* This thread's CPU time and clock at its last slow yield; negative before one. A slow yield
+ * counts as the busy thread found again only within SLOW_YIELD_WINDOW_S of the last: a thread
+ * that mostly sleeps (the p2p progress thread, an idle worker) runs little CPU between two
+ * unrelated slow yields minutes apart. */
+static _Thread_local double cpu_at_slow = -1.0, at_slow = -1.0;
+#define SLOW_YIELD_WINDOW_S 0.05
 
 static double thread_cpu_s(void)
 {
-    struct timespec ts;
+    struct timespec ts = {0, 0};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
@@ -91,30 +96,33 @@ bool tutti__busy_core_naps = true;
 static void yield_core(const tutti__backoff_t *b, double now)
 {
     sched_yield();
-    if (tutti__now() - now <= SLOW_YIELD_S || b->oversubscribed ||
+    double after = tutti__now();
+    if (after - now <= SLOW_YIELD_S || b->oversubscribed ||
         !__atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED))
         return;
     double cpu = thread_cpu_s();
     if (cpu_at_slow >= 0.0 && cpu - cpu_at_slow < SLOW_YIELD_CPU_S &&
-        !tutti__thread_movable(true)) {
+        after - at_slow < SLOW_YIELD_WINDOW_S && !tutti__thread_movable(true)) {
         /* Found again soon after the last hold ended: the busy thread is still there. */
-        contended_hold = now < contended_until + contended_hold
+        contended_hold = after < contended_until + contended_hold
                              ? (contended_hold * 2 < CONTENDED_HOLD_MAX_S ? contended_hold * 2
                                                                           : CONTENDED_HOLD_MAX_S)
                              : CONTENDED_HOLD_MIN_S;
-        contended_until = now + contended_hold;
+        contended_until = after + contended_hold;
     }
     cpu_at_slow = cpu;
+    at_slow = after;
 }
 
-/* contended_sleep sleeps us with a timer slack of 1 us rather than the default 50 (restored
- * after): the nap stands in for a yield, and the slack would triple a short one. */
+/* contended_sleep sleeps us with a timer slack of 1 us rather than the thread's own (usually
+ * 50 us; restored after): the nap stands in for a yield, and the slack would triple a short
+ * one. A slack that cannot be read, or is already that small, is left alone. */
 static void contended_sleep(unsigned us)
 {
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    bool set = slack > 1000 && prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
     tutti__sleep_us(us);
-    if (slack > 0)
+    if (set)
         prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 }
 
@@ -137,13 +145,14 @@ void tutti__backoff_pause(tutti__backoff_t *b)
         if (!b->oversubscribed && now < contended_until &&
             __atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED)) {
             /* Spin a little (a yield is what loses the core), then nap, longer each time:
-             * short hand-offs cost no sleep, and a long wait few wake-ups. */
+             * short hand-offs cost no sleep, and a long wait few wake-ups. A poller whose data
+             * moves only while it polls naps at most 100 us. */
+            unsigned most = b->keep_polling ? 2u : 4u;
             if (waited < CONTENDED_SPIN_S)
                 tutti__cpu_relax();
             else
-                contended_sleep(CONTENDED_NAP_US << (b->naps < 4 ? b->naps++ : 4));
-        }
-        else if (waited < 0.002 || (it & 15u) != 0)
+                contended_sleep(CONTENDED_NAP_US << (b->naps < most ? b->naps++ : most));
+        } else if (waited < 0.002 || (it & 15u) != 0)
             yield_core(b, now);
         else
             tutti__sleep_us(waited < 0.05 ? 20u : 200u);

@@ -19,7 +19,6 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
     TUTTI__CHECK(tutti__env_long("CCL_WORKER_WAIT", 0, 1, &worker_wait));
     long naps = 1;
     TUTTI__CHECK(tutti__env_long("TUTTI_BUSY_CORE_NAP", 0, 1, &naps));
-    __atomic_store_n(&tutti__busy_core_naps, naps == 1, __ATOMIC_RELAXED); /* the process's */
     TUTTI__CHECK(tutti__env_double("TUTTI_TIMEOUT", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX, &t));
     const char *transport = tutti__env_get("TUTTI_TRANSPORT");
     const char *caller = tutti__env_get("TUTTI_CALLER_AFFINITY");
@@ -79,6 +78,8 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
     /* Keep a static copy: sub-communicators inherit it after the caller's string is gone. */
     const char *mode = strcmp(transport, "shm") == 0 ? "shm" : strcmp(transport, "ofi") == 0 ? "ofi" : "auto";
     *out = (tutti__config_t){t, mode, workers, worker_wait != 0, inline_max, caller_mode};
+    /* The process's, as the variable is: set once the creation's settings all passed. */
+    __atomic_store_n(&tutti__busy_core_naps, naps == 1, __ATOMIC_RELAXED);
     return TUTTI_OK;
 }
 

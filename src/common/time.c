@@ -77,11 +77,11 @@ double tutti__backoff_waited(tutti__backoff_t *b) { return waited_at(b, tutti__n
 #define CONTENDED_HOLD_MIN_S 0.02
 #define CONTENDED_HOLD_MAX_S 1.0
 static _Thread_local double contended_until, contended_hold;
-/* This thread's CPU time and clock at its last slow yield; negative before one. A slow yield
- * counts as the busy thread found again only within SLOW_YIELD_WINDOW_S of the last: a thread
- * that mostly sleeps (the p2p progress thread, an idle worker) runs little CPU between two
- * unrelated slow yields minutes apart. */
-static _Thread_local double cpu_at_slow = -1.0, at_slow = -1.0;
+/* This thread's CPU time and clock at its last slow yield (0 before one: no window holds
+ * it). A slow yield counts as the busy thread found again only within SLOW_YIELD_WINDOW_S of
+ * the last: a thread that mostly sleeps (the p2p progress thread, an idle worker) runs little
+ * CPU between two unrelated slow yields minutes apart. */
+static _Thread_local double cpu_at_slow, at_slow;
 #define SLOW_YIELD_WINDOW_S 0.05
 
 static double thread_cpu_s(void)
@@ -101,13 +101,12 @@ static void yield_core(const tutti__backoff_t *b, double now)
         !__atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED))
         return;
     double cpu = thread_cpu_s();
-    if (cpu_at_slow >= 0.0 && cpu - cpu_at_slow < SLOW_YIELD_CPU_S &&
-        after - at_slow < SLOW_YIELD_WINDOW_S && !tutti__thread_movable(true)) {
+    if (after - at_slow < SLOW_YIELD_WINDOW_S && cpu - cpu_at_slow < SLOW_YIELD_CPU_S &&
+        !tutti__thread_movable(true)) {
         /* Found again soon after the last hold ended: the busy thread is still there. */
-        contended_hold = after < contended_until + contended_hold
-                             ? (contended_hold * 2 < CONTENDED_HOLD_MAX_S ? contended_hold * 2
-                                                                          : CONTENDED_HOLD_MAX_S)
-                             : CONTENDED_HOLD_MIN_S;
+        double hold = after < contended_until + contended_hold ? contended_hold * 2
+                                                               : CONTENDED_HOLD_MIN_S;
+        contended_hold = hold < CONTENDED_HOLD_MAX_S ? hold : CONTENDED_HOLD_MAX_S;
         contended_until = after + contended_hold;
     }
     cpu_at_slow = cpu;

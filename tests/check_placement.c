@@ -396,6 +396,27 @@ START_TEST(test_doorbell)
     ck_assert(s.woke);
     ck_assert_uint_ge(waiter.notes[0][2], 1);
     ck_assert_uint_eq(waiter.notes[0][1], 0);
+    /* Ranks of one scheduling group: only the naps beside a busy thread (time.c) sleep on the
+     * doorbell, and the ring looks at the sleepers with a plain load; it wakes them all the
+     * same. With the naps off there is nobody to ring for. */
+    ringer.net.sleep_waits = waiter.net.sleep_waits = false;
+    uint32_t rung = waiter.notes[0][2];
+    s.flag = 0;
+    s.woke = 0;
+    ck_assert(pthread_create(&t, NULL, sleep_on_rank0, &s) == 0);
+    while (__atomic_load_n(&waiter.notes[0][1], __ATOMIC_ACQUIRE) == 0)
+        sched_yield();
+    __atomic_store_n(&s.flag, 1, __ATOMIC_RELEASE);
+    tutti__colo_ring(&ringer.c);
+    pthread_join(t, NULL);
+    ck_assert(s.woke);
+    ck_assert_uint_eq(waiter.notes[0][2], rung + 1);
+    tutti__busy_core_naps = false;
+    waiter.notes[0][1] = 1; /* as if one slept: with naps off and one group, no ring */
+    tutti__colo_ring(&ringer.c);
+    tutti__busy_core_naps = true;
+    waiter.notes[0][1] = 0;
+    ck_assert_uint_eq(waiter.notes[0][2], rung + 1);
 }
 END_TEST
 
@@ -770,15 +791,34 @@ static long voluntary_switches(void)
     return ru.ru_nvcsw;
 }
 
-/* wait_40ms makes the first 40 ms of a wait's pauses; the voluntary context switches in them. */
-static long wait_40ms(int *pauses)
+/* A nap's doorbell stand-in: counts the naps handed to it and keeps the longest timeout. */
+typedef struct nap_count {
+    int naps;
+    double longest;
+} nap_count_t;
+
+static void count_nap(void *p, double timeout_s)
+{
+    nap_count_t *n = p;
+    n->naps++;
+    if (timeout_s > n->longest)
+        n->longest = timeout_s;
+    tutti__sleep_us((unsigned)(timeout_s * 1e6));
+}
+
+/* wait_40ms makes the first 40 ms of a wait's pauses; the voluntary context switches in them.
+ * With n, the naps go through count_nap. */
+static long wait_40ms(int *pauses, nap_count_t *n)
 {
     tutti__backoff_t b;
     tutti__backoff_init(&b, false);
     long vol0 = voluntary_switches();
     *pauses = 0;
     while (tutti__backoff_waited(&b) < 0.04 || b.iter <= TUTTI__SPIN_ITERS) {
+        if (n != NULL)
+            tutti__backoff_nap_on(&b, count_nap, n);
         tutti__backoff_pause(&b);
+        tutti__backoff_nap_on(&b, NULL, NULL);
         ++*pauses;
     }
     *pauses -= (int)TUTTI__SPIN_ITERS;
@@ -801,11 +841,17 @@ START_TEST(test_busy_core_wait)
     ck_assert(pthread_create(&t, NULL, hog_run, &h) == 0);
     tutti__sleep_us(20000); /* the hog is running on the core */
     int pauses;
-    long slept = wait_40ms(&pauses);
+    long slept = wait_40ms(&pauses, NULL);
+    /* The naps sleep on a doorbell where the wait names one (the peer's, in a collective; the
+     * rings', in point-to-point), never longer than a plain nap would. */
+    nap_count_t nc = {0, 0.0};
+    int pauses_bell;
+    long slept_bell = wait_40ms(&pauses_bell, &nc);
     /* TUTTI_BUSY_CORE_NAP=0: the same wait only yields, as before. */
     tutti__busy_core_naps = false;
     int pauses_off;
-    long slept_off = wait_40ms(&pauses_off);
+    nap_count_t nc_off = {0, 0.0};
+    long slept_off = wait_40ms(&pauses_off, &nc_off);
     tutti__busy_core_naps = true;
     __atomic_store_n(&h.stop, 1, __ATOMIC_RELAXED);
     pthread_join(t, NULL);
@@ -819,9 +865,74 @@ START_TEST(test_busy_core_wait)
                   slept, pauses);
     fprintf(stderr, "check_placement: the same with TUTTI_BUSY_CORE_NAP=0: %d pauses, %ld slept\n",
             pauses_off, slept_off);
+    fprintf(stderr, "check_placement: with a doorbell: %d pauses, %ld slept, %d naps on it "
+                    "(longest %.0f us)\n",
+            pauses_bell, slept_bell, nc.naps, nc.longest * 1e6);
+    ck_assert_msg(nc.naps >= 3 && nc.naps * 3 >= pauses_bell && nc.longest <= 400e-6,
+                  "a wait beside a busy thread made %d of its %d pauses on its doorbell, the "
+                  "longest %.0f us",
+                  nc.naps, pauses_bell, nc.longest * 1e6);
+    ck_assert_msg(nc_off.naps == 0, "with naps off, a wait still napped on its doorbell");
     ck_assert_msg(slept_off <= pauses_off / 8 + 1,
                   "with naps off, a wait beside a busy thread still slept in %ld of its %d pauses",
                   slept_off, pauses_off);
+}
+END_TEST
+
+/* ---- the rings' doorbell (transport/shm.c) ------------------------------------------------- */
+
+/* Rank 0 naps on its rings' doorbell: with nothing moving, the nap runs out unrung; then rank 1
+ * sends, and the envelope it pushes rings rank 0 awake long before the nap's 60 s would end
+ * (a lost ring fails the test by the harness's deadline). Nobody is counted asleep after. */
+static int ring_bell_rank(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    tutti__transport_t *shm = comm->net.links.shm;
+    volatile long *asleep = &th_shared()->slots[0];
+    int rc = 0;
+    int32_t v = 0xbe11;
+    if (shm == NULL)
+        rc = th_fail("no shm transport between the two ranks");
+    else if (rank == 0) {
+        uint32_t bell = tutti__shm_nap_begin(shm);
+        if (tutti__shm_nap_end(shm, bell, 0.02))
+            rc = th_fail("the doorbell rang with nothing moved");
+        bell = tutti__shm_nap_begin(shm);
+        __atomic_store_n(asleep, 1, __ATOMIC_RELEASE);
+        if (!tutti__shm_nap_end(shm, bell, 60.0))
+            rc = th_fail("rank 1's send did not ring rank 0's doorbell");
+        int32_t got = 0;
+        tutti_status_t st = tutti_recv(&got, 1, TUTTI_INT32, 1, 7, comm, NULL);
+        if (st != TUTTI_OK || got != v)
+            rc = th_fail("recv: %s, got %#x", tutti_strerror(st), (unsigned)got);
+    } else {
+        double end = tutti__now() + 30;
+        while (!__atomic_load_n(asleep, __ATOMIC_ACQUIRE) && tutti__now() < end)
+            tutti__sleep_us(1000);
+        tutti__sleep_us(20000); /* rank 0 is in its nap by now, or about to be */
+        tutti_status_t st = tutti_send(&v, 1, TUTTI_INT32, 0, 7, comm, NULL);
+        if (st != TUTTI_OK)
+            rc = th_fail("send: %s: %s", tutti_strerror(st), tutti_last_error());
+    }
+    tutti_barrier(comm, NULL);
+    if (shm != NULL) {
+        uint32_t bell = tutti__shm_nap_begin(shm);
+        tutti__shm_nap_end(shm, bell, 0);
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_ring_bell)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 90;
+    ck_assert(th_run_opts(2, &o, ring_bell_rank, NULL) == 0);
 }
 END_TEST
 
@@ -842,6 +953,7 @@ int main(void)
     tcase_add_test(tw, test_colocated_wait);
     tcase_add_test(tw, test_doorbell);
     tcase_add_test(tw, test_busy_core_wait);
+    tcase_add_test(tw, test_ring_bell);
     suite_add_tcase(s, tw);
     TCase *tc = tcase_create("create");
     tcase_set_timeout(tc, 180);

@@ -357,8 +357,8 @@ void tutti__colo_note(const tutti__coll_t *c);
 bool tutti__colo_shared(tutti__coll_t *c, int r);
 
 /* tutti__colo_ring wakes the threads asleep on this rank's doorbell (tutti__colo_sleep), if
- * any, once this rank has published what they may wait for. Nothing unless net->sleep_waits:
- * a fence and a load where it is. */
+ * any, once this rank has published what they may wait for: a locked load where
+ * net->sleep_waits, a plain one where only busy-core naps sleep (TUTTI_BUSY_CORE_NAP). */
 void tutti__colo_ring(const tutti__coll_t *c);
 
 /* tutti__colo_sleep sleeps until rank r rings its doorbell or timeout_s passes, unless

@@ -115,6 +115,14 @@ tutti__p2p_op_t *tutti__p2p_progress(tutti__p2p_t *e);
  * withdrawing what they posted, and returns the asynchronous ones as tutti__p2p_progress does. */
 tutti__p2p_op_t *tutti__p2p_fail_all(tutti__p2p_t *e, tutti_status_t status, const char *why);
 
+/* tutti__p2p_nap_begin and tutti__p2p_nap_end let a waiter sleep until a peer on this node
+ * moves one of this rank's rings (the shm transport's doorbell: transport.h): begin counts the
+ * thread as asleep and gives the doorbell's count (false, and nothing to end, when no peer is
+ * on shm); the caller looks once more (progress), then end sleeps up to timeout_s (0: not at
+ * all) unless a peer rang since. Any thread may call them, without the engine's lock. */
+bool tutti__p2p_nap_begin(tutti__p2p_t *e, uint32_t *bell);
+void tutti__p2p_nap_end(tutti__p2p_t *e, uint32_t bell, double timeout_s);
+
 /* tutti__p2p_busy tells whether anything is open: ops, or the engine's own requests (an
  * envelope receive, data still arriving, a control message still going out). */
 bool tutti__p2p_busy(const tutti__p2p_t *e);

@@ -129,6 +129,19 @@ tutti__p2p_op_t *tutti__p2p_progress(tutti__p2p_t *e)
     return done;
 }
 
+bool tutti__p2p_nap_begin(tutti__p2p_t *e, uint32_t *bell)
+{
+    if (e == NULL || e->net->links.shm == NULL)
+        return false;
+    *bell = tutti__shm_nap_begin(e->net->links.shm);
+    return true;
+}
+
+void tutti__p2p_nap_end(tutti__p2p_t *e, uint32_t bell, double timeout_s)
+{
+    tutti__shm_nap_end(e->net->links.shm, bell, timeout_s);
+}
+
 bool tutti__p2p_busy(const tutti__p2p_t *e)
 {
     if (e->live != NULL || e->ctrl != NULL)

@@ -327,13 +327,33 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
  * has come). A few spins into a wait, and now and then after, it asks whether the thread of
  * peer runs on this core: if so, spinning only keeps it from running, and the wait steps aside
  * from then on (colocate.c may also move one of the two). Stepping aside yields the core, or
- * where yielding cannot reach the peer (net->sleep_waits) sleeps on the peer's doorbell.
+ * where yielding cannot reach the peer (net->sleep_waits) sleeps on the peer's doorbell. The
+ * naps that stand in for yields beside a busy thread (time.c) sleep on that doorbell too.
  */
+typedef struct peer_nap {
+    tutti__coll_t *c;
+    int peer;
+    bool (*ready)(const void *);
+    const void *arg;
+} peer_nap_t;
+
+static void nap_on_peer(void *p, double timeout_s)
+{
+    const peer_nap_t *n = p;
+    tutti__colo_sleep(n->c, n->peer, n->ready, n->arg, timeout_s);
+}
+
 static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int peer,
                       bool (*ready)(const void *), const void *arg)
 {
-    if ((it & 31u) == 4u && tutti__backoff_spinning(b) && tutti__colo_shared(c, peer))
-        tutti__backoff_step_aside(b);
+    if (tutti__backoff_spinning(b)) {
+        if ((it & 31u) == 4u && tutti__colo_shared(c, peer))
+            tutti__backoff_step_aside(b);
+        else if (b->iter < TUTTI__SPIN_ITERS) {
+            tutti__backoff_pause(b); /* a spin: no nap to set up */
+            return;
+        }
+    }
     if (c->net->sleep_waits && b->oversubscribed && b->iter >= YIELDS_FIRST) {
         b->iter++;
         bool long_wait = tutti__backoff_waited(b) >= TUTTI__LONG_WAIT_S && !b->keep_polling;
@@ -341,7 +361,11 @@ static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int pe
                           long_wait ? DOORBELL_LONG_SLEEP_S : DOORBELL_SLEEP_S);
         return;
     }
+    /* A nap beside a busy thread (time.c) ends as soon as the peer rings. */
+    peer_nap_t n = {c, peer, ready, arg};
+    tutti__backoff_nap_on(b, nap_on_peer, &n);
     tutti__backoff_pause(b);
+    tutti__backoff_nap_on(b, NULL, NULL);
 }
 
 typedef struct reqs_ready {

@@ -31,6 +31,8 @@ void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed)
     b->oversubscribed = oversubscribed;
     b->keep_polling = false;
     b->naps = 0;
+    b->nap = NULL;
+    b->nap_arg = NULL;
 }
 
 static double waited_at(tutti__backoff_t *b, double now)
@@ -113,14 +115,18 @@ static void yield_core(const tutti__backoff_t *b, double now)
     at_slow = after;
 }
 
-/* contended_sleep sleeps us with a timer slack of 1 us rather than the thread's own (usually
- * 50 us; restored after): the nap stands in for a yield, and the slack would triple a short
- * one. A slack that cannot be read, or is already that small, is left alone. */
-static void contended_sleep(unsigned us)
+/* contended_sleep sleeps us, or until b's doorbell rings (tutti__backoff_nap_on), with a timer
+ * slack of 1 us rather than the thread's own (usually 50 us; restored after): the nap stands in
+ * for a yield, and the slack would triple a short one. A slack that cannot be read, or is
+ * already that small, is left alone. */
+static void contended_sleep(const tutti__backoff_t *b, unsigned us)
 {
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     bool set = slack > 1000 && prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0) == 0;
-    tutti__sleep_us(us);
+    if (b->nap != NULL)
+        b->nap(b->nap_arg, us * 1e-6);
+    else
+        tutti__sleep_us(us);
     if (set)
         prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 }
@@ -150,7 +156,7 @@ void tutti__backoff_pause(tutti__backoff_t *b)
             if (waited < CONTENDED_SPIN_S)
                 tutti__cpu_relax();
             else
-                contended_sleep(CONTENDED_NAP_US << (b->naps < most ? b->naps++ : most));
+                contended_sleep(b, CONTENDED_NAP_US << (b->naps < most ? b->naps++ : most));
         } else if (waited < 0.002 || (it & 15u) != 0)
             yield_core(b, now);
         else

@@ -59,6 +59,36 @@ static void backoff_init(const tutti_comm_t *comm, tutti__backoff_t *b)
         tutti__backoff_keep_polling(b);
 }
 
+/* A nap of an engine's wait (the sleeps that stand in for yields beside a busy thread: time.c)
+ * ends as soon as a peer on this node moves one of this rank's rings. */
+typedef struct eng_nap {
+    tutti_comm_t *comm;
+    const int *done; /* the blocking op's done flag; NULL for the progress thread */
+} eng_nap_t;
+
+static void nap_on_rings(void *p, double timeout_s)
+{
+    const eng_nap_t *n = p;
+    tutti__p2p_pg_t *pg = n->comm->p2p;
+    uint32_t bell;
+    if (!tutti__p2p_nap_begin(pg->eng, &bell)) {
+        tutti__sleep_us((unsigned)(timeout_s * 1e6));
+        return;
+    }
+    /* Once more, now that a peer that moves a ring rings: what it moved before is seen here.
+     * Another thread in the engine (the lock taken) leaves the nap to the doorbell. */
+    uint64_t moved = tutti__moved;
+    tutti__p2p_op_t *done = NULL;
+    if (pthread_mutex_trylock(&pg->lock) == 0) {
+        done = tutti__p2p_progress(pg->eng);
+        pthread_mutex_unlock(&pg->lock);
+    }
+    bool go_on = done != NULL || tutti__moved != moved ||
+                 (n->done != NULL && __atomic_load_n(n->done, __ATOMIC_ACQUIRE));
+    tutti__p2p_nap_end(pg->eng, bell, go_on ? 0.0 : timeout_s);
+    finish(n->comm, done);
+}
+
 /* progress_thread drives the engine while it has anything open: it spins briefly, then yields,
  * then sleeps longer the longer nothing ends or moves (tutti__backoff: over shm, a receive that
  * waits for seconds costs about 3% of a core); with nothing open it sleeps until the next
@@ -90,8 +120,12 @@ static void *progress_thread(void *arg)
         pthread_mutex_unlock(&pg->tlock);
         if (stop)
             return NULL;
-        if (busy)
+        if (busy) {
+            eng_nap_t n = {comm, NULL};
+            tutti__backoff_nap_on(&b, nap_on_rings, &n);
             tutti__backoff_pause(&b);
+            tutti__backoff_nap_on(&b, NULL, NULL);
+        }
     }
 }
 
@@ -157,7 +191,10 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
                 if (__atomic_load_n(&op.done, __ATOMIC_ACQUIRE))
                     break;
             }
+            eng_nap_t n = {comm, &op.done};
+            tutti__backoff_nap_on(&b, nap_on_rings, &n);
             tutti__backoff_pause(&b);
+            tutti__backoff_nap_on(&b, NULL, NULL);
         }
         /* Work of the engine's own left over (answering for a send that failed, draining a
          * message whose receive failed) must not wait for the next call: hand it to the

@@ -190,8 +190,11 @@ static bool pull(shm_tp_t *t, chan_t *ch, tutti__req_t *r, tutti_status_t *st)
     return false;
 }
 
-static void progress_chan(shm_tp_t *t, chan_t *ch)
+/* progress_chan moves ch's queued requests forward; true when it published or consumed a chunk
+ * (the peer may sleep waiting for either). */
+static bool progress_chan(shm_tp_t *t, chan_t *ch)
 {
+    uint64_t head = ch->tx_head, tail = ch->rx_tail;
     while (ch->sq != NULL && push(t, ch, ch->sq)) {
         tutti__req_t *r = ch->sq;
         ch->sq = r->next; /* unlink first: r may be reused once done is set */
@@ -209,6 +212,22 @@ static void progress_chan(shm_tp_t *t, chan_t *ch)
         ch->pending--;
         complete(r, st);
     }
+    return ch->tx_head != head || ch->rx_tail != tail;
+}
+
+/* ring wakes local rank l's threads asleep on its doorbell, if any, after this rank moved one of
+ * its rings. The fence orders the ring's counter, stored before, ahead of the look at the
+ * sleepers: a sleeper counts itself, then looks at the counters, so one of the two sees the
+ * other. (ThreadSanitizer does not model the fence; a wake-up it hid would cost a nap, no
+ * data: the counters carry that.) */
+static void ring(shm_tp_t *t, int l)
+{
+    volatile uint32_t *b = t->bells + (size_t)l * (LINE / sizeof(uint32_t));
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&b[BELL_SLEEPERS], __ATOMIC_RELAXED) == 0)
+        return;
+    __atomic_add_fetch(&b[BELL_WORD], 1, __ATOMIC_SEQ_CST);
+    tutti__futex_wake(&b[BELL_WORD]);
 }
 
 /*
@@ -233,14 +252,35 @@ static tutti_status_t shm_progress(tutti__transport_t *tp)
             continue;
         /* Backwards, so that deactivate's swap only moves an entry already visited. */
         for (int i = ln->nactive - 1; i >= 0; i--) {
-            chan_t *ch = &ln->peer[ln->active[i]];
-            progress_chan(t, ch);
+            int l = ln->active[i];
+            chan_t *ch = &ln->peer[l];
+            bool moved = progress_chan(t, ch);
             if (ch->pending == 0)
                 deactivate(t, c, i);
+            if (moved)
+                ring(t, l);
         }
         pthread_mutex_unlock(&ln->lock);
     }
     return TUTTI_OK;
+}
+
+uint32_t tutti__shm_nap_begin(tutti__transport_t *tp)
+{
+    shm_tp_t *t = (shm_tp_t *)tp;
+    volatile uint32_t *b = t->bells + (size_t)t->my_local * (LINE / sizeof(uint32_t));
+    __atomic_add_fetch(&b[BELL_SLEEPERS], 1, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&b[BELL_WORD], __ATOMIC_SEQ_CST);
+}
+
+bool tutti__shm_nap_end(tutti__transport_t *tp, uint32_t bell, double timeout_s)
+{
+    shm_tp_t *t = (shm_tp_t *)tp;
+    volatile uint32_t *b = t->bells + (size_t)t->my_local * (LINE / sizeof(uint32_t));
+    if (timeout_s > 0)
+        tutti__futex_wait(&b[BELL_WORD], bell, timeout_s);
+    __atomic_sub_fetch(&b[BELL_SLEEPERS], 1, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&b[BELL_WORD], __ATOMIC_ACQUIRE) != bell;
 }
 
 /* local_index maps a global rank to its local index (ranks[] increases), -1 if not local. */

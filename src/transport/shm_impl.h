@@ -18,6 +18,8 @@
  *                s * nlocal + r): the epoch at byte 0 and the call words at FLAG_CALLS in
  *                the first line, the two call descriptors in the second, 3 words of notes at
  *                FLAG_NOTES in a third line of their own
+ *   bells_off    nlocal doorbell lines, one per local rank (BELL_*): the threads of that rank
+ *                asleep until a peer moves one of its rings, and the word they sleep on
  *   regions_off  nwin * nlocal window regions, region_stride apart, same order (page aligned:
  *                first touch by the owner places each on the owner's NUMA node)
  *   rings_off    channel 0 (send/recv): one ring per ordered pair (i -> j, i != j), then each
@@ -32,7 +34,7 @@
  */
 
 #define SEG_MAGIC 0x74757474736d3031ull /* "tuttsm01" */
-#define SEG_VERSION 3u
+#define SEG_VERSION 4u
 #define LINE 64u
 #define PAGE 4096u
 /* The largest TUTTI_SHM_WINDOW, TUTTI_SHM_SLOT and TUTTI_SHM_SLOTS (a header beyond them is
@@ -62,6 +64,10 @@
 /* A rank's probe result in its FLAG_PROBED word: PROBE_OK, PROBE_OFF (TUTTI_CMA=off), or
  * PROBE_FAILED | errno << 8 | (the local index it failed to read) << 20. */
 enum { PROBE_OK = 1, PROBE_OFF = 2, PROBE_FAILED = 3 };
+
+/* A rank's doorbell line: [BELL_SLEEPERS] counts its threads asleep on [BELL_WORD] (they add
+ * and remove themselves), which a peer that moved one of the rank's rings bumps and wakes. */
+enum { BELL_SLEEPERS = 0, BELL_WORD = 1 };
 
 _Static_assert(TUTTI__CHAN_MAX <= 32, "the busy mask has one bit per channel");
 
@@ -101,7 +107,7 @@ typedef struct layout {
     uint64_t slot_size, slot_stride;
     uint32_t nslots_p2p, nslots_coll;
     uint64_t stride_p2p, stride_coll; /* ring strides */
-    uint64_t flags_off, regions_off, rings_off;
+    uint64_t flags_off, bells_off, regions_off, rings_off;
     uint64_t block_p2p, block_coll;   /* bytes of one channel's rings */
     uint64_t size;
 } layout_t;
@@ -173,6 +179,7 @@ typedef struct shm_tp {
     uint64_t slot_size, slot_stride;
     int nwin;
     tutti__window_t **wins; /* [nwin] */
+    volatile uint32_t *bells; /* the doorbell lines, LINE bytes apart (BELL_*) */
     uint64_t probe;         /* the value other local ranks read to probe single copy */
     int32_t *pids;          /* [nlocal]: each local rank's process (the windows point here) */
     bool cma;               /* the probe worked for every pair of local ranks */

@@ -38,7 +38,8 @@ bool tutti__shm_layout(layout_t *L, uint32_t nlocal, uint32_t nchan, uint32_t nw
     L->stride_coll = align_up(RING_HDR + (uint64_t)nslots_coll * L->slot_stride, PAGE);
     uint64_t nregions = (uint64_t)nwin * nlocal, npairs = (uint64_t)nlocal * (nlocal - 1), part;
     L->flags_off = HDR_SPACE;
-    uint64_t off = align_up(L->flags_off + nregions * FLAG_STRIDE, PAGE);
+    L->bells_off = L->flags_off + nregions * FLAG_STRIDE;
+    uint64_t off = align_up(L->bells_off + (uint64_t)nlocal * LINE, PAGE);
     L->regions_off = off;
     if (__builtin_mul_overflow(nregions, L->region_stride, &part) ||
         __builtin_add_overflow(off, part, &off))
@@ -290,6 +291,7 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
             ch->nslots = c == TUTTI__CHAN_P2P ? L->nslots_p2p : L->nslots_coll;
         }
     }
+    t->bells = (volatile uint32_t *)(void *)(base + L->bells_off);
     if (L->nwin == 0)
         return TUTTI_OK;
     t->wins = calloc(L->nwin, sizeof *t->wins);

@@ -150,6 +150,17 @@ tutti_status_t tutti__shm_create(int nchan, tutti__bootstrap_t *bs, const int *l
                                  int nlocal, int my_local, tutti__transport_t **out,
                                  tutti__window_t **wins);
 
+/*
+ * Sleeping until a local peer moves one of this rank's rings (shm only): tutti__shm_nap_begin
+ * counts the calling thread among the rank's sleepers and returns its doorbell's count; the
+ * caller then looks once more at what it waits for (progress), and calls tutti__shm_nap_end,
+ * which sleeps up to timeout_s (0: not at all) unless the doorbell rang since, uncounts the
+ * thread, and tells whether the doorbell rang. Any thread's progress that publishes or
+ * consumes a chunk of a ring rings the peer's doorbell when someone sleeps on it.
+ */
+uint32_t tutti__shm_nap_begin(tutti__transport_t *shm);
+bool tutti__shm_nap_end(tutti__transport_t *shm, uint32_t bell, double timeout_s);
+
 /* ---- single copy between local processes (transport/cma.c) ---- */
 
 /*

@@ -117,6 +117,18 @@ def w_premul():
     for i, t in enumerate(ts):
         same(torch, t, premul_reference(torch, [xs[r][i] for r in range(n)], 0.3),
              "allreduce_coalesced PREMUL_SUM %d" % i)
+    # entries that alias or overlap: every element is scaled once, as a single all_reduce does
+    base = torch.arange(8, dtype=torch.float32) + rank
+    b = base.clone()
+    dist.all_reduce_coalesced([b, b], op=dist._make_nccl_premul_sum(0.5))
+    want = sum(torch.arange(8, dtype=torch.float32) + r for r in range(n)) * 0.5
+    same(torch, b, want, "allreduce_coalesced PREMUL_SUM of one tensor twice")
+    b = base.clone()
+    dist.all_reduce_coalesced([b[:5], b[3:]], op=dist._make_nccl_premul_sum(0.5))
+    same(torch, b, want, "allreduce_coalesced PREMUL_SUM of overlapping views")
+    b = base.clone().view(2, 4)
+    dist.all_reduce_coalesced([b[:, ::2], b[:, 1::2], b[1]], op=dist._make_nccl_premul_sum(0.5))
+    same(torch, b.reshape(-1), want, "allreduce_coalesced PREMUL_SUM of strided views")
     pg = dist.distributed_c10d._get_default_group()
     ins = [torch.randn(n * c, generator=torch.Generator().manual_seed(rank * 10 + c)).half()
            for c in (4, 1000)]
@@ -188,6 +200,29 @@ def w_coalescing():
             for i in range(2):
                 same(torch, outs[i], torch.full((c + i,), float(n - 1), dtype=torch.bfloat16),
                      "coalesced reduce_scatter_tensor AVG %d" % i)
+        # several dtypes in one block: one operation per dtype, in one Work (gloo takes
+        # reduce_scatter_tensor's; NCCL both)
+        a32, a64 = torch.full((6,), float(rank)), torch.full((5,), float(rank), dtype=torch.float64)
+        a16 = torch.full((4,), float(rank), dtype=torch.bfloat16)
+        with _coalescing_manager(async_ops=asynchronous) as cm:
+            for t in (a32, a64, a16):
+                dist.all_reduce(t)
+        if asynchronous:
+            cm.wait()
+        for t in (a32, a64, a16):
+            same(torch, t, torch.full(t.shape, float(sum(range(n))), dtype=t.dtype),
+                 "coalesced all_reduce of several dtypes: %s" % t.dtype)
+        ins = [torch.full((n * 3,), float(rank + 1), dtype=d)
+               for d in (torch.float32, torch.float64, torch.int32)]
+        outs = [torch.empty(3, dtype=i.dtype) for i in ins]
+        with _coalescing_manager(async_ops=asynchronous) as cm:
+            for o, i in zip(outs, ins):
+                dist.reduce_scatter_tensor(o, i)
+        if asynchronous:
+            cm.wait()
+        for o in outs:
+            same(torch, o, torch.full((3,), n * (n + 1) // 2, dtype=o.dtype),
+                 "coalesced reduce_scatter_tensor of several dtypes: %s" % o.dtype)
         # with the device: startCoalescing / endCoalescing around other calls as well (torch
         # collects the all_reduces itself, one dtype and op, and runs the broadcast as it comes)
         a, b = torch.ones(10) * rank, torch.ones(20) * rank
@@ -454,8 +489,9 @@ def w_refusals():
                                               torch.empty(2 * n, dtype=torch.int16)),
            "tutti _reduce_scatter_base", "cannot be reduced")
     raises(lambda: pg.allreduce([torch.ones(2), torch.ones(2)]).wait(), "exactly one tensor")
-    raises(lambda: pg.allreduce_coalesced([torch.ones(2), torch.ones(2, dtype=torch.float64)]),
-           "tutti allreduce_coalesced", "one dtype")
+    # several dtypes go one operation each, but one that cannot be reduced fails the whole
+    raises(lambda: pg.allreduce_coalesced([torch.ones(2), torch.ones(2, dtype=torch.int16)]),
+           "tutti allreduce_coalesced", "cannot be reduced")
     opts = dist.BroadcastOptions()
     opts.rootRank = n
     raises(lambda: pg.broadcast([torch.ones(2)], opts), "tutti broadcast",

@@ -313,6 +313,17 @@ def w_ops(mode):
     call(dist.all_to_all_single, out, inp, recv_splits, send_splits)
     want = torch.cat([torch.full((rows(s, rank), 3), float(10 * s + rank)) for s in range(n)])
     same(torch, out, want, "alltoall_base uneven")
+    # in place: output and input at one address, with splits whose send and receive sizes
+    # differ (rank r sends (2r + j) % 4 rows to j; prefix views of one tensor)
+    send_splits = [(2 * rank + j) % 4 for j in range(n)]
+    recv_splits = [(2 * s + rank) % 4 for s in range(n)]
+    buf = torch.full((max(sum(send_splits), sum(recv_splits)), 3), -1.0)
+    buf[:sum(send_splits)] = torch.cat([torch.full((send_splits[j], 3), float(10 * rank + j))
+                                        for j in range(n)])
+    call(dist.all_to_all_single, buf[:sum(recv_splits)], buf[:sum(send_splits)], recv_splits,
+         send_splits)
+    want = torch.cat([torch.full((recv_splits[s], 3), float(10 * s + rank)) for s in range(n)])
+    same(torch, buf[:sum(recv_splits)], want, "alltoall_base uneven, in place")
     # alltoall (lists): tensors of different sizes per peer
     ins = [torch.full((rank + j + 1,), rank * 10 + j, dtype=torch.int32) for j in range(n)]
     outs = [torch.empty(s + rank + 1, dtype=torch.int32) for s in range(n)]

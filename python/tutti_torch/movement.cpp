@@ -286,7 +286,10 @@ WorkPtr BackendTutti::alltoall_base(at::Tensor &output, at::Tensor &input,
     auto sc = split_bytes(op, "input", input, inputSplitSizes, size_);
     auto rc = split_bytes(op, "output", output, outputSplitSizes, size_);
     Buf bi(input, true), bo(output, false);
-    if (bi.ptr() != bo.ptr()) // one tensor is tutti's in-place form; a partial overlap is not
+    // One tensor is tutti's in-place form only where every rank's block keeps its size (MPI's
+    // in-place alltoallv sends what the receive counts say); other splits, or a partial
+    // overlap, get an output of their own.
+    if (bi.ptr() != bo.ptr() || sc != rc)
         bo.stage_if_overlapping(bi.ptr(), nbytes(input), false);
     c.keep = {bi.work, bo.work};
     if (bo.copied())

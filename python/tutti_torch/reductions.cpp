@@ -38,7 +38,8 @@ WorkPtr BackendTutti::allreduce(std::vector<at::Tensor> &tensors,
     return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
-// Several tensors of one dtype, one tutti_allreduce_coalesced.
+// Several tensors, one tutti_allreduce_coalesced per dtype among them (in the order each dtype
+// first appears, the same on every rank), all in one Work.
 WorkPtr BackendTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
                                           const c10d::AllreduceCoalescedOptions &opts)
 {
@@ -46,42 +47,61 @@ WorkPtr BackendTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
     check_usable(op);
     if (tensors.empty())
         refuse(op, "got no tensors");
-    for (const auto &t : tensors) {
-        check_tensor(op, t);
-        if (t.scalar_type() != tensors[0].scalar_type())
-            refuse(op, "every tensor must have one dtype; got " +
-                           dtype_name(tensors[0].scalar_type()) + " and " +
-                           dtype_name(t.scalar_type()));
+    std::vector<at::ScalarType> types;
+    std::vector<std::vector<size_t>> groups;
+    std::vector<Reduction> rs;
+    for (size_t i = 0; i < tensors.size(); i++) {
+        check_tensor(op, tensors[i]);
+        size_t g = 0;
+        while (g < types.size() && types[g] != tensors[i].scalar_type())
+            g++;
+        if (g == types.size()) {
+            types.push_back(tensors[i].scalar_type());
+            rs.push_back(reduction_of(op, opts.reduceOp, types.back()));
+            groups.emplace_back();
+        }
+        groups[g].push_back(i);
     }
-    Reduction r = reduction_of(op, opts.reduceOp, tensors[0].scalar_type());
     Call c;
     c.type = c10d::OpType::ALLREDUCE_COALESCED;
     c.name = op;
     c.outputs = tensors;
     c.comm = comm_;
     auto bufs = std::make_shared<std::vector<Buf>>();
-    auto ptrs = std::make_shared<std::vector<void *>>();
-    auto counts = std::make_shared<std::vector<size_t>>();
     bool any_copied = false;
-    for (const auto &t : tensors) {
+    for (const auto &t : tensors)
         bufs->emplace_back(t, true);
-        r.scale_(bufs->back().work);
-        ptrs->push_back(bufs->back().ptr());
-        counts->push_back(r.count(t.numel()));
-        c.keep.push_back(bufs->back().work);
-        any_copied = any_copied || bufs->back().copied();
+    // PREMUL_SUM scales each buffer in place: an element that two tensors of the list share
+    // would be scaled twice, so those tensors get copies of their own (before any scaling).
+    for (size_t i = 0; rs[0].premul && i < tensors.size(); i++)
+        for (size_t j = 0; j < tensors.size(); j++)
+            if (j != i)
+                (*bufs)[i].stage_if_overlapping(tensors[j].data_ptr(), span_bytes(tensors[j]),
+                                                true);
+    for (size_t g = 0; g < groups.size(); g++) {
+        const Reduction &r = rs[g];
+        auto ptrs = std::make_shared<std::vector<void *>>();
+        auto counts = std::make_shared<std::vector<size_t>>();
+        for (size_t i : groups[g]) {
+            Buf &b = (*bufs)[i];
+            r.scale_(b.work);
+            ptrs->push_back(b.ptr());
+            counts->push_back(r.count(b.user.numel()));
+            c.keep.push_back(b.work);
+            any_copied = any_copied || b.copied();
+        }
+        tutti_dtype_t dt = r.dtype;
+        tutti_op_t rop = r.op;
+        c.posts.push_back([ptrs, counts, dt, rop](tutti_comm_t *comm, tutti_work_t **h) {
+            return tutti_allreduce_coalesced(nullptr, ptrs->data(), counts->data(),
+                                             static_cast<int>(ptrs->size()), dt, rop, comm, h);
+        });
     }
     if (any_copied)
         c.finalize = [bufs] {
             for (const auto &b : *bufs)
                 b.copy_back();
         };
-    tutti_dtype_t dt = r.dtype;
-    tutti_op_t rop = r.op;
-    c.posts.push_back([ptrs, counts, dt, rop](tutti_comm_t *comm, tutti_work_t **h) {
-        return tutti_allreduce_coalesced(nullptr, ptrs->data(), counts->data(),
-                                         static_cast<int>(ptrs->size()), dt, rop, comm, h);
-    });
     return launch(std::move(c), opts.asyncOp, opts.timeout);
 }
 
@@ -263,22 +283,24 @@ WorkPtr BackendTutti::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &o
         refuse(op, "needs as many outputs as inputs, at least one: got " +
                        std::to_string(outputs.size()) + " and " + std::to_string(inputs.size()));
     size_t total = 0, bytes = 0;
+    bool one_dtype = true;
+    std::vector<Reduction> rs;
     for (size_t i = 0; i < inputs.size(); i++) {
         check_scatter_pair(op, outputs[i], inputs[i], size_);
-        if (inputs[i].scalar_type() != inputs[0].scalar_type())
-            refuse(op, "every tensor must have one dtype; got " +
-                           dtype_name(inputs[0].scalar_type()) + " and " +
-                           dtype_name(inputs[i].scalar_type()));
+        one_dtype = one_dtype && inputs[i].scalar_type() == inputs[0].scalar_type();
+        rs.push_back(reduction_of(op, opts.reduceOp, inputs[i].scalar_type()));
         total += static_cast<size_t>(outputs[i].numel());
         bytes += nbytes(inputs[i]);
     }
-    Reduction r = reduction_of(op, opts.reduceOp, inputs[0].scalar_type());
+    const Reduction &r = rs[0];
     Call c;
     c.type = c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
     c.name = op;
     c.outputs = outputs;
     c.comm = comm_;
-    if (bytes <= kPackMax) {
+    // Small tensors of one dtype go packed, as one reduce-scatter; the rest (large, or of
+    // several dtypes: gloo takes those too) one reduce-scatter per tensor, in one Work.
+    if (bytes <= kPackMax && one_dtype) {
         auto options = inputs[0].options();
         at::Tensor send = at::empty({static_cast<int64_t>(total) * size_}, options);
         at::Tensor blocks = send.view({size_, static_cast<int64_t>(total)});
@@ -306,13 +328,13 @@ WorkPtr BackendTutti::reduce_scatter_tensor_coalesced(std::vector<at::Tensor> &o
     auto outs = std::make_shared<std::vector<Buf>>();
     for (size_t i = 0; i < inputs.size(); i++) {
         Buf bi(inputs[i], true);
-        at::Tensor send = r.scaled(bi.work);
+        at::Tensor send = rs[i].scaled(bi.work);
         outs->emplace_back(outputs[i], false);
         outs->back().stage_if_overlapping(send.data_ptr(), nbytes(send), false);
         c.keep.push_back(send);
         c.keep.push_back(outs->back().work);
         c.posts.push_back(reduce_scatter_post(send.data_ptr(), outs->back().ptr(),
-                                              r.count(outputs[i].numel()), r));
+                                              rs[i].count(outputs[i].numel()), rs[i]));
     }
     c.finalize = [outs] {
         for (const auto &b : *outs)

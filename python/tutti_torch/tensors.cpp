@@ -295,6 +295,16 @@ Buf::Buf(const at::Tensor &t, bool read) : user(t)
         plain(work).copy_(plain(t));
 }
 
+size_t span_bytes(const at::Tensor &t)
+{
+    if (t.numel() == 0)
+        return 0;
+    int64_t last = 0; // torch's strides are never negative
+    for (int64_t d = 0; d < t.dim(); d++)
+        last += (t.size(d) - 1) * t.stride(d);
+    return static_cast<size_t>(last + 1) * t.element_size();
+}
+
 bool overlaps(const void *a, size_t an, const void *b, size_t bn)
 {
     const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);

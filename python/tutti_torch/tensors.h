@@ -87,6 +87,10 @@ struct Buf {
     void stage_if_overlapping(const void *p, size_t n, bool read);
 };
 
+// span_bytes is how many bytes t's elements span in memory from its first one (its nbytes when
+// contiguous; more for a strided view, whose gaps it covers).
+size_t span_bytes(const at::Tensor &t);
+
 // overlaps: whether the byte ranges [a, a + an) and [b, b + bn) share a byte.
 bool overlaps(const void *a, size_t an, const void *b, size_t bn);
 

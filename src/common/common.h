@@ -101,6 +101,12 @@ static inline void tutti__note_moved(void) { tutti__moved++; }
  * naps instead of yielding (time.c); TUTTI_BUSY_CORE_NAP, read at communicator creation. */
 extern bool tutti__busy_core_naps;
 
+/* tutti__yield yields the core as a wait's pause does, and notes, as those do, when yields hand
+ * it to a busy thread of the same scheduling group (time.c); tutti__yields_lost tells whether
+ * this thread's yields are held off for that now: a waiter should then sleep instead. */
+void tutti__yield(bool oversubscribed);
+bool tutti__yields_lost(void);
+
 void tutti__backoff_init(tutti__backoff_t *b, bool oversubscribed);
 /* tutti__backoff_pause waits a little, longer the longer the wait has gone on. */
 void tutti__backoff_pause(tutti__backoff_t *b);

@@ -95,11 +95,11 @@ static double thread_cpu_s(void)
 
 bool tutti__busy_core_naps = true;
 
-static void yield_core(const tutti__backoff_t *b, double now)
+static void yield_core(bool oversubscribed, double now)
 {
     sched_yield();
     double after = tutti__now();
-    if (after - now <= SLOW_YIELD_S || b->oversubscribed ||
+    if (after - now <= SLOW_YIELD_S || oversubscribed ||
         !__atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED))
         return;
     double cpu = thread_cpu_s();
@@ -113,6 +113,13 @@ static void yield_core(const tutti__backoff_t *b, double now)
     }
     cpu_at_slow = cpu;
     at_slow = after;
+}
+
+void tutti__yield(bool oversubscribed) { yield_core(oversubscribed, tutti__now()); }
+
+bool tutti__yields_lost(void)
+{
+    return tutti__now() < contended_until && __atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED);
 }
 
 /* contended_sleep sleeps us, or until b's doorbell rings (tutti__backoff_nap_on), with a timer
@@ -158,7 +165,7 @@ void tutti__backoff_pause(tutti__backoff_t *b)
             else
                 contended_sleep(b, CONTENDED_NAP_US << (b->naps < most ? b->naps++ : most));
         } else if (waited < 0.002 || (it & 15u) != 0)
-            yield_core(b, now);
+            yield_core(b->oversubscribed, now);
         else
             tutti__sleep_us(waited < 0.05 ? 20u : 200u);
         return;

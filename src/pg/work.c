@@ -74,12 +74,16 @@ TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *w, double timeout_s)
                                 "the callback, and wait for it outside");
     double deadline = timeout_s < 0 ? -1.0 : tutti__now() + timeout_s;
     /* Spin briefly, then yield for a while: operations often end within microseconds, a sleep
-     * costs several to wake from, and yielding hands the core to the worker doing the work. */
+     * costs several to wake from, and yielding hands the core to the worker doing the work.
+     * Not where yields hand a bound core to a busy thread of the caller's own group until the
+     * next tick (time.c): the futex below wakes the caller as soon as the work is done. */
     for (int i = 0; i < 200 && !done(w); i++)
         tutti__cpu_relax();
     double t0 = tutti__now();
-    while (!done(w) && tutti__now() - t0 < 200e-6 && (deadline < 0 || tutti__now() < deadline))
-        sched_yield();
+    bool over = w->comm != NULL && w->comm->net.oversubscribed;
+    while (!done(w) && !tutti__yields_lost() && tutti__now() - t0 < 200e-6 &&
+           (deadline < 0 || tutti__now() < deadline))
+        tutti__yield(over);
     while (!done(w)) {
         double left = deadline < 0 ? 1.0 : deadline - tutti__now();
         if (left <= 0)

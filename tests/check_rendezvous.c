@@ -293,6 +293,49 @@ START_TEST(test_stranger)
 }
 END_TEST
 
+/* ---- creations back to back on one port ---------------------------------------------------- */
+
+/* A communicator, then another at once while the first lives (tutti_comm_init_env twice): a
+ * rank that finishes the first creation early meets the first store still saying goodbye to
+ * the others, its secret file already gone. It must look again, not take it for another job's
+ * (it did: "finds no secret of its job", and the others waited out their timeout). */
+static int back_to_back_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    for (int round = 0; round < 3; round++) {
+        tutti_comm_t *a = NULL, *b = NULL;
+        if (tutti_comm_init_env(NULL, &a) != TUTTI_OK)
+            return th_fail("round %d, first creation: %s", round, tutti_last_error());
+        if (tutti_comm_init_env(NULL, &b) != TUTTI_OK) {
+            int rc = th_fail("round %d, second creation: %s", round, tutti_last_error());
+            tutti_comm_destroy(a);
+            return rc;
+        }
+        int32_t x = rank + 1, y = 0;
+        tutti_status_t st = tutti_allreduce(&x, &y, 1, TUTTI_INT32, TUTTI_SUM, b, NULL);
+        int rc = st != TUTTI_OK || y != size * (size + 1) / 2
+                     ? th_fail("round %d: allreduce on the second: %s, %d", round,
+                               tutti_strerror(st), (int)y)
+                     : 0;
+        tutti_comm_destroy(b);
+        tutti_comm_destroy(a);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+START_TEST(test_back_to_back)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 60;
+    o.rank_timeout_s = 20;
+    ck_assert_msg(th_run_opts(3, &o, back_to_back_rank, NULL) == 0,
+                  "creations back to back on one port: see stderr");
+}
+END_TEST
+
 /* ---- two jobs on one port ------------------------------------------------------------------ */
 
 typedef struct twojobs {
@@ -884,7 +927,8 @@ static int reader(bool fork_twice, bool new_session, const tutti__auth_t *a, cha
         tutti__auth_t b = *a;
         b.have_key = false;
         memset(b.key, 0, sizeof b.key);
-        tutti_status_t st = tutti__secret_file_read("127.0.0.1", 4242, 1, &b);
+        bool absent;
+        tutti_status_t st = tutti__secret_file_read("127.0.0.1", 4242, 1, &b, &absent);
         dprintf(pfd[1], "%s", st == TUTTI_OK ? "" : tutti_last_error());
         _exit(st == TUTTI_OK && memcmp(b.key, a->key, sizeof b.key) == 0 ? 0 : 1);
     }
@@ -1044,7 +1088,8 @@ START_TEST(test_secret_file_foreign_xdg)
     tutti__auth_t b = a;
     b.have_key = false;
     memset(b.key, 0, sizeof b.key);
-    ck_assert_msg(tutti__secret_file_read("127.0.0.1", 4243, 1, &b) == TUTTI_OK &&
+    bool absent;
+    ck_assert_msg(tutti__secret_file_read("127.0.0.1", 4243, 1, &b, &absent) == TUTTI_OK &&
                       memcmp(a.key, b.key, sizeof a.key) == 0,
                   "a reader did not find it: %s", tutti_last_error());
     tutti__secret_file_remove(path);
@@ -1058,6 +1103,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_stranger, 0, 2);
     tcase_add_loop_test(tc, test_two_jobs, 0, (int)(sizeof two_cases / sizeof two_cases[0]));
+    tcase_add_test(tc, test_back_to_back);
     tcase_add_test(tc, test_bind);
     tcase_add_test(tc, test_flood);
     tcase_add_test(tc, test_idle);

@@ -92,9 +92,11 @@ tutti_status_t tutti__secret_file_write(const char *ip, int port, const tutti__a
  * set). TUTTI_ERR_BOOTSTRAP with a message that says why and what to do when: there is no
  * such file or it is stale (its writer is gone), it is not private to this user, it belongs to
  * another job (another job id; or, without a launcher's id, a writer that is neither this
- * rank's parent, nor its sibling, nor in its session).
+ * rank's parent, nor its sibling, nor in its session). *absent tells the first case: no file
+ * at all.
  */
-tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a);
+tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a,
+                                       bool *absent);
 
 /* tutti__secret_dir_check fails, saying why and what to do, when the directory for this user's
  * secret files exists but rank 0 cannot use it (another user's, open to others, not a

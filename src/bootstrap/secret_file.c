@@ -288,8 +288,10 @@ static int unhex(const char *s, uint8_t *out, size_t n)
     return 0;
 }
 
-tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a)
+tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti__auth_t *a,
+                                       bool *absent)
 {
+    *absent = false;
     /* One descriptor at a time (a rank near its RLIMIT_NOFILE holds the store's connection
      * too): the directory is checked by lstat, not opened. Nobody else can swap it after the
      * check: it is this user's, in its own directory or in sticky /tmp; and the file itself
@@ -305,7 +307,8 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
         snprintf(path, sizeof path, "%s/%s", dir, name);
         fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     }
-    if (fd < 0)
+    if (fd < 0) {
+        *absent = errno == ENOENT;
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "bootstrap: rank %d is on the host of the rendezvous store at "
                                 "%s:%d, but finds no secret of its job in %s/%s (%s): is that "
@@ -314,6 +317,7 @@ tutti_status_t tutti__secret_file_read(const char *ip, int port, int rank, tutti
                                 "different containers, or under different XDG_RUNTIME_DIR (set "
                                 "TUTTI_JOB_TOKEN to the same random value for every rank)?",
                                 rank, ip, port, dir, name, strerror(errno));
+    }
     struct stat sb;
     char text[FILE_MAX];
     ssize_t n = -1;

@@ -27,10 +27,16 @@ struct tutti__store {
     tutti__auth_t auth;
     bool remote;        /* a HOST job's store found on another host by a handshake that had to
                            let its connection go to tell (handshake) */
+    double no_secret_at; /* when a store on this host was first found without its secret file */
     uint8_t mixer[32];  /* keys travel as HMAC(mixer, key) */
     pthread_mutex_t mu; /* one request at a time on fd */
     tutti__store_server_t *srv; /* rank 0 only */
 };
+
+/* How long a rank goes on looking for a store's secret file on its host before it takes the
+ * store for another job's (a creation right after another on the same port meets the old
+ * store for the moment rank 0 takes to close it). */
+#define NO_SECRET_GRACE_S 5.0
 
 /* io_deadline bounds one request: the server answers at once, so only a hung or vanished
  * rank 0 takes long; the store's own deadline applies, but never less than 10 s. */
@@ -333,9 +339,21 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
             close(s->fd);
             s->fd = -1;
         }
-        if (tutti__addr_local((struct sockaddr *)&peer, pl, true))
-            TUTTI__CHECK(tutti__secret_file_read(ip, s->port, s->rank, a));
-        else
+        if (tutti__addr_local((struct sockaddr *)&peer, pl, true)) {
+            bool absent = false;
+            tutti_status_t st = tutti__secret_file_read(ip, s->port, s->rank, a, &absent);
+            if (st != TUTTI_OK) {
+                /* No file yet may be a store of the same ranks' previous creation, still
+                 * saying goodbye to the others (it removed its file once all had joined), or
+                 * this one just before it writes its own: look again for a while. Another
+                 * job's store stays without it: fail then. */
+                double now = tutti__now();
+                if (absent && s->no_secret_at == 0.0)
+                    s->no_secret_at = now;
+                *retry = absent && now - s->no_secret_at < NO_SECRET_GRACE_S;
+                return st;
+            }
+        } else
             s->remote = true;
         if (starved) {
             *retry = true;

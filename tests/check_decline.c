@@ -79,4 +79,55 @@ START_TEST(test_decline)
 }
 END_TEST
 
-TH_CHECK_MAIN_ONE("decline", "decline", 120, test_decline)
+/* Chosen automatically on that window, the alltoall is not the direct one (which would only
+ * decline) but one that runs: every block right, at 1 and at 5000 elements. */
+static int auto_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int rc = 0;
+    for (size_t n = 1; n <= 5000 && rc == 0; n += 4999) {
+        int32_t *send = malloc(n * (size_t)size * 4), *recv = malloc(n * (size_t)size * 4);
+        for (size_t i = 0; i < n * (size_t)size; i++)
+            send[i] = (int32_t)(rank * 1000000 + (int)i);
+        const char *algo = tutti_comm_algorithm(comm, TUTTI_COLL_ALLTOALL, n * 4);
+        tutti_status_t st = tutti_alltoall(send, recv, n, TUTTI_INT32, comm, NULL);
+        if (st != TUTTI_OK)
+            rc = th_fail("alltoall of %zu (%s) on a 64-byte window: %s: %s", n, algo,
+                         tutti_strerror(st), tutti_comm_last_error(comm));
+        for (int j = 0; rc == 0 && j < size; j++)
+            for (size_t i = 0; i < n; i++)
+                if (recv[(size_t)j * n + i] != (int32_t)(j * 1000000 + rank * (int)n + (int)i)) {
+                    rc = th_fail("alltoall of %zu (%s): block %d [%zu] = %d", n, algo, j, i,
+                                 (int)recv[(size_t)j * n + i]);
+                    break;
+                }
+        free(send);
+        free(recv);
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_auto_small_window)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.env[0] = "TUTTI_SHM_WINDOW=64";
+    for (int size = 2; size <= 3; size++)
+        ck_assert_msg(th_run_opts(size, &o, auto_rank, NULL) == 0, "%d ranks: see stderr", size);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("decline");
+    TCase *tc = tcase_create("decline");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_decline);
+    tcase_add_test(tc, test_auto_small_window);
+    suite_add_tcase(s, tc);
+    return th_check_run(s);
+}

@@ -55,6 +55,10 @@ enum {
     TUTTI__NEEDS_CORES = 1u << 4,   /* no rank of this node has more busy threads than cores
                                        (the same on every local rank): a step handed from rank
                                        to rank costs no context switch */
+    TUTTI__NEEDS_ROOM = 1u << 5,    /* the window's regions hold, in each half, the direct
+                                       alltoallv's header and an element per rank: what an
+                                       automatic choice of the direct alltoall asks (a window
+                                       as small as TUTTI_SHM_WINDOW allows does not) */
 };
 
 typedef struct tutti__net {

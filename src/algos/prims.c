@@ -598,10 +598,10 @@ tutti_status_t tutti__direct_slots(tutti__coll_t *c, size_t head, const char *al
     *slot = s;
     if (x == NULL || x->nranks != n || s / c->esize == 0)
         return tutti__decline(c, TUTTI_ERR_NOT_SUPPORTED,
-                              "%s (direct): the shm window (%zu bytes per rank) cannot hold one "
-                              "element per rank on rank %d; raise TUTTI_SHM_WINDOW or use the %s "
-                              "algorithm",
-                              c->name, x ? x->region_size : 0, c->rank, alt);
+                              "%s (direct): the shm window (%zu bytes per rank, %zu of them for "
+                              "this algorithm's headers) cannot hold one element per rank on "
+                              "rank %d; raise TUTTI_SHM_WINDOW or use the %s algorithm",
+                              c->name, x ? x->region_size : 0, head, c->rank, alt);
     return TUTTI_OK;
 }
 

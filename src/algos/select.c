@@ -205,7 +205,7 @@ const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned ca
                       : &tutti__allgather_ring;
     case TUTTI_COLL_ALLTOALL:
         return win && cma_for(cma, cma_alltoall, n, bytes) ? &tutti__alltoall_cma
-               : win                               ? &tutti__alltoall_direct
+               : win && (caps & TUTTI__NEEDS_ROOM)  ? &tutti__alltoall_direct
                : even && bytes < HIER_ALLTOALL_MAX ? &tutti__alltoall_hier
                                                    : &tutti__alltoall_pairwise;
     case TUTTI_COLL_REDUCE_SCATTER:

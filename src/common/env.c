@@ -247,8 +247,10 @@ tutti_status_t tutti__env_double(const char *name, double lo, double hi, double 
     errno = 0;
     double x = strtod(v, &end);
     /* errno is ERANGE for a value too small to hold as a normal double (1e-320): refused too.
-     * !(x >= lo && x <= hi) also refuses NaN. */
-    if (errno != 0 || end == v || *end != '\0' || !(x >= lo && x <= hi))
+     * !(x >= lo && x <= hi) also refuses NaN. Decimal only: strtod would also take hex
+     * ("0x10" as 16 s), "infinity" and leading blanks, none of which a user means. */
+    if (errno != 0 || end == v || *end != '\0' || strspn(v, "0123456789.eE+-") != strlen(v) ||
+        !(x >= lo && x <= hi))
         return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                 "%s=\"%s\" is not a number of seconds from %g to %g; fix or unset "
                                 "it",

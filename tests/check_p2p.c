@@ -7,6 +7,7 @@
  * collectives interleaved on one communicator; and at 2 and 3 ranks what must end in an error,
  * never a hang: a dead peer, a timeout, abort and destroy with operations outstanding. */
 #include <limits.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -873,6 +874,58 @@ START_TEST(test_pause)
 }
 END_TEST
 
+/* A receive from a rank that is stopped (SIGSTOP) fails at TUTTI_UNRESPONSIVE naming it
+ * unresponsive, as a collective's wait does, not only at TUTTI_TIMEOUT with "timed out"; an
+ * asynchronous send to it likewise. The stopped rank, continued, destroys its communicator. */
+static int stopped_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    if (tutti_barrier(comm, NULL) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_last_error());
+    if (rank == 1) {
+        sleep(1); /* rank 0 stops this rank here, and continues it after its errors */
+        tutti_comm_destroy(comm);
+        return 0;
+    }
+    kill(sh->pids[1], SIGSTOP);
+    static unsigned char big[1 << 20];
+    tutti_work_t *w = NULL;
+    tutti_status_t st = tutti_send(big, sizeof big, TUTTI_UINT8, 1, 9, comm, &w);
+    unsigned char b[8];
+    tutti_status_t rs = tutti_recv(b, sizeof b, TUTTI_UINT8, 1, 5, comm, NULL);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tutti_last_error());
+    if (rs != TUTTI_ERR_PEER_FAILED || strstr(msg, "unresponsive") == NULL ||
+        !th_mentions_rank(msg, 1))
+        bad = th_fail("a receive from a stopped rank: %s: %s", tutti_strerror(rs), msg);
+    if (st == TUTTI_OK)
+        st = tutti_work_wait(w, -1.0);
+    if (st != TUTTI_ERR_PEER_FAILED || strstr(tutti_last_error(), "unresponsive") == NULL)
+        bad = th_fail("an asynchronous send to a stopped rank: %s: %s", tutti_strerror(st),
+                      tutti_last_error());
+    tutti_work_free(w);
+    kill(sh->pids[1], SIGCONT);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_stopped_peer)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 60;
+    o.rank_timeout_s = 30;
+    o.env[0] = "TUTTI_UNRESPONSIVE=2";
+    ck_assert_msg(th_run_opts(2, &o, stopped_body, NULL) == 0, "on %s: see stderr", tps[_i]);
+}
+END_TEST
+
 /* Abort with operations open (and one blocking receive in another thread) ends each with
  * TUTTI_ERR_ABORTED at once; destroy with a receive open ends it with TUTTI_ERR_ABORTED too,
  * and the handle outlives the communicator. */
@@ -977,6 +1030,7 @@ static void add_tcases(Suite *s)
     tcase_add_loop_test(tc, test_timeout, 0, 2);
     tcase_add_loop_test(tc, test_left, 0, 2);
     tcase_add_loop_test(tc, test_pause, 0, 2);
+    tcase_add_loop_test(tc, test_stopped_peer, 0, 2);
     tcase_add_loop_test(tc, test_abort, 0, 2);
     suite_add_tcase(s, tc);
 }

@@ -108,4 +108,17 @@ static inline double tutti__net_timeout(const tutti__net_t *net)
     return t;
 }
 
+/* tutti__net_unresponsive is how long a peer may send no heartbeat before a wait calls it
+ * unresponsive: TUTTI_UNRESPONSIVE, or by default a few seconds less than the timeout (at least
+ * half of it), so that a stopped peer is named as such just before the timeout would have
+ * fired anyway: no job fails sooner than it would without it, yet the error says what
+ * happened. */
+static inline double tutti__net_unresponsive(const tutti__net_t *net)
+{
+    double t = tutti__net_timeout(net);
+    if (net->unresp_s > 0)
+        return net->unresp_s;
+    return t - 3.0 > t / 2 ? t - 3.0 : t / 2;
+}
+
 #endif /* TUTTI_ALGOS_NET_H */

@@ -254,6 +254,32 @@ static void fail_orphaned_any(tutti__p2p_t *e, double now)
     }
 }
 
+/* fail_silent breaks every peer that has operations open with this rank and has sent no
+ * heartbeat for TUTTI_UNRESPONSIVE (tutti__net_unresponsive), as the collectives fail their
+ * call: it is stopped (SIGSTOP, a debugger) or frozen, or cut off, and the error says so before
+ * the operations' own deadline would only have said "timed out". */
+static void fail_silent(tutti__p2p_t *e)
+{
+    tutti__net_t *net = e->net;
+    double limit = tutti__net_unresponsive(net), silent = 0;
+    int p = -1;
+    while (tutti__live_silent(net->live, limit, p + 1, &p, &silent)) {
+        tutti__p2p_peer_t *q = &e->peers[p];
+        if (p == e->rank || q->broken || q->nops == 0)
+            continue;
+        double self = tutti__live_stalled(net->live);
+        char mine[160] = "";
+        if (self > 0)
+            snprintf(mine, sizeof mine, " (this rank itself did not run for about %.1f s: "
+                     "stopped or frozen, which may be why)", self);
+        tutti__p2p_break(e, p, TUTTI_ERR_PEER_FAILED,
+                         "rank %d (pid %d) is unresponsive: no heartbeat for %.1f s (limit "
+                         "%.1f s, TUTTI_UNRESPONSIVE): stopped (SIGSTOP, a debugger), frozen, or "
+                         "cut off%s",
+                         p, tutti__live_pid(net->live, p), silent, limit, mine);
+    }
+}
+
 void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
 {
     tutti__net_t *net = e->net;
@@ -289,6 +315,7 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
                           p);
         }
         fail_orphaned_any(e, now);
+        fail_silent(e);
     }
     tutti__p2p_op_t *next;
     for (tutti__p2p_op_t *op = e->live; op; op = next) {

@@ -131,19 +131,6 @@ static tutti_status_t progress_all(tutti__coll_t *c)
     return TUTTI_OK;
 }
 
-/* tutti__net_unresponsive is how long a peer may send no heartbeat before a wait calls it
- * unresponsive: TUTTI_UNRESPONSIVE, or by default a few seconds less than the timeout (at least
- * half of it), so that a stopped peer is named as such just before the timeout would have
- * fired anyway: no job fails sooner than it would without it, yet the error says what
- * happened. */
-static double unresponsive_after(const tutti__net_t *net)
-{
-    double t = tutti__net_timeout(net);
-    if (net->unresp_s > 0)
-        return net->unresp_s;
-    return t - 3.0 > t / 2 ? t - 3.0 : t / 2;
-}
-
 /* fail_silent fails c naming every silent peer (first is the lowest). Peers silent on other
  * nodes only may be cut off (a link or their host down, which looks the same from both sides)
  * as well as stopped; a silent peer on this node has stopped or frozen. */
@@ -228,7 +215,7 @@ static tutti_status_t check_peers(tutti__coll_t *c)
     TUTTI__CHECK(check_notices(c));
     tutti__net_t *net = c->net;
     int r = -1;
-    double silent = 0, limit = unresponsive_after(net);
+    double silent = 0, limit = tutti__net_unresponsive(net);
     if (__builtin_expect(tutti__live_silent(net->live, limit, 0, &r, &silent), 0))
         return fail_silent(c, r, silent, limit);
     return TUTTI_OK;

@@ -262,7 +262,12 @@ static void fail_silent(tutti__p2p_t *e)
 {
     tutti__net_t *net = e->net;
     double limit = tutti__net_unresponsive(net), silent = 0;
-    int p = -1;
+    int p = -1, dead = -1;
+    if (!tutti__live_silent(net->live, limit, 0, &p, &silent))
+        return;
+    /* Read every connection first: what came while this rank was stopped is waiting there. */
+    (void)tutti__live_check_now(net->live, &dead);
+    p = -1;
     while (tutti__live_silent(net->live, limit, p + 1, &p, &silent)) {
         tutti__p2p_peer_t *q = &e->peers[p];
         if (p == e->rank || q->broken || q->nops == 0)

@@ -216,8 +216,16 @@ static tutti_status_t check_peers(tutti__coll_t *c)
     tutti__net_t *net = c->net;
     int r = -1;
     double silent = 0, limit = tutti__net_unresponsive(net);
-    if (__builtin_expect(tutti__live_silent(net->live, limit, 0, &r, &silent), 0))
-        return fail_silent(c, r, silent, limit);
+    if (__builtin_expect(tutti__live_silent(net->live, limit, 0, &r, &silent), 0)) {
+        /* Read every connection before blaming anyone: a rank that was itself stopped finds
+         * its peers' heartbeats, notices and goodbyes waiting there, and another thread's poll
+         * may have been the last look (a probe's resumed rank named its healthy peers). */
+        int dead = -1;
+        (void)tutti__live_check_now(net->live, &dead);
+        TUTTI__CHECK(check_notices(c));
+        if (tutti__live_silent(net->live, limit, 0, &r, &silent))
+            return fail_silent(c, r, silent, limit);
+    }
     return TUTTI_OK;
 }
 

@@ -79,6 +79,7 @@ struct tutti_work {
     int nsplit;              /* slices it runs as: 1 = whole, on slice 0 */
     bool trivial;            /* nothing to communicate: a single rank's copy, or 0 bytes */
     bool p2p;                /* a send or receive (the p2p engine completes it, not a worker) */
+    bool oversubscribed;     /* the communicator's, for the waits (the handle may outlive it) */
     int left;                /* workers that have yet to pass it (exec lock) */
     int state;               /* TUTTI__WORK_PENDING, then TUTTI__WORK_DONE (atomic; futex) */
     int refs;                /* the caller's and the executor's (atomic); freed at 0 */

@@ -289,6 +289,7 @@ void tutti__exec_submit(tutti_comm_t *comm, tutti_work_t *w, size_t bytes, bool 
     tutti__exec_t *e = comm->exec;
     tutti__coll_t *c = &w->coll;
     w->comm = comm;
+    w->oversubscribed = comm->net.oversubscribed;
     w->state = TUTTI__WORK_PENDING;
     w->status = TUTTI_OK;
     w->error[0] = '\0';

@@ -219,6 +219,7 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
     }
     tutti_work_t *w = &pw->w;
     w->comm = comm;
+    w->oversubscribed = comm->net.oversubscribed;
     w->refs = 2; /* the caller's and the engine's */
     w->state = TUTTI__WORK_PENDING;
     w->status = TUTTI_OK;

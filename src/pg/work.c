@@ -80,10 +80,9 @@ TUTTI_API tutti_status_t tutti_work_wait(tutti_work_t *w, double timeout_s)
     for (int i = 0; i < 200 && !done(w); i++)
         tutti__cpu_relax();
     double t0 = tutti__now();
-    bool over = w->comm != NULL && w->comm->net.oversubscribed;
     while (!done(w) && !tutti__yields_lost() && tutti__now() - t0 < 200e-6 &&
            (deadline < 0 || tutti__now() < deadline))
-        tutti__yield(over);
+        tutti__yield(w->oversubscribed);
     while (!done(w)) {
         double left = deadline < 0 ? 1.0 : deadline - tutti__now();
         if (left <= 0)

@@ -447,6 +447,53 @@ static bool peer_pending(const tutti__req_t *reqs, int n, int peer)
 /* How long a message wait goes before it looks whether a missing peer is in a window call. */
 #define MSG_VS_WINDOW_S 0.2
 
+/* How long a message wait goes before it asks the peers it still lacks which call they posted
+ * with this number, and how often it asks again while it waits. */
+#define ASK_AFTER_S 0.5
+#define ASK_EVERY_S 1.0
+
+/*
+ * ask_missing compares c with what the peers in missing[0..nm) said they posted as c's number
+ * (their answers over the liveness mesh), and asks them (again) once *next_ask has passed. A
+ * receive that never meets a message compares nothing: two ranks that posted different calls
+ * with one number (another root, a broadcast against a reduce) may each wait for the other's
+ * message, and neither sends. A peer that answers with another call fails this one with
+ * TUTTI_ERR_MISMATCH naming both (the executor then tells every peer); a peer that has not
+ * numbered it yet is only late, and one that numbered the same call is in it (waiting for
+ * another rank, say): this wait goes on.
+ */
+static tutti_status_t __attribute__((noinline, cold))
+ask_missing(tutti__coll_t *c, const int *missing, int nm, double *next_ask)
+{
+    tutti__liveness_t *live = c->net->live;
+    /* The whole call's: a part may run with a root of its own (the tree allreduce's reduce to
+     * rank 0), which the ring and the peer's answer do not know. */
+    tutti__coll_t *top = tutti__top(c);
+    const tutti__calldesc_t md = tutti__sig_desc(top);
+    for (int i = 0; i < nm; i++) {
+        uint64_t count, info;
+        if (tutti__live_answer(live, missing[i], md.seq, &count, &info) == TUTTI__LIVE_POSTED &&
+            (count != md.count || info != md.info)) {
+            const tutti__calldesc_t d = {md.seq, count, info, 0};
+            return tutti__sig_mismatch(top, missing[i], &d,
+                                       "(as it answered this rank, which waited for its "
+                                       "message, over the liveness mesh)");
+        }
+    }
+    const double now = tutti__now();
+    if (now < *next_ask)
+        return TUTTI_OK;
+    *next_ask = now + ASK_EVERY_S;
+    for (int i = 0; i < nm; i++) {
+        bool asked = false;
+        for (int j = 0; j < i && !asked; j++)
+            asked = missing[j] == missing[i];
+        if (!asked)
+            tutti__live_ask(live, missing[i], md.seq);
+    }
+    return TUTTI_OK;
+}
+
 static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
 {
     tutti__backoff_t b;
@@ -455,6 +502,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
         tutti__backoff_keep_polling(&b); /* its pieces count as moved only once whole */
     reqs_ready_t rr = {c, reqs, n, -1};
     double ahead_since = 0.0; /* when a missing peer was first seen in a later call */
+    double next_ask = 0.0;    /* when to ask the missing peers again (ask_missing) */
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
         tutti__colo_ring(c); /* what progress moved may be what a sleeping peer waits for */
@@ -501,10 +549,15 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
                 if (!__atomic_load_n(&reqs[i].done, __ATOMIC_ACQUIRE))
                     missing[nm++] = reqs[i].peer;
             TUTTI__CHECK(check_time(c, missing, nm));
+            const double waited = tutti__now() - (c->deadline - tutti__coll_timeout(c));
+            /* After a while, a peer that never sends may have posted another call with this
+             * number: ask it. */
+            if (waited > ASK_AFTER_S)
+                TUTTI__CHECK(ask_missing(c, missing, nm, &next_ask));
             /* After a while, a peer that never sends may be waiting in a window call of this
              * number: another algorithm, a mismatch that neither side would see otherwise
              * before the timeout. */
-            if (tutti__now() - (c->deadline - tutti__coll_timeout(c)) > MSG_VS_WINDOW_S)
+            if (waited > MSG_VS_WINDOW_S)
                 for (int i = 0; i < nm; i++) {
                     TUTTI__CHECK(tutti__win_check_msg(c, missing[i]));
                     tutti__calldesc_t d;

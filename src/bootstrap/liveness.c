@@ -33,6 +33,13 @@
 #define FAIL_RELAYED 0x80u /* in a notice's status byte: the sender only passes a failure on */
 #define MAIL 'M'     /* a mail record (tutti__live_mail_send): kind, length (4 bytes), payload */
 #define MAIL_HDR 5
+#define ASK 'Q'      /* a waiter's question (tutti__live_ask): ASK_REC bytes follow, the call
+                        number it waits in */
+#define ASK_REC 8
+#define ANSWER 'A'   /* the answer: ANS_REC bytes follow: the call number, the state
+                        (TUTTI__LIVE_POSTED, _NOT_YET, _GONE), and for a posted call its
+                        descriptor's count and info words */
+#define ANS_REC 25
 
 enum { PEER_ALIVE = 0, PEER_LEFT = 1, PEER_DEAD = 2 };
 
@@ -58,6 +65,10 @@ typedef struct peer {
     unsigned char *box[TUTTI__LIVE_MAIL_KINDS];
     size_t box_len[TUTTI__LIVE_MAIL_KINDS];
     uint64_t box_gen[TUTTI__LIVE_MAIL_KINDS];
+    /* A question or an answer about a call (ASK, ANSWER) being read, then its last answer. */
+    unsigned char fix_kind, fix_left, fix[ANS_REC];
+    int ans_state;       /* TUTTI__LIVE_*; 0: none yet */
+    uint64_t ans_seq, ans_count, ans_info;
 } peer_t;
 
 struct tutti__liveness {
@@ -77,6 +88,7 @@ struct tutti__liveness {
     pthread_mutex_t beat_mu;
     pthread_cond_t beat_cv;
     struct tutti__liveness *next; /* in the registry that fork() walks */
+    tutti__live_calls_t calls;    /* this rank's posted calls (tutti__live_note_call) */
 };
 
 /* ---- fork: a child must not keep the parent's connections open ------------------------------ */
@@ -223,6 +235,83 @@ static int connect_by(const struct sockaddr_storage *sa, socklen_t salen, tutti_
     }
 }
 
+/* send_whole sends the len bytes at b on fd without waiting for room to begin; a record cut
+ * in two would garble the stream (the peer would read the next record's bytes as its tail), so
+ * the rest of a partial send goes out within a second, or the link is shut (the peer then
+ * counts this rank dead, which a rank that cannot be written to for a second nearly is). A
+ * full buffer drops the record: a peer that has not read for so long is stopped, and the bytes
+ * would not help it. Caller holds l->mu, so that no connection is closed (and its descriptor
+ * reused) meanwhile, and no other record lands inside this one. */
+static void send_whole(int fd, const void *b, size_t len)
+{
+    ssize_t n = send(fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0 && (size_t)n < len &&
+        tutti__sock_send(fd, (const char *)b + n, len - (size_t)n, tutti__now() + 1.0) != 0)
+        shutdown(fd, SHUT_RDWR);
+}
+
+static void put64(unsigned char *b, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        b[k] = (unsigned char)(v >> (8 * k));
+}
+
+static uint64_t get64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--)
+        v = v << 8 | b[k];
+    return v;
+}
+
+/* answer tells p which call this rank posted as number seq, from the ring its process group
+ * writes (tutti__live_note_call). Caller holds l->mu (it reads p's link). */
+static void answer(const tutti__liveness_t *l, peer_t *p, uint64_t seq)
+{
+    const tutti__live_calls_t *k = &l->calls;
+    const uint64_t *slot = k->slot[seq & (TUTTI__LIVE_CALLS - 1)];
+    unsigned char rec[1 + ANS_REC] = {ANSWER};
+    put64(rec + 1, seq);
+    uint64_t t1 = __atomic_load_n(&slot[0], __ATOMIC_ACQUIRE);
+    uint64_t count = __atomic_load_n(&slot[1], __ATOMIC_ACQUIRE);
+    uint64_t info = __atomic_load_n(&slot[2], __ATOMIC_ACQUIRE);
+    uint64_t t2 = __atomic_load_n(&slot[0], __ATOMIC_ACQUIRE);
+    uint64_t next = __atomic_load_n(&k->next, __ATOMIC_ACQUIRE);
+    if (seq != UINT64_MAX && t1 == seq + 1 && t2 == t1) {
+        rec[9] = TUTTI__LIVE_POSTED;
+        put64(rec + 10, count);
+        put64(rec + 18, info);
+    } else if (next <= seq) {
+        rec[9] = TUTTI__LIVE_NOT_YET;
+    } else {
+        rec[9] = TUTTI__LIVE_GONE; /* rewritten by a later number (or being rewritten now) */
+    }
+    if (p->fd >= 0)
+        send_whole(p->fd, rec, sizeof rec);
+}
+
+/* fix_byte takes the next byte of a question or an answer from p; false when the record is
+ * malformed (then nothing after it on that stream can be read). */
+static bool fix_byte(const tutti__liveness_t *l, peer_t *p, unsigned char b)
+{
+    const int len = p->fix_kind == ASK ? ASK_REC : ANS_REC;
+    p->fix[len - p->fix_left--] = b;
+    if (p->fix_left > 0)
+        return true;
+    if (p->fix_kind == ASK) {
+        answer(l, p, get64(p->fix));
+        return true;
+    }
+    int state = p->fix[8];
+    if (state < TUTTI__LIVE_POSTED || state > TUTTI__LIVE_GONE)
+        return false;
+    p->ans_seq = get64(p->fix);
+    p->ans_count = state == TUTTI__LIVE_POSTED ? get64(p->fix + 9) : 0;
+    p->ans_info = state == TUTTI__LIVE_POSTED ? get64(p->fix + 17) : 0;
+    p->ans_state = state;
+    return true;
+}
+
 /* mail_byte takes the next byte of a mail record from p; false when the record is malformed
  * (then nothing after it on that stream can be read). */
 static bool mail_byte(const tutti__liveness_t *l, peer_t *p, unsigned char b)
@@ -273,6 +362,9 @@ static bool take(const tutti__liveness_t *l, peer_t *p, const unsigned char *b, 
         if (p->in_mail) {
             if (!mail_byte(l, p, b[i]))
                 return false;
+        } else if (p->fix_left > 0) {
+            if (!fix_byte(l, p, b[i]))
+                return false;
         } else if (p->rec_left > 0) {
             p->rec[FAIL_REC - p->rec_left--] = b[i];
             if (p->rec_left == 0 && p->fail_status == 0) {
@@ -295,6 +387,9 @@ static bool take(const tutti__liveness_t *l, peer_t *p, const unsigned char *b, 
         } else if (b[i] == MAIL) {
             p->in_mail = true;
             p->mhgot = 0;
+        } else if (b[i] == ASK || b[i] == ANSWER) {
+            p->fix_kind = b[i];
+            p->fix_left = b[i] == ASK ? ASK_REC : ANS_REC;
         }
     }
     return true;
@@ -737,18 +832,9 @@ tutti_status_t tutti__live_goodbye(tutti__liveness_t *l, bool wait, double deadl
  * Holds l->mu, so that no connection is closed (and its descriptor reused) meanwhile. */
 static void send_all(tutti__liveness_t *l, const void *b, size_t len)
 {
-    for (int r = 0; r < l->size; r++) {
-        int fd = l->peers[r].fd;
-        if (fd < 0)
-            continue;
-        ssize_t n = send(fd, b, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        /* A record cut in two would garble the stream (the peer would read the next record's
-         * bytes as its tail): the rest goes out, or the link is shut (the peer then counts
-         * this rank dead, which a rank that cannot be written to for a second nearly is). */
-        if (n > 0 && (size_t)n < len &&
-            tutti__sock_send(fd, (const char *)b + n, len - (size_t)n, tutti__now() + 1.0) != 0)
-            shutdown(fd, SHUT_RDWR);
-    }
+    for (int r = 0; r < l->size; r++)
+        if (l->peers[r].fd >= 0)
+            send_whole(l->peers[r].fd, b, len);
 }
 
 static int64_t coarse_ms(void)
@@ -787,6 +873,9 @@ static void *beat_main(void *arg)
         __atomic_store_n(&l->beat_at_ms, now, __ATOMIC_RELAXED);
         pthread_mutex_lock(&l->mu);
         send_all(l, &beat, 1);
+        /* and read what came: a peer's waiter may ask which call this rank posted while this
+         * rank computes, outside any wait of its own (answer) */
+        poll_peers(l, 0, false);
         pthread_mutex_unlock(&l->mu);
     }
     pthread_mutex_unlock(&l->beat_mu);
@@ -949,6 +1038,36 @@ int tutti__live_blame(const tutti__liveness_t *l, int rank)
 bool tutti__live_failed(const tutti__liveness_t *l, int *rank, tutti_status_t *st, uint64_t *seq)
 {
     return tutti__live_failed_upto(l, UINT64_MAX, rank, st, seq, NULL);
+}
+
+/* ---- calls ---- */
+
+tutti__live_calls_t *tutti__live_calls(tutti__liveness_t *l) { return l != NULL ? &l->calls : NULL; }
+
+void tutti__live_ask(tutti__liveness_t *l, int rank, uint64_t seq)
+{
+    if (l == NULL || l->forked || rank < 0 || rank >= l->size || rank == l->rank)
+        return;
+    unsigned char rec[1 + ASK_REC] = {ASK};
+    put64(rec + 1, seq);
+    pthread_mutex_lock(&l->mu);
+    if (l->peers[rank].fd >= 0)
+        send_whole(l->peers[rank].fd, rec, sizeof rec);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int tutti__live_answer(tutti__liveness_t *l, int rank, uint64_t seq, uint64_t *count,
+                       uint64_t *info)
+{
+    if (l == NULL || rank < 0 || rank >= l->size || rank == l->rank)
+        return TUTTI__LIVE_NO_ANSWER;
+    pthread_mutex_lock(&l->mu);
+    const peer_t *p = &l->peers[rank];
+    int state = p->ans_state != 0 && p->ans_seq == seq ? p->ans_state : TUTTI__LIVE_NO_ANSWER;
+    *count = p->ans_count;
+    *info = p->ans_info;
+    pthread_mutex_unlock(&l->mu);
+    return state;
 }
 
 /* ---- mail ------------------------------------------------------------------------------------ */

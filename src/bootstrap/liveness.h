@@ -103,6 +103,63 @@ int tutti__live_blame(const tutti__liveness_t *l, int rank);
 bool tutti__live_failed_upto(const tutti__liveness_t *l, uint64_t upto, int *rank,
                              tutti_status_t *st, uint64_t *seq, int *blame);
 
+/* ---- calls: which collective this rank posted as each call number, for a peer's waiter ----
+ *
+ * A receive on a message path that never meets a message never compares fingerprints: two ranks
+ * that posted different calls with the same number (another root, say) could each wait for the
+ * other until the timeout. So a waiter that has waited a while asks the peer over the mesh which
+ * call it posted with that number (tutti__live_ask); the peer's mesh answers from the ring below,
+ * which the peer's process group writes as it numbers each call (tutti__live_note_call), and the
+ * waiter compares the answer with its own call (prims.c). */
+
+#define TUTTI__LIVE_CALLS 64 /* call numbers remembered (a power of two) */
+
+typedef struct tutti__live_calls {
+    /* per number modulo TUTTI__LIVE_CALLS: seq + 1 (0: none, or being rewritten), then the
+     * call's descriptor (count and info words, as callsig.c makes them) */
+    uint64_t slot[TUTTI__LIVE_CALLS][3];
+    uint64_t next; /* the highest number noted + 1 (atomic) */
+} tutti__live_calls_t;
+
+/* tutti__live_calls is l's ring of posted calls (owned by l, freed with it), for
+ * tutti__live_note_call; NULL for NULL. */
+tutti__live_calls_t *tutti__live_calls(tutti__liveness_t *l);
+
+/* tutti__live_note_call records that this rank posted call seq with descriptor (count, info).
+ * One writer at a time (the process group numbers calls under its exec lock); any thread may
+ * read meanwhile: the slot is cleared first and its number written last, each store a release,
+ * so a reader that finds the same number before and after the descriptor has a whole one. Four
+ * stores: the only cost per call. */
+static inline void tutti__live_note_call(tutti__live_calls_t *k, uint64_t seq, uint64_t count,
+                                         uint64_t info)
+{
+    if (k == NULL)
+        return;
+    uint64_t *s = k->slot[seq & (TUTTI__LIVE_CALLS - 1)];
+    __atomic_store_n(&s[0], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s[1], count, __ATOMIC_RELEASE);
+    __atomic_store_n(&s[2], info, __ATOMIC_RELEASE);
+    __atomic_store_n(&s[0], seq + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&k->next, seq + 1, __ATOMIC_RELEASE);
+}
+
+/* What a peer answered about one of its call numbers (tutti__live_answer). */
+enum { TUTTI__LIVE_NO_ANSWER = 0, TUTTI__LIVE_POSTED = 1, TUTTI__LIVE_NOT_YET = 2,
+       TUTTI__LIVE_GONE = 3 };
+
+/* tutti__live_ask asks rank which call it posted as number seq. Best effort: nothing goes when
+ * the link is closed or its buffer full (ask again later). The answer comes back while something
+ * reads the links (the checks of a wait, the heartbeat thread), and rank's own links are read
+ * the same way, by its waits or its heartbeat thread, so it answers while it computes too. */
+void tutti__live_ask(tutti__liveness_t *l, int rank, uint64_t seq);
+
+/* tutti__live_answer is rank's last answer about call seq: TUTTI__LIVE_POSTED with *count and
+ * *info (its descriptor of that call), TUTTI__LIVE_NOT_YET (it has not numbered seq yet: late,
+ * or a call short), TUTTI__LIVE_GONE (too far behind it to tell), or TUTTI__LIVE_NO_ANSWER (none
+ * about seq has come). What a peer wrote: *count and *info are only words to compare. */
+int tutti__live_answer(tutti__liveness_t *l, int rank, uint64_t seq, uint64_t *count,
+                       uint64_t *info);
+
 /* ---- mail: small records between ranks over the mesh, while their communicator cannot carry
  * them (tutti_comm_shrink agrees on the survivors so) ---- */
 

@@ -52,6 +52,7 @@ struct tutti_comm {
     tutti__net_t net;     /* what the algorithms run on: transports, windows, slices, liveness */
 
     uint64_t seq;              /* collectives posted so far (atomic) */
+    tutti__live_calls_t *calls; /* the ring of posted calls in net.live (tutti__live_note_call) */
     uint64_t p2p_seq;          /* send/recv calls so far, for messages (atomic) */
     uint32_t shrinks;          /* tutti_comm_shrink calls so far (atomic; shrink.c) */
     tutti__p2p_pg_t *p2p;      /* the point-to-point engine and its progress thread (p2p.c) */

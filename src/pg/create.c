@@ -253,6 +253,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
     TUTTI__CHECK_GOTO(tutti__live_create(bs, c->ip, ofi_peers > 0 ? ofi_peers + 4 : 0,
                                          &c->net.live),
                       st, fail);
+    c->calls = tutti__live_calls(c->net.live);
     /* Heartbeats at least four per unresponsive limit (prims.c), and at least every 250 ms. */
     TUTTI__CHECK_GOTO(tutti__env_double("TUTTI_UNRESPONSIVE", TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX,
                                         &c->net.unresp_s),

@@ -122,6 +122,10 @@ tutti__p2p_op_t *tutti__p2p_fail_all(tutti__p2p_t *e, tutti_status_t status, con
  * all) unless a peer rang since. Any thread may call them, without the engine's lock. */
 bool tutti__p2p_nap_begin(tutti__p2p_t *e, uint32_t *bell);
 void tutti__p2p_nap_end(tutti__p2p_t *e, uint32_t bell, double timeout_s);
+/* tutti__p2p_wake_nappers wakes this rank's threads napping so, for a thread whose progress
+ * moved or ended something they may wait for (a blocking caller's op, completed by the
+ * progress thread). */
+void tutti__p2p_wake_nappers(tutti__p2p_t *e);
 
 /* tutti__p2p_busy tells whether anything is open: ops, or the engine's own requests (an
  * envelope receive, data still arriving, a control message still going out). */

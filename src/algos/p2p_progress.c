@@ -137,6 +137,12 @@ bool tutti__p2p_nap_begin(tutti__p2p_t *e, uint32_t *bell)
     return true;
 }
 
+void tutti__p2p_wake_nappers(tutti__p2p_t *e)
+{
+    if (e != NULL && e->net->links.shm != NULL)
+        tutti__shm_ring_self(e->net->links.shm);
+}
+
 void tutti__p2p_nap_end(tutti__p2p_t *e, uint32_t bell, double timeout_s)
 {
     tutti__shm_nap_end(e->net->links.shm, bell, timeout_s);

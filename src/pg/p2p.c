@@ -100,9 +100,14 @@ static void *progress_thread(void *arg)
     tutti__backoff_t b;
     backoff_init(comm, &b);
     for (;;) {
+        uint64_t moved = tutti__moved;
         pthread_mutex_lock(&pg->lock);
         tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);
         bool busy = tutti__p2p_busy(pg->eng);
+        /* What it moved may end a blocking caller's op while that caller naps (its own
+         * doorbell hears only the peers otherwise). */
+        if (tutti__moved != moved)
+            tutti__p2p_wake_nappers(pg->eng);
         pthread_mutex_unlock(&pg->lock);
         if (done != NULL) {
             finish(comm, done);

@@ -265,6 +265,12 @@ static tutti_status_t shm_progress(tutti__transport_t *tp)
     return TUTTI_OK;
 }
 
+void tutti__shm_ring_self(tutti__transport_t *tp)
+{
+    shm_tp_t *t = (shm_tp_t *)tp;
+    ring(t, t->my_local);
+}
+
 uint32_t tutti__shm_nap_begin(tutti__transport_t *tp)
 {
     shm_tp_t *t = (shm_tp_t *)tp;

@@ -159,6 +159,9 @@ tutti_status_t tutti__shm_create(int nchan, tutti__bootstrap_t *bs, const int *l
  * consumes a chunk of a ring rings the peer's doorbell when someone sleeps on it.
  */
 uint32_t tutti__shm_nap_begin(tutti__transport_t *shm);
+/* tutti__shm_ring_self rings this rank's own doorbell (when someone sleeps on it): for a thread
+ * that completed what another thread of the rank naps waiting for. */
+void tutti__shm_ring_self(tutti__transport_t *shm);
 bool tutti__shm_nap_end(tutti__transport_t *shm, uint32_t bell, double timeout_s);
 
 /* ---- single copy between local processes (transport/cma.c) ---- */

@@ -36,6 +36,8 @@ typedef struct tutti__coll {
                              check of a wait sets it: most calls end before one) */
     double timeout_s;     /* this call's own timeout (tutti_set_call_timeout when it was
                              posted); 0: the network's (tutti__coll_timeout) */
+    double next_ask;      /* when a message wait may ask the peers it lacks which call they
+                             posted again (prims.c); 0: not asked in this call */
     double left_seen;     /* when a wait first saw peer left_rank, which it needs, gone */
     int left_rank;        /* (destroyed its communicator); left_seen 0: none seen */
     char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */

@@ -463,14 +463,14 @@ static bool peer_pending(const tutti__req_t *reqs, int n, int peer)
  * another rank, say): this wait goes on.
  */
 static tutti_status_t __attribute__((noinline, cold))
-ask_missing(tutti__coll_t *c, const int *missing, int nm, double *next_ask)
+ask_missing(tutti__coll_t *c, const int *missing, int nm)
 {
     tutti__liveness_t *live = c->net->live;
     /* The whole call's: a part may run with a root of its own (the tree allreduce's reduce to
      * rank 0), which the ring and the peer's answer do not know. */
     tutti__coll_t *top = tutti__top(c);
     const tutti__calldesc_t md = tutti__sig_desc(top);
-    for (int i = 0; i < nm; i++) {
+    for (int i = 0; c->next_ask != 0.0 && i < nm; i++) { /* answers come only once asked */
         uint64_t count, info;
         if (tutti__live_answer(live, missing[i], md.seq, &count, &info) == TUTTI__LIVE_POSTED &&
             (count != md.count || info != md.info)) {
@@ -480,10 +480,11 @@ ask_missing(tutti__coll_t *c, const int *missing, int nm, double *next_ask)
                                        "message, over the liveness mesh)");
         }
     }
+    /* c's, not this wait's: a call of many steps waits many times, and asked at each. */
     const double now = tutti__now();
-    if (now < *next_ask)
+    if (now < c->next_ask)
         return TUTTI_OK;
-    *next_ask = now + ASK_EVERY_S;
+    c->next_ask = now + ASK_EVERY_S;
     for (int i = 0; i < nm; i++) {
         bool asked = false;
         for (int j = 0; j < i && !asked; j++)
@@ -502,7 +503,6 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
         tutti__backoff_keep_polling(&b); /* its pieces count as moved only once whole */
     reqs_ready_t rr = {c, reqs, n, -1};
     double ahead_since = 0.0; /* when a missing peer was first seen in a later call */
-    double next_ask = 0.0;    /* when to ask the missing peers again (ask_missing) */
     for (unsigned it = 0;; it++) {
         TUTTI__CHECK(progress_all(c));
         tutti__colo_ring(c); /* what progress moved may be what a sleeping peer waits for */
@@ -553,7 +553,7 @@ static tutti_status_t wait_reqs(tutti__coll_t *c, tutti__req_t *reqs, int n)
             /* After a while, a peer that never sends may have posted another call with this
              * number: ask it. */
             if (waited > ASK_AFTER_S)
-                TUTTI__CHECK(ask_missing(c, missing, nm, &next_ask));
+                TUTTI__CHECK(ask_missing(c, missing, nm));
             /* After a while, a peer that never sends may be waiting in a window call of this
              * number: another algorithm, a mismatch that neither side would see otherwise
              * before the timeout. */

@@ -96,6 +96,7 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
         return TUTTI_OK;
     }
     c->deadline = 0.0; /* from the start (its first wait), not from the post */
+    c->next_ask = 0.0;
     tutti__colo_note(c);
     tutti_status_t st = c->algo->run(c);
     tutti__colo_ring(c); /* its last writes may be what a sleeping peer waits for */

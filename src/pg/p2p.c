@@ -81,6 +81,8 @@ static void nap_on_rings(void *p, double timeout_s)
     tutti__p2p_op_t *done = NULL;
     if (pthread_mutex_trylock(&pg->lock) == 0) {
         done = tutti__p2p_progress(pg->eng);
+        if (tutti__moved != moved)
+            tutti__p2p_wake_nappers(pg->eng); /* another thread's op may have ended */
         pthread_mutex_unlock(&pg->lock);
     }
     bool go_on = done != NULL || tutti__moved != moved ||
@@ -181,7 +183,10 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
                               .seq = seq, .err = err, .async = false,
                               .timeout_s = tutti__call_timeout()};
         tutti__p2p_post(pg->eng, &op);
+        uint64_t moved = tutti__moved;
         tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);
+        if (tutti__moved != moved)
+            tutti__p2p_wake_nappers(pg->eng); /* another thread's op may have ended */
         pthread_mutex_unlock(&pg->lock);
         finish(comm, done);
         tutti__backoff_t b;
@@ -189,8 +194,11 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
         bool busy = true;
         while (!__atomic_load_n(&op.done, __ATOMIC_ACQUIRE)) {
             if (pthread_mutex_trylock(&pg->lock) == 0) {
+                moved = tutti__moved;
                 done = tutti__p2p_progress(pg->eng);
                 busy = tutti__p2p_busy(pg->eng);
+                if (tutti__moved != moved)
+                    tutti__p2p_wake_nappers(pg->eng);
                 pthread_mutex_unlock(&pg->lock);
                 finish(comm, done);
                 if (__atomic_load_n(&op.done, __ATOMIC_ACQUIRE))

@@ -257,7 +257,7 @@ static tutti_status_t shm_progress(tutti__transport_t *tp)
             bool moved = progress_chan(t, ch);
             if (ch->pending == 0)
                 deactivate(t, c, i);
-            if (moved)
+            if (moved && c == TUTTI__CHAN_P2P) /* only point-to-point naps on these bells */
                 ring(t, l);
         }
         pthread_mutex_unlock(&ln->lock);

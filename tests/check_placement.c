@@ -815,10 +815,7 @@ static long wait_40ms(int *pauses, nap_count_t *n)
     long vol0 = voluntary_switches();
     *pauses = 0;
     while (tutti__backoff_waited(&b) < 0.04 || b.iter <= TUTTI__SPIN_ITERS) {
-        if (n != NULL)
-            tutti__backoff_nap_on(&b, count_nap, n);
-        tutti__backoff_pause(&b);
-        tutti__backoff_nap_on(&b, NULL, NULL);
+        tutti__backoff_pause_on(&b, n != NULL ? count_nap : NULL, n);
         ++*pauses;
     }
     *pauses -= (int)TUTTI__SPIN_ITERS;

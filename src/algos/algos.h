@@ -456,6 +456,10 @@ extern const tutti__algo_t tutti__allreduce_ring, tutti__allreduce_tree, tutti__
 extern const tutti__algo_t tutti__allreduce_rhd;
 extern const tutti__algo_t tutti__allgather_ring, tutti__allgather_direct, tutti__allgather_cma;
 extern const tutti__algo_t tutti__alltoall_pairwise, tutti__alltoall_direct, tutti__alltoall_cma;
+/* tutti__alltoall_direct_room tells whether window regions of region_size bytes hold, in each
+ * half, the direct alltoallv's header for n ranks and 16 bytes per rank (twice the largest
+ * element): what an automatic choice of the direct alltoall asks (TUTTI__NEEDS_ROOM). */
+bool tutti__alltoall_direct_room(size_t region_size, int n);
 extern const tutti__algo_t tutti__reduce_scatter_ring, tutti__reduce_scatter_direct;
 extern const tutti__algo_t tutti__bcast_tree, tutti__bcast_direct, tutti__bcast_cma;
 extern const tutti__algo_t tutti__reduce_tree, tutti__reduce_direct;

@@ -21,6 +21,18 @@
 #define HEADER 64 /* one cache line: the "more to come" flag */
 #define LL_BYTES ((size_t)1 << 10) /* alltoall blocks up to this go as flagged lines */
 
+/* head_bytes is a half region's header: the flag line, and for alltoallv what this rank sends to
+ * each rank, rounded to lines. */
+static size_t head_bytes(int n, bool v)
+{
+    return HEADER + (v ? ((size_t)n * sizeof(uint64_t) + 63) & ~(size_t)63 : 0);
+}
+
+bool tutti__alltoall_direct_room(size_t region_size, int n)
+{
+    return region_size / 2 >= head_bytes(n, true) + 16 * (size_t)n;
+}
+
 static tutti_status_t run(tutti__coll_t *c)
 {
     const int n = c->size, rank = c->rank;
@@ -30,7 +42,7 @@ static tutti_status_t run(tutti__coll_t *c)
     /* alltoallv: after the flag line, what this rank sends to each rank, for the receivers to
      * compare with what they expect (the sender's count is what it writes into the slot). */
     const bool v = c->counts != NULL;
-    const size_t head = HEADER + (v ? ((size_t)n * sizeof(uint64_t) + 63) & ~(size_t)63 : 0);
+    const size_t head = head_bytes(n, v);
     /* The slots of one half of the region (below): direct_slots cuts what is left after the
      * other half and this half's header. */
     tutti__window_t *x = tutti__coll_window(c);

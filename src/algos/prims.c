@@ -358,9 +358,7 @@ static void pause_for(tutti__coll_t *c, tutti__backoff_t *b, unsigned it, int pe
     }
     /* A nap beside a busy thread (time.c) ends as soon as the peer rings. */
     peer_nap_t n = {c, peer, ready, arg};
-    tutti__backoff_nap_on(b, nap_on_peer, &n);
-    tutti__backoff_pause(b);
-    tutti__backoff_nap_on(b, NULL, NULL);
+    tutti__backoff_pause_on(b, nap_on_peer, &n);
 }
 
 typedef struct reqs_ready {
@@ -454,7 +452,7 @@ static bool peer_pending(const tutti__req_t *reqs, int n, int peer)
 
 /*
  * ask_missing compares c with what the peers in missing[0..nm) said they posted as c's number
- * (their answers over the liveness mesh), and asks them (again) once *next_ask has passed. A
+ * (their answers over the liveness mesh), and asks them (again) once c->next_ask has passed. A
  * receive that never meets a message compares nothing: two ranks that posted different calls
  * with one number (another root, a broadcast against a reduce) may each wait for the other's
  * message, and neither sends. A peer that answers with another call fails this one with

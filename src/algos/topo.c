@@ -72,13 +72,9 @@ unsigned tutti__topo_caps(const tutti__topo_t *t, const tutti__links_t *l)
         caps |= TUTTI__NEEDS_WINDOW;
     if (l->wins != NULL && l->wins[0]->cma)
         caps |= TUTTI__NEEDS_CMA;
-    if (l->wins != NULL) {
-        /* alltoall_direct.c: a line of flag, 8 bytes of count per rank rounded to lines, and
-         * an element (at most 16 bytes) per rank, in half a region */
-        size_t n = (size_t)l->wins[0]->nranks;
-        if (l->wins[0]->region_size / 2 >= 64 + ((8 * n + 63) & ~(size_t)63) + 16 * n)
-            caps |= TUTTI__NEEDS_ROOM;
-    }
+    if (l->wins != NULL && tutti__alltoall_direct_room(l->wins[0]->region_size,
+                                                       l->wins[0]->nranks))
+        caps |= TUTTI__NEEDS_ROOM;
     /* Hierarchy pays only where some node has several ranks (with one rank per node the flat
      * algorithms already send each byte across once), and needs every such node's window. */
     if (t->nnodes > 1 && t->ppn_max > 1 && t->node_seg > 0)

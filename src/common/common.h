@@ -85,8 +85,8 @@ typedef struct tutti__backoff {
     bool keep_polling;   /* tutti__backoff_keep_polling */
     unsigned naps;       /* sleeps in place of yields since data last moved (time.c) */
     /* Where a nap can end early: nap(nap_arg, timeout_s) sleeps on a doorbell that whoever
-     * the wait is for rings once it has published something (NULL: a plain sleep). Set with
-     * tutti__backoff_nap_on just before a pause, and cleared after it. */
+     * the wait is for rings once it has published something (NULL: a plain sleep); set only
+     * for one pause (tutti__backoff_pause_on). */
     void (*nap)(void *nap_arg, double timeout_s);
     void *nap_arg;
 } tutti__backoff_t;
@@ -143,14 +143,17 @@ static inline void tutti__backoff_keep_polling(tutti__backoff_t *b) { b->keep_po
  * for a waiter that found the thread it waits for on its own core. */
 static inline void tutti__backoff_step_aside(tutti__backoff_t *b) { b->oversubscribed = true; }
 
-/* tutti__backoff_nap_on makes b's naps (the sleeps that stand in for yields beside a busy
- * thread: time.c) sleep through nap(arg, timeout_s), which returns early when the awaited
- * thread rings its doorbell; nap NULL goes back to plain sleeps. */
-static inline void tutti__backoff_nap_on(tutti__backoff_t *b, void (*nap)(void *, double),
-                                         void *arg)
+/* tutti__backoff_pause_on is tutti__backoff_pause whose nap, if it takes one (the sleeps that
+ * stand in for yields beside a busy thread: time.c), sleeps through nap(arg, timeout_s), which
+ * returns early when the awaited thread rings its doorbell; nap NULL: a plain sleep. */
+static inline void tutti__backoff_pause_on(tutti__backoff_t *b, void (*nap)(void *, double),
+                                           void *arg)
 {
     b->nap = nap;
     b->nap_arg = arg;
+    tutti__backoff_pause(b);
+    b->nap = NULL;
+    b->nap_arg = NULL;
 }
 
 static inline void tutti__cpu_relax(void) { __builtin_ia32_pause(); }

@@ -119,10 +119,11 @@ void tutti__yield(bool oversubscribed) { yield_core(oversubscribed, tutti__now()
 
 bool tutti__yields_lost(void)
 {
-    return tutti__now() < contended_until && __atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED);
+    return tutti__now() < contended_until &&
+           __atomic_load_n(&tutti__busy_core_naps, __ATOMIC_RELAXED);
 }
 
-/* contended_sleep sleeps us, or until b's doorbell rings (tutti__backoff_nap_on), with a timer
+/* contended_sleep sleeps us, or until b's doorbell rings (tutti__backoff_pause_on), with a timer
  * slack of 1 us rather than the thread's own (usually 50 us; restored after): the nap stands in
  * for a yield, and the slack would triple a short one. A slack that cannot be read, or is
  * already that small, is left alone. */

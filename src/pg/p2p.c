@@ -59,6 +59,18 @@ static void backoff_init(const tutti_comm_t *comm, tutti__backoff_t *b)
         tutti__backoff_keep_polling(b);
 }
 
+/* engine_progress runs the engine (the caller holds pg->lock) and, when it moved something,
+ * wakes this rank's threads napping on their rings' doorbell: an op of theirs may have ended
+ * (that doorbell hears only the peers otherwise). */
+static tutti__p2p_op_t *engine_progress(tutti__p2p_pg_t *pg)
+{
+    uint64_t moved = tutti__moved;
+    tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);
+    if (tutti__moved != moved)
+        tutti__p2p_wake_nappers(pg->eng);
+    return done;
+}
+
 /* A nap of an engine's wait (the sleeps that stand in for yields beside a busy thread: time.c)
  * ends as soon as a peer on this node moves one of this rank's rings. */
 typedef struct eng_nap {
@@ -80,9 +92,7 @@ static void nap_on_rings(void *p, double timeout_s)
     uint64_t moved = tutti__moved;
     tutti__p2p_op_t *done = NULL;
     if (pthread_mutex_trylock(&pg->lock) == 0) {
-        done = tutti__p2p_progress(pg->eng);
-        if (tutti__moved != moved)
-            tutti__p2p_wake_nappers(pg->eng); /* another thread's op may have ended */
+        done = engine_progress(pg);
         pthread_mutex_unlock(&pg->lock);
     }
     bool go_on = done != NULL || tutti__moved != moved ||
@@ -102,14 +112,9 @@ static void *progress_thread(void *arg)
     tutti__backoff_t b;
     backoff_init(comm, &b);
     for (;;) {
-        uint64_t moved = tutti__moved;
         pthread_mutex_lock(&pg->lock);
-        tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);
+        tutti__p2p_op_t *done = engine_progress(pg);
         bool busy = tutti__p2p_busy(pg->eng);
-        /* What it moved may end a blocking caller's op while that caller naps (its own
-         * doorbell hears only the peers otherwise). */
-        if (tutti__moved != moved)
-            tutti__p2p_wake_nappers(pg->eng);
         pthread_mutex_unlock(&pg->lock);
         if (done != NULL) {
             finish(comm, done);
@@ -129,9 +134,7 @@ static void *progress_thread(void *arg)
             return NULL;
         if (busy) {
             eng_nap_t n = {comm, NULL};
-            tutti__backoff_nap_on(&b, nap_on_rings, &n);
-            tutti__backoff_pause(&b);
-            tutti__backoff_nap_on(&b, NULL, NULL);
+            tutti__backoff_pause_on(&b, nap_on_rings, &n);
         }
     }
 }
@@ -183,10 +186,7 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
                               .seq = seq, .err = err, .async = false,
                               .timeout_s = tutti__call_timeout()};
         tutti__p2p_post(pg->eng, &op);
-        uint64_t moved = tutti__moved;
-        tutti__p2p_op_t *done = tutti__p2p_progress(pg->eng);
-        if (tutti__moved != moved)
-            tutti__p2p_wake_nappers(pg->eng); /* another thread's op may have ended */
+        tutti__p2p_op_t *done = engine_progress(pg);
         pthread_mutex_unlock(&pg->lock);
         finish(comm, done);
         tutti__backoff_t b;
@@ -194,20 +194,15 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
         bool busy = true;
         while (!__atomic_load_n(&op.done, __ATOMIC_ACQUIRE)) {
             if (pthread_mutex_trylock(&pg->lock) == 0) {
-                moved = tutti__moved;
-                done = tutti__p2p_progress(pg->eng);
+                done = engine_progress(pg);
                 busy = tutti__p2p_busy(pg->eng);
-                if (tutti__moved != moved)
-                    tutti__p2p_wake_nappers(pg->eng);
                 pthread_mutex_unlock(&pg->lock);
                 finish(comm, done);
                 if (__atomic_load_n(&op.done, __ATOMIC_ACQUIRE))
                     break;
             }
             eng_nap_t n = {comm, &op.done};
-            tutti__backoff_nap_on(&b, nap_on_rings, &n);
-            tutti__backoff_pause(&b);
-            tutti__backoff_nap_on(&b, NULL, NULL);
+            tutti__backoff_pause_on(&b, nap_on_rings, &n);
         }
         /* Work of the engine's own left over (answering for a send that failed, draining a
          * message whose receive failed) must not wait for the next call: hand it to the

@@ -888,7 +888,10 @@ static int stopped_body(int rank, int n, void *arg)
     if (tutti_barrier(comm, NULL) != TUTTI_OK)
         return th_fail("barrier: %s", tutti_last_error());
     if (rank == 1) {
-        sleep(1); /* rank 0 stops this rank here, and continues it after its errors */
+        /* rank 0 stops this rank here, and continues it after its errors (a fixed sleep let a
+         * rank 0 descheduled that long find this rank gone, not stopped) */
+        while (__atomic_load_n(&sh->slots[0], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
         tutti_comm_destroy(comm);
         return 0;
     }
@@ -909,6 +912,7 @@ static int stopped_body(int rank, int n, void *arg)
         bad = th_fail("an asynchronous send to a stopped rank: %s: %s", tutti_strerror(st),
                       tutti_last_error());
     tutti_work_free(w);
+    __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE);
     kill(sh->pids[1], SIGCONT);
     tutti_comm_destroy(comm);
     return bad;

@@ -356,16 +356,29 @@ END_TEST
  * asleep does nothing; a sleeper whose wait is already over does not sleep. */
 typedef struct sleeper {
     fake_t *f;
-    volatile int flag, woke;
+    volatile int flag, woke, checked;
 } sleeper_t;
 
 static bool flag_set(const void *p) { return __atomic_load_n(&((const sleeper_t *)p)->flag, __ATOMIC_ACQUIRE); }
+
+/* flag_set that notes when it found the flag clear: the sleeper has then counted itself in and
+ * will wait on the bell it read, so a ring after this is heard (a ring after the mere count-in
+ * could meet a sleeper that then found the flag set, skipped its wait and counted out: nobody
+ * to ring, and the test's count of rings came up short) */
+static bool flag_set_noting(const void *p)
+{
+    sleeper_t *s = (sleeper_t *)p;
+    bool set = flag_set(s);
+    if (!set)
+        __atomic_store_n(&s->checked, 1, __ATOMIC_RELEASE);
+    return set;
+}
 
 static void *sleep_on_rank0(void *p)
 {
     sleeper_t *s = p;
     while (!flag_set(s))
-        tutti__colo_sleep(&s->f->c, 0, flag_set, s, 1000.0);
+        tutti__colo_sleep(&s->f->c, 0, flag_set_noting, s, 1000.0);
     __atomic_store_n(&s->woke, 1, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -388,7 +401,7 @@ START_TEST(test_doorbell)
     ck_assert_uint_eq(waiter.notes[0][2], 0);
     pthread_t t;
     ck_assert(pthread_create(&t, NULL, sleep_on_rank0, &s) == 0);
-    while (__atomic_load_n(&waiter.notes[0][1], __ATOMIC_ACQUIRE) == 0)
+    while (__atomic_load_n(&s.checked, __ATOMIC_ACQUIRE) == 0)
         sched_yield(); /* until it sleeps (or is about to) */
     __atomic_store_n(&s.flag, 1, __ATOMIC_RELEASE);
     tutti__colo_ring(&ringer.c);
@@ -403,8 +416,9 @@ START_TEST(test_doorbell)
     uint32_t rung = waiter.notes[0][2];
     s.flag = 0;
     s.woke = 0;
+    s.checked = 0;
     ck_assert(pthread_create(&t, NULL, sleep_on_rank0, &s) == 0);
-    while (__atomic_load_n(&waiter.notes[0][1], __ATOMIC_ACQUIRE) == 0)
+    while (__atomic_load_n(&s.checked, __ATOMIC_ACQUIRE) == 0)
         sched_yield();
     __atomic_store_n(&s.flag, 1, __ATOMIC_RELEASE);
     tutti__colo_ring(&ringer.c);

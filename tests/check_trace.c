@@ -196,9 +196,19 @@ static int straggler(int rank, int size, void *arg)
         return th_fail("init: %s", tutti_last_error());
     int rc = 0;
     float x[2] = {1, 2}, y[2];
+    th_shared_t *sh = th_shared();
+    long posts = 0; /* the other ranks' posts this rank has waited for */
     for (int i = 0; i < 10; i++) {
-        if (rank == size - 1 && i % 5 != 0) /* 8 of the 10 */
+        /* 8 of the 10: the last rank comes SLEEP_US after the others are at the call (a sleep
+         * alone lost its lead where another rank was descheduled as long) */
+        if (i % 5 != 0 && rank != size - 1)
+            __atomic_add_fetch(&sh->counter, 1, __ATOMIC_RELEASE);
+        if (i % 5 != 0 && rank == size - 1) {
+            posts += size - 1;
+            while (__atomic_load_n(&sh->counter, __ATOMIC_ACQUIRE) < posts)
+                usleep(1000);
             usleep(SLEEP_US);
+        }
         if (tutti_allreduce(x, y, 2, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK)
             rc = th_fail("allreduce: %s", tutti_comm_last_error(comm));
     }

@@ -167,9 +167,13 @@ enum { BIG = 2 << 20, NOPS = 16 };
 
 typedef struct cb_rec {
     int calls;
-    int on_worker;
+    int on_worker, in_setter;
     tutti_status_t status;
 } cb_rec_t;
+
+/* set around a tutti_work_on_complete: a callback set on a handle already done runs at once,
+ * in the setter's thread (a rank descheduled between its post and the set meets that) */
+static __thread int setting;
 
 static void on_done(tutti_work_t *w, void *arg)
 {
@@ -177,6 +181,7 @@ static void on_done(tutti_work_t *w, void *arg)
     char name[32] = "";
     pthread_getname_np(pthread_self(), name, sizeof name);
     r->on_worker = strncmp(name, "tutti-w", 7) == 0;
+    r->in_setter = setting;
     r->status = tutti_work_status(w);
     __atomic_add_fetch(&r->calls, 1, __ATOMIC_RELEASE); /* publishes the two fields above */
 }
@@ -229,7 +234,9 @@ static int async_rank(int rank, int size, void *arg)
     if (st != TUTTI_OK || w == NULL)
         return th_fail("post: %s", tutti_strerror(st));
     cb_rec_t rec = {0};
+    setting = 1;
     tutti_work_on_complete(w, on_done, &rec);
+    setting = 0;
     if (tutti_work_on_complete(w, on_done, &rec) != TUTTI_ERR_INVALID_ARG)
         rc = th_fail("a second callback was accepted");
     double acc = 0; /* the caller's own work, meanwhile */
@@ -254,9 +261,9 @@ static int async_rank(int rank, int size, void *arg)
     for (double t1 = th_now(); __atomic_load_n(&rec.calls, __ATOMIC_ACQUIRE) == 0 &&
                                th_now() - t1 < 20;)
         usleep(1000);
-    if (rec.calls != 1 || !rec.on_worker || rec.status != TUTTI_OK)
-        rc = th_fail("callback: %d call(s), on a worker: %d, status %d", rec.calls, rec.on_worker,
-                     rec.status);
+    if (rec.calls != 1 || !(rec.on_worker || rec.in_setter) || rec.status != TUTTI_OK)
+        rc = th_fail("callback: %d call(s), on a worker: %d, in the setter: %d, status %d",
+                     rec.calls, rec.on_worker, rec.in_setter, rec.status);
     tutti_work_free(w);
 
     /* A callback that waits for a later operation of the same communicator is refused; rank 1
@@ -407,6 +414,14 @@ static int abort_rank(int rank, int size, void *arg)
         if (st != TUTTI_ERR_ABORTED)
             rc = th_fail("op after abort: %s", tutti_strerror(st));
     }
+    /* rank 1 stays until rank 0 is done: its leaving would end rank 0's pending op by itself
+     * (PEER_FAILED a second after its goodbye, where rank 0 was descheduled that long) */
+    th_shared_t *sh = th_shared();
+    if (rank == 0)
+        __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE);
+    else
+        while (__atomic_load_n(&sh->slots[0], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
     tutti_comm_destroy(comm);
     return rc;
 }
@@ -467,7 +482,9 @@ START_TEST(test_threads)
 {
     th_opts_t o = TH_OPTS_INIT;
     char port2[32];
-    snprintf(port2, sizeof port2, "TH_PORT2=%d", 31000 + (int)(getpid() % 900));
+    int port = th_free_port();
+    ck_assert_msg(port > 0, "no free TCP port for the second communicator");
+    snprintf(port2, sizeof port2, "TH_PORT2=%d", port);
     o.env[0] = port2;
     ck_assert(th_run_opts(2, &o, threads_rank, NULL) == 0);
 }

@@ -71,14 +71,14 @@ char *th_hex(char *out, const void *p, size_t n)
 /* A free port for the rendezvous store. It comes from below the kernel's ephemeral range
  * (32768 and up), so that no socket a rank binds to port 0 (liveness mesh, ofi endpoints) can be
  * handed the same port before rank 0 binds it; we check that it is free now on every address. */
-static int free_port(void)
+static int free_port_in(int lo, int n)
 {
     static unsigned seed;
     if (seed == 0)
         seed = (unsigned)getpid() * 2654435761u ^ (unsigned)(th_now() * 1e6);
     for (int tries = 0; tries < 500; tries++) {
         seed = seed * 1103515245u + 12345u;
-        int port = 20000 + (int)((seed >> 8) % 12000u);
+        int port = lo + (int)((seed >> 8) % (unsigned)n);
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (fd < 0)
             return -1;
@@ -94,6 +94,12 @@ static int free_port(void)
     }
     return -1;
 }
+
+/* th_run's ports come from 20000-30999; th_free_port's from 31000-32699, below the kernel's
+ * ephemeral range: a test's second port never meets the run's own */
+static int free_port(void) { return free_port_in(20000, 11000); }
+
+int th_free_port(void) { return free_port_in(31000, 1700); }
 
 void th_kill_rank(int rank)
 {

@@ -51,6 +51,10 @@ typedef struct th_shared {
     volatile long slots[64];    /* free for tests */
 } th_shared_t;
 
+/* th_free_port returns a TCP port nobody was bound to a moment ago, never one th_run picks for
+ * its own rendezvous (for a test's second communicator); -1 if none is found. */
+int th_free_port(void);
+
 /* th_shared returns the shared page (valid in the parent and in every rank). */
 th_shared_t *th_shared(void);
 

@@ -204,12 +204,13 @@ def w_call_timeout():
         raise AssertionError("a zero per-call timeout was taken")
     except RuntimeError as e:
         assert "opts.timeout" in str(e), e
-    opts.timeout = datetime.timedelta(seconds=1)
+    # 5 s: both ranks must post within it (1 s failed where one rank was descheduled as long)
+    opts.timeout = datetime.timedelta(seconds=5)
     pg.allreduce([t], opts).wait()
     assert t.tolist() == [float(n)] * 8, t
-    # The 1 s above is not left on the thread: this barrier waits for rank 1's 2.5 s sleep.
+    # The 5 s above is not left on the thread: this barrier waits for rank 1's 7.5 s sleep.
     if rank == 1:
-        time.sleep(2.5)
+        time.sleep(7.5)
     dist.barrier()
     store = dist.distributed_c10d._get_default_store()
     if rank == 1:

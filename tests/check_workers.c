@@ -384,6 +384,62 @@ START_TEST(test_async)
 }
 END_TEST
 
+/* A callback set on a handle whose wait has returned runs at once, in the setter's thread, as
+ * the header says: completion published the handle done before it claimed the callback, so a
+ * setter that came between saw it done and then had its callback run later, on the worker. */
+typedef struct sync_cb {
+    int calls, on_setter;
+} sync_cb_t;
+
+static __thread int in_set;
+
+static void sync_done(tutti_work_t *w, void *arg)
+{
+    (void)w;
+    sync_cb_t *r = arg;
+    r->on_setter = in_set;
+    __atomic_add_fetch(&r->calls, 1, __ATOMIC_RELEASE);
+}
+
+static int late_callback_rank(int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    tutti_comm_t *comm = init_or_fail();
+    if (comm == NULL)
+        return 1;
+    int rc = 0;
+    for (int i = 0; i < 3000 && rc == 0; i++) {
+        int32_t v = rank + i;
+        tutti_work_t *w = NULL;
+        tutti_status_t st = tutti_allreduce(TUTTI_IN_PLACE, &v, 1, TUTTI_INT32, TUTTI_MAX, comm, &w);
+        if (st != TUTTI_OK || (st = tutti_work_wait(w, 30)) != TUTTI_OK)
+            rc = th_fail("op %d: %s", i, tutti_strerror(st));
+        sync_cb_t r = {0, 0};
+        in_set = 1;
+        tutti_work_on_complete(w, sync_done, &r);
+        in_set = 0;
+        if (__atomic_load_n(&r.calls, __ATOMIC_ACQUIRE) != 1 || !r.on_setter)
+            rc = th_fail("op %d: a callback set after its wait returned: %d call(s) by then, in "
+                         "the setter: %d",
+                         i, r.calls, r.on_setter);
+        tutti_work_free(w);
+    }
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_late_callback)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 120;
+    o.env[0] = "CCL_WORKER_WAIT=0"; /* spinning workers: completion at once after the data */
+    ck_assert_msg(th_run_opts(2, &o, late_callback_rank, NULL) == 0, "over %s: see stderr",
+                  tps[_i]);
+}
+END_TEST
+
 /* ---- abort ---- */
 
 static int abort_rank(int rank, int size, void *arg)
@@ -870,6 +926,7 @@ static Suite *workers_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_affinity);
     tcase_add_test(tc, test_async);
+    tcase_add_loop_test(tc, test_late_callback, 0, 2); /* shm, ofi */
     tcase_add_test(tc, test_abort);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_thread_order);

@@ -40,9 +40,13 @@ bool tutti__work_in_callback(const tutti_comm_t *comm, bool p2p)
 void tutti__work_complete(tutti_work_t *w, tutti_status_t st)
 {
     w->status = st;
+    /* The callback is claimed before the handle is published done: a thread that saw it done
+     * (its wait returned) and then set a callback must find it claimed, and run it at once
+     * itself as the header says, not have it run later on this thread. */
+    int cb = __atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL);
     if (__atomic_exchange_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_ACQ_REL) == TUTTI__WORK_SLEEPERS)
         futex_wake_all(&w->state);
-    if (__atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL) == 1) {
+    if (cb == 1) {
         const tutti_comm_t *outer = in_callback;
         bool outer_p2p = in_callback_p2p;
         in_callback = w->comm;
@@ -142,8 +146,13 @@ TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *w,
     int expected = 0;
     /* Whoever moves cb_state last runs the callback: completion (2) or this call (1). */
     if (!__atomic_compare_exchange_n(&w->cb_state, &expected, 1, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE))
-        fn(w, arg); /* completed already */
+                                     __ATOMIC_ACQUIRE)) {
+        /* completed already; the completing thread may be between claiming the callback and
+         * publishing the handle done (two stores apart): the callback sees it done */
+        while (!done(w))
+            tutti__yield(w->oversubscribed);
+        fn(w, arg);
+    }
     return TUTTI_OK;
 }
 

@@ -1007,6 +1007,68 @@ static int abort_body(int rank, int n, void *arg)
     } else {
         tutti_comm_destroy(comm);
     }
+
+    /* abort after a collective failed: the failure leaves the sends and receives open (p2p.md);
+     * the abort ends them all the same, and later calls say ABORTED (an abort after a failure
+     * changed nothing: the receive waited out its timeout) */
+    comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    tutti_work_t *w = NULL;
+    if (rank == 0)
+        POSTED(tutti_recv(small, 8, TUTTI_UINT8, 1, 80, comm, &w), "recv before a failure");
+    float x[8] = {0};
+    tutti_status_t st = tutti_allreduce(x, x, rank == 0 ? 4 : 8, TUTTI_FLOAT32, TUTTI_SUM, comm,
+                                        NULL);
+    if (st != TUTTI_ERR_MISMATCH)
+        bad |= th_fail("allreduce of 4 against 8: %s", tutti_strerror(st));
+    if (rank == 0) {
+        double t0 = th_now();
+        tutti_comm_abort(comm);
+        st = tutti_work_wait(w, 10);
+        if (st != TUTTI_ERR_ABORTED || th_now() - t0 > 2)
+            bad |= th_fail("a receive open at an abort after a failure: %d (%s) after %.2f s: %s",
+                           st, tutti_strerror(st), th_now() - t0, tutti_work_error(w));
+        tutti_work_free(w);
+        if ((st = tutti_barrier(comm, NULL)) != TUTTI_ERR_ABORTED)
+            bad |= th_fail("a barrier after an abort after a failure: %s", tutti_strerror(st));
+        if ((st = tutti_send(small, 8, TUTTI_UINT8, 1, 81, comm, NULL)) != TUTTI_ERR_ABORTED)
+            bad |= th_fail("a send after an abort after a failure: %s", tutti_strerror(st));
+        __atomic_store_n(&sh->slots[4], 1, __ATOMIC_RELEASE);
+    } else {
+        while (__atomic_load_n(&sh->slots[4], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
+    }
+    tutti_comm_destroy(comm);
+
+    /* the same for a shrink after a failure: the old communicator's operations end */
+    comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    if (rank == 0)
+        POSTED(tutti_recv(small, 8, TUTTI_UINT8, 1, 90, comm, &w), "recv before a shrink");
+    st = tutti_allreduce(x, x, rank == 0 ? 4 : 8, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    if (st != TUTTI_ERR_MISMATCH)
+        bad |= th_fail("allreduce of 4 against 8: %s", tutti_strerror(st));
+    tutti_comm_t *nc = NULL;
+    double t0 = th_now();
+    if ((st = tutti_comm_shrink(comm, NULL, 0, &nc)) != TUTTI_OK)
+        bad |= th_fail("shrink after a failure: %s: %s", tutti_strerror(st), tutti_last_error());
+    if (rank == 0) {
+        st = tutti_work_wait(w, 10);
+        if (st != TUTTI_ERR_ABORTED || th_now() - t0 > 5)
+            bad |= th_fail("a receive open at a shrink after a failure: %d (%s) after %.2f s: %s",
+                           st, tutti_strerror(st), th_now() - t0, tutti_work_error(w));
+        tutti_work_free(w);
+        __atomic_store_n(&sh->slots[5], 1, __ATOMIC_RELEASE);
+    } else {
+        while (__atomic_load_n(&sh->slots[5], __ATOMIC_ACQUIRE) == 0)
+            usleep(1000);
+    }
+    tutti_comm_destroy(comm);
+    if (nc != NULL && (st = tutti_barrier(nc, NULL)) != TUTTI_OK)
+        bad |= th_fail("a barrier on the shrunk communicator: %s", tutti_strerror(st));
+    tutti_comm_destroy(nc);
     free(big);
     return bad;
 }

@@ -90,8 +90,8 @@ typedef struct tutti__net {
     uint32_t tag_xor;       /* TUTTI_FAULT_TAG_XOR: mixed into the fingerprint messages carry */
     double unresp_s;        /* TUTTI_UNRESPONSIVE: a peer silent this long is unresponsive;
                                0: derived from the timeout (prims.c) */
-    const volatile tutti_status_t *failed; /* the communicator's status word, only read here
-                                              (to stop waiting once it is aborted) */
+    const volatile int *aborted; /* the communicator's aborted word, only read here (to stop
+                                    waiting once it is aborted) */
 } tutti__net_t;
 
 /* What a timeout's text tells the user to raise when the call had a timeout of its own (else:

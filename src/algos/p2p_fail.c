@@ -288,7 +288,7 @@ static void fail_silent(tutti__p2p_t *e)
 void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
 {
     tutti__net_t *net = e->net;
-    if (__atomic_load_n(net->failed, __ATOMIC_ACQUIRE) == TUTTI_ERR_ABORTED) {
+    if (__atomic_load_n(net->aborted, __ATOMIC_ACQUIRE)) {
         e->closing = true;
         while (e->live != NULL)
             tutti__p2p_fail(e, e->live, TUTTI_ERR_ABORTED,

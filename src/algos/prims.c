@@ -236,7 +236,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
     tutti__net_t *net = c->net;
     tutti__slice_t *sl = &net->slices[c->slice];
     double now = tutti__now();
-    if (__atomic_load_n(net->failed, __ATOMIC_ACQUIRE) == TUTTI_ERR_ABORTED)
+    if (__atomic_load_n(net->aborted, __ATOMIC_ACQUIRE))
         return fail(c, TUTTI_ERR_ABORTED, "aborted (tutti_comm_abort or destroy) while waiting");
     if (now >= sl->next_live_check) {
         sl->next_live_check = now + LIVE_CHECK_PERIOD;

@@ -18,9 +18,10 @@ static tutti_status_t check_comm(tutti_comm_t *comm, const char *fn)
                                 "created)%s",
                                 fn, (void *)comm, tutti__comm_why_not(comm));
     tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
-    if (failed == TUTTI_ERR_ABORTED)
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
         return tutti__comm_error(comm, TUTTI_ERR_ABORTED,
-                                 "%s: the communicator was aborted (%s); destroy it", fn,
+                                 "%s: the communicator was aborted%s (%s); destroy it", fn,
+                                 failed == TUTTI_ERR_ABORTED ? "" : " after it failed",
                                  comm->failed_msg);
     if (failed != TUTTI_OK)
         return tutti__comm_error(comm, TUTTI_ERR_COMM_FAILED,

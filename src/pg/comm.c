@@ -107,7 +107,11 @@ tutti_status_t tutti__comm_fail(tutti_comm_t *c, tutti_status_t status, const ch
 
 tutti_status_t tutti__comm_end(tutti_comm_t *c, tutti_status_t status, const char *msg)
 {
-    return fail_at(c, status, msg, TUTTI__LOG_INFO);
+    fail_at(c, status, msg, TUTTI__LOG_INFO);
+    /* Whatever failed first: a failure leaves sends and receives open (p2p.md), an end asked
+     * for ends them too. */
+    __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+    return status;
 }
 
 tutti_status_t tutti__comm_error(tutti_comm_t *c, tutti_status_t status, const char *fmt, ...)

@@ -58,6 +58,9 @@ struct tutti_comm {
     tutti__p2p_pg_t *p2p;      /* the point-to-point engine and its progress thread (p2p.c) */
     pthread_mutex_t err_lock;  /* guards failed, failed_msg and last_error */
     volatile tutti_status_t failed; /* TUTTI_OK, or the error that broke the communicator */
+    volatile int aborted;      /* tutti_comm_abort or tutti_comm_shrink was called, whatever
+                                  failed before (atomic): open operations end, sends and
+                                  receives too, and later calls fail with TUTTI_ERR_ABORTED */
     char failed_msg[TUTTI__ERRLEN];
     char last_error[TUTTI__ERRLEN];
     tutti__algo_override_t algo[TUTTI_COLL_COUNT]; /* algo_override.c */

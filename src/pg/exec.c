@@ -84,11 +84,15 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
     if (failed != TUTTI_OK) {
         c->declined = true; /* nothing was run: the failure is not a new one */
         pthread_mutex_lock(&comm->err_lock);
+        bool aborted = __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
         snprintf(c->err, TUTTI__ERRLEN, "%s #%llu was not run: the communicator %s earlier: %s",
                  c->name, (unsigned long long)c->seq,
-                 failed == TUTTI_ERR_ABORTED ? "was aborted" : "failed", comm->failed_msg);
+                 failed == TUTTI_ERR_ABORTED ? "was aborted"
+                 : aborted                   ? "failed, and was aborted,"
+                                             : "failed",
+                 comm->failed_msg);
         pthread_mutex_unlock(&comm->err_lock);
-        return failed == TUTTI_ERR_ABORTED ? TUTTI_ERR_ABORTED : TUTTI_ERR_COMM_FAILED;
+        return aborted ? TUTTI_ERR_ABORTED : TUTTI_ERR_COMM_FAILED;
     }
     if (trivial) {
         if (comm->size == 1)

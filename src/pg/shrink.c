@@ -524,12 +524,14 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
     for (int r = 0; r < size; r++)
         s.excluded[r] = mine[r / 8] >> (r % 8) & 1;
     /* Operations still running on comm stop now, and the peers that wait in them are told. */
-    if (comm->failed == TUTTI_OK) {
+    {
+        bool was_ok = comm->failed == TUTTI_OK;
         char msg[160];
         snprintf(msg, sizeof msg, "rank %d: tutti_comm_shrink was called: this communicator "
                  "ends here", comm->rank);
-        tutti__comm_end(comm, TUTTI_ERR_ABORTED, msg);
-        tutti__live_notify_failed(s.live, TUTTI_ERR_ABORTED, comm->seq, false, -1);
+        tutti__comm_end(comm, TUTTI_ERR_ABORTED, msg); /* sends and receives open end too */
+        if (was_ok)
+            tutti__live_notify_failed(s.live, TUTTI_ERR_ABORTED, comm->seq, false, -1);
     }
     /* Ranks this one excludes learn it too, should they call: best effort, briefly. */
     for (int r = 0; r < size; r++)

@@ -89,9 +89,10 @@ typedef enum tutti_coll {
 
 /** Pass as sendbuf to say the input is already in recvbuf (MPI_IN_PLACE). sendbuf == recvbuf
  *  means the same for allreduce, reduce and alltoall(v); for allgather(v), in place means the
- *  own block already sits at its place in recvbuf; for reduce_scatter, the whole input is in
- *  recvbuf and the result replaces its first recvcount elements (tutti_reduce_scatter also
- *  takes NCCL's form, recvbuf = sendbuf + rank * recvcount). */
+ *  own block already sits at its place in recvbuf (sendbuf == recvbuf is refused where that
+ *  place is not recvbuf's start, which receives another rank's block); for reduce_scatter,
+ *  the whole input is in recvbuf and the result replaces its first recvcount elements
+ *  (tutti_reduce_scatter also takes NCCL's form, recvbuf = sendbuf + rank * recvcount). */
 #define TUTTI_IN_PLACE ((const void *)1)
 
 typedef struct tutti_comm tutti_comm_t; /**< A communicator (opaque). */
@@ -274,7 +275,10 @@ TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *comm, int color, int key
 /**
  * A communicator of the listed ranks of comm, in that order (torch's new_group). Every rank of
  * comm calls it with the same list; ranks not listed get *newcomm = NULL. Lists that differ
- * between ranks fail on every rank with TUTTI_ERR_MISMATCH.
+ * between ranks fail on every rank with TUTTI_ERR_MISMATCH. A list that is bad in itself (a
+ * rank out of range or listed twice, n out of 1..size) returns TUTTI_ERR_INVALID_ARG on the
+ * rank that passed it and posts nothing, as any bad input: the other ranks wait for that rank's
+ * next call on comm, up to the timeout.
  */
 TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *comm, const int *ranks, int n,
                                                  tutti_comm_t **newcomm);

@@ -203,6 +203,14 @@ static void bad_collectives(bctx_t *c)
     if (P > 1)
         BAD(INV, tutti_alltoall(c->S, c->R, SIZE_MAX / 2 / (size_t)P + 1, TUTTI_INT8, comm, &c->w));
     BAD(INV, tutti_allgather(c->S, c->R, 2, (tutti_dtype_t)99, comm, &c->w));
+    if (c->rank > 0) { /* sendbuf == recvbuf: the start of recvbuf receives rank 0's block (a
+                        * single-copy allgather gave the peers rank 0's block for this rank's) */
+        BAD(INV, tutti_allgather(c->R, c->R, 2, TUTTI_INT32, comm, &c->w));
+        if (strstr(tutti_last_error(), "TUTTI_IN_PLACE") == NULL)
+            c->bad = th_fail("allgather with sendbuf == recvbuf: the error does not say what in "
+                             "place is: \"%s\"", tutti_last_error());
+        BAD(INV, tutti_allgatherv(c->R, 1, c->R, counts, displs, TUTTI_INT32, comm, &c->w));
+    }
     BAD(INV, tutti_allgatherv(c->S, 1, c->R, NULL, NULL, TUTTI_INT32, comm, &c->w));
     BAD(INV, tutti_allgatherv(c->S, 2, c->R, counts, NULL, TUTTI_INT32, comm, &c->w));
     BAD(INV, tutti_allgatherv(NULL, 1, c->R, counts, NULL, TUTTI_INT32, comm, &c->w));

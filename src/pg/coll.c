@@ -103,6 +103,25 @@ static tutti_status_t check_overlap(tutti_comm_t *comm, const char *fn, const vo
     return TUTTI_OK;
 }
 
+/* check_gather_overlap is check_overlap for allgather(v), whose in-place form is the own block
+ * at its place (own), not sendbuf == recvbuf: there, on any rank whose block goes elsewhere,
+ * sendbuf is where another rank's block lands, written while the peers may still read it (a
+ * single-copy allgather read rank 0's block in place of this rank's). */
+static tutti_status_t check_gather_overlap(tutti_comm_t *comm, const char *fn, const void *s,
+                                           size_t sb, const void *r, size_t rb, const void *own)
+{
+    const char *a = s, *b = r;
+    if (sb == 0 || rb == 0 || a == own)
+        return TUTTI_OK;
+    if (a == b)
+        return BAD(comm, "%s: sendbuf is recvbuf, whose start receives another rank's block "
+                         "(rank %d's own goes %zu bytes in); in place means this rank's block "
+                         "already at its place: pass TUTTI_IN_PLACE, or sendbuf = recvbuf + "
+                         "its offset, or separate buffers",
+                   fn, comm->rank, (size_t)((const char *)own - b));
+    return check_overlap(comm, fn, s, sb, r, rb);
+}
+
 /* check_v validates counts/displs for the communicator's ranks and returns the bytes the layout
  * spans. */
 static tutti_status_t check_v(tutti_comm_t *comm, const char *fn, const char *what,
@@ -314,8 +333,8 @@ TUTTI_API tutti_status_t tutti_allgather(const void *sendbuf, void *recvbuf, siz
     if (sendbuf == TUTTI_IN_PLACE)
         sendbuf = (const char *)recvbuf + (size_t)comm->rank * bytes;
     TUTTI__CHECK(check_buf(comm, fn, "sendbuf", sendbuf, bytes));
-    if (sendbuf != (const char *)recvbuf + (size_t)comm->rank * bytes)
-        TUTTI__CHECK(check_overlap(comm, fn, sendbuf, bytes, recvbuf, total));
+    TUTTI__CHECK(check_gather_overlap(comm, fn, sendbuf, bytes, recvbuf, total,
+                                      (const char *)recvbuf + (size_t)comm->rank * bytes));
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_ALLGATHER, "allgather");
     c.sendbuf = sendbuf, c.recvbuf = recvbuf, c.count = sendcount, c.dtype = dtype;
@@ -358,8 +377,8 @@ TUTTI_API tutti_status_t tutti_allgatherv(const void *sendbuf, size_t sendcount,
     if (sendbuf == TUTTI_IN_PLACE)
         sendbuf = own;
     tutti_status_t st = check_buf(comm, fn, "sendbuf", sendbuf, bytes);
-    if (st == TUTTI_OK && sendbuf != own)
-        st = check_overlap(comm, fn, sendbuf, bytes, recvbuf, span);
+    if (st == TUTTI_OK)
+        st = check_gather_overlap(comm, fn, sendbuf, bytes, recvbuf, span, own);
     if (st < 0) {
         free(owned);
         return st;

@@ -499,7 +499,10 @@ TUTTI_API const char *tutti_work_error(const tutti_work_t *work);
  * most one callback per handle (a second call returns TUTTI_ERR_INVALID_ARG). The callback may
  * query the handle and post new operations, but must not wait on operations of the same
  * communicator: such a wait, on one not yet complete, returns TUTTI_ERR_INVALID_ARG (it would
- * wait for the very thread it runs on).
+ * wait for the very thread it runs on), and so does a blocking collective call on it
+ * (work == NULL), always, before anything is posted. The same holds where the callback runs
+ * at once in the calling thread: the rules do not depend on timing, which differs between
+ * ranks.
  */
 TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *work,
                                                 void (*fn)(tutti_work_t *work, void *arg),

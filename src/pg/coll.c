@@ -176,20 +176,22 @@ static tutti_status_t run_then(tutti_comm_t *comm, tutti__coll_t *c, tutti_work_
     c->esize = tutti_dtype_size(c->dtype);
     size_t bytes = tutti__coll_bytes(c);
     tutti_status_t st;
+    /* Refused whether or not the communicator is idle just now: that differs from rank to rank,
+     * and a call run on one rank and refused on another leaves their calls out of step. */
+    if (work == NULL && tutti__work_in_callback(comm, false)) {
+        free(owned);
+        return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
+                                 "tutti_%s: a blocking call in a completion callback of its own "
+                                 "communicator is a wait, which may be for the very thread it "
+                                 "runs on; post it with a work handle, and wait for it outside "
+                                 "the callback",
+                                 c->name);
+    }
     /* A blocking call on an idle communicator needs no handle: no allocation, no hand-off. */
     if (work == NULL && post_fn == NULL &&
         tutti__exec_run_blocking(comm, c, bytes, trivial || comm->size == 1, &st)) {
         free(owned);
         return st;
-    }
-    if (work == NULL && tutti__work_in_callback(comm, false)) {
-        free(owned);
-        return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
-                                 "tutti_%s: a blocking call in a completion callback of its own "
-                                 "communicator, with operations queued ahead of it, would wait "
-                                 "for the very thread it runs on; post it with a work handle, and "
-                                 "wait for it outside the callback",
-                                 c->name);
     }
     tutti_work_t *w = malloc(sizeof *w);
     if (w == NULL) {

@@ -37,6 +37,19 @@ bool tutti__work_in_callback(const tutti_comm_t *comm, bool p2p)
     return in_callback != NULL && in_callback == comm && in_callback_p2p == p2p;
 }
 
+/* run_callback runs w's callback marked as one (where it runs does not change what it may do:
+ * the worker's thread or the setter's, the rules are the same on every rank). */
+static void run_callback(tutti_work_t *w)
+{
+    const tutti_comm_t *outer = in_callback;
+    bool outer_p2p = in_callback_p2p;
+    in_callback = w->comm;
+    in_callback_p2p = w->p2p;
+    w->cb(w, w->cb_arg);
+    in_callback = outer;
+    in_callback_p2p = outer_p2p;
+}
+
 void tutti__work_complete(tutti_work_t *w, tutti_status_t st)
 {
     w->status = st;
@@ -46,15 +59,8 @@ void tutti__work_complete(tutti_work_t *w, tutti_status_t st)
     int cb = __atomic_exchange_n(&w->cb_state, 2, __ATOMIC_ACQ_REL);
     if (__atomic_exchange_n(&w->state, TUTTI__WORK_DONE, __ATOMIC_ACQ_REL) == TUTTI__WORK_SLEEPERS)
         futex_wake_all(&w->state);
-    if (cb == 1) {
-        const tutti_comm_t *outer = in_callback;
-        bool outer_p2p = in_callback_p2p;
-        in_callback = w->comm;
-        in_callback_p2p = w->p2p;
-        w->cb(w, w->cb_arg);
-        in_callback = outer;
-        in_callback_p2p = outer_p2p;
-    }
+    if (cb == 1)
+        run_callback(w);
 }
 
 static bool done(const tutti_work_t *w)
@@ -151,7 +157,7 @@ TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *w,
          * publishing the handle done (two stores apart): the callback sees it done */
         while (!done(w))
             tutti__yield(w->oversubscribed);
-        fn(w, arg);
+        run_callback(w);
     }
     return TUTTI_OK;
 }

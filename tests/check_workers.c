@@ -437,6 +437,56 @@ START_TEST(test_late_callback)
 }
 END_TEST
 
+/* tutti_comm_set_algorithm from one thread while another posts and asks which algorithm
+ * applies ("any call may come from any thread"): the override was written with no lock while
+ * posts read it under the executor's (a data race ThreadSanitizer names; a torn override could
+ * pick no algorithm). One rank, so that the ranks' choices cannot differ. */
+static void *set_algos(void *p)
+{
+    tutti_comm_t *comm = p;
+    for (int i = 0; i < 2000; i++)
+        if (tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLREDUCE,
+                                     i % 2 ? "ring:0-1023;tree:1024-max" : "auto") != TUTTI_OK)
+            return (void *)1;
+    return NULL;
+}
+
+static int set_algo_rank(int rank, int size, void *arg)
+{
+    (void)rank, (void)size, (void)arg;
+    tutti_comm_t *comm = init_or_fail();
+    if (comm == NULL)
+        return 1;
+    pthread_t t;
+    pthread_create(&t, NULL, set_algos, comm);
+    int rc = 0;
+    for (int i = 0; i < 2000 && rc == 0; i++) {
+        int32_t v = i, out = -1;
+        tutti_work_t *w = NULL;
+        if (tutti_allreduce(&v, &out, 1, TUTTI_INT32, TUTTI_SUM, comm, i % 2 ? &w : NULL) !=
+                TUTTI_OK ||
+            (w != NULL && tutti_work_wait(w, 30) != TUTTI_OK) || out != i)
+            rc = th_fail("allreduce %d beside tutti_comm_set_algorithm: %s (%d)", i,
+                         tutti_comm_last_error(comm), out);
+        tutti_work_free(w);
+        if (tutti_comm_algorithm(comm, TUTTI_COLL_ALLREDUCE, (size_t)i) == NULL)
+            rc = th_fail("tutti_comm_algorithm named no algorithm");
+    }
+    void *trc = NULL;
+    pthread_join(t, &trc);
+    if (trc != NULL)
+        rc = th_fail("tutti_comm_set_algorithm failed: %s", tutti_last_error());
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_set_algorithm_threads)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    ck_assert(th_run_opts(1, &o, set_algo_rank, NULL) == 0);
+}
+END_TEST
+
 /* ---- abort ---- */
 
 static int abort_rank(int rank, int size, void *arg)
@@ -925,6 +975,7 @@ static Suite *workers_suite(void)
     tcase_add_test(tc, test_async);
     tcase_add_loop_test(tc, test_late_callback, 0, 2); /* shm, ofi */
     tcase_add_test(tc, test_abort);
+    tcase_add_test(tc, test_set_algorithm_threads);
     tcase_add_test(tc, test_threads);
     tcase_add_test(tc, test_thread_order);
     tcase_add_test(tc, test_nonblocking);

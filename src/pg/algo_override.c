@@ -140,13 +140,10 @@ TUTTI_API tutti_status_t tutti_comm_set_algorithm(tutti_comm_t *comm, tutti_coll
     if ((unsigned)coll >= TUTTI_COLL_COUNT)
         return tutti__comm_error(comm, TUTTI_ERR_INVALID_ARG,
                                  "tutti_comm_set_algorithm: unknown collective %d", (int)coll);
-    if (spec == NULL || *spec == '\0' || strcmp(spec, "auto") == 0) {
-        comm->algo[coll].n = 0;
-        return TUTTI_OK;
-    }
-    tutti__algo_override_t ov;
-    TUTTI__CHECK(parse(comm, coll, spec, "tutti_comm_set_algorithm", &ov));
-    comm->algo[coll] = ov;
+    tutti__algo_override_t ov = {.n = 0};
+    if (spec != NULL && *spec != '\0' && strcmp(spec, "auto") != 0)
+        TUTTI__CHECK(parse(comm, coll, spec, "tutti_comm_set_algorithm", &ov));
+    tutti__exec_set_override(comm, coll, &ov);
     return TUTTI_OK;
 }
 
@@ -154,5 +151,6 @@ TUTTI_API const char *tutti_comm_algorithm(const tutti_comm_t *comm, tutti_coll_
 {
     if (!tutti__comm_valid(comm) || (unsigned)coll >= TUTTI_COLL_COUNT)
         return NULL;
-    return tutti__select(&comm->algo[coll], comm->net.caps, comm->size, coll, bytes)->name;
+    tutti__algo_override_t ov = tutti__exec_get_override(comm, coll);
+    return tutti__select(&ov, comm->net.caps, comm->size, coll, bytes)->name;
 }

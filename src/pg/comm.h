@@ -132,6 +132,14 @@ bool tutti__exec_run_blocking(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes
  * one to end (it fails fast once comm is marked failed or aborted), and joins the workers. */
 void tutti__exec_stop(tutti_comm_t *comm, tutti_status_t status, const char *msg);
 
+/* tutti__exec_set_override sets coll's algorithm override under the lock that numbering reads
+ * it under (tutti_comm_set_algorithm may come from any thread while another posts). */
+void tutti__exec_set_override(tutti_comm_t *comm, tutti_coll_t coll,
+                              const tutti__algo_override_t *ov);
+
+/* tutti__exec_get_override is a copy of coll's override, read under that lock. */
+tutti__algo_override_t tutti__exec_get_override(const tutti_comm_t *comm, tutti_coll_t coll);
+
 /* tutti__exec_worker_cpu is the core worker i is pinned to, or -1. */
 int tutti__exec_worker_cpu(const tutti_comm_t *comm, int i);
 

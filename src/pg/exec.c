@@ -449,6 +449,28 @@ void tutti__exec_stop(tutti_comm_t *comm, tutti_status_t status, const char *msg
     comm->exec = NULL;
 }
 
+void tutti__exec_set_override(tutti_comm_t *comm, tutti_coll_t coll,
+                              const tutti__algo_override_t *ov)
+{
+    tutti__exec_t *e = comm->exec;
+    if (e != NULL)
+        pthread_mutex_lock(&e->lock);
+    comm->algo[coll] = *ov;
+    if (e != NULL)
+        pthread_mutex_unlock(&e->lock);
+}
+
+tutti__algo_override_t tutti__exec_get_override(const tutti_comm_t *comm, tutti_coll_t coll)
+{
+    tutti__exec_t *e = comm->exec;
+    if (e != NULL)
+        pthread_mutex_lock(&e->lock);
+    tutti__algo_override_t ov = comm->algo[coll];
+    if (e != NULL)
+        pthread_mutex_unlock(&e->lock);
+    return ov;
+}
+
 int tutti__exec_worker_cpu(const tutti_comm_t *comm, int i)
 {
     const tutti__exec_t *e = comm->exec;

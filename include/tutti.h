@@ -327,7 +327,8 @@ TUTTI_API const char *tutti_comm_transport(const tutti_comm_t *comm, int peer);
  */
 TUTTI_API const char *tutti_last_error(void);
 
-/** @return the text of the last error met on comm, or "" if none (or comm is invalid). */
+/** @return the text of the last error met on comm, or "" if none (or comm is invalid): a copy,
+ *  valid until this thread calls tutti_comm_last_error again. */
 TUTTI_API const char *tutti_comm_last_error(const tutti_comm_t *comm);
 
 /**

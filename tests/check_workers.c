@@ -437,8 +437,8 @@ START_TEST(test_late_callback)
 }
 END_TEST
 
-/* tutti_comm_set_algorithm from one thread while another posts and asks which algorithm
- * applies ("any call may come from any thread"): the override was written with no lock while
+/* tutti_comm_set_algorithm from one thread, tutti_comm_last_error from another, while a third
+ * posts and asks which algorithm applies ("any call may come from any thread"): the override was written with no lock while
  * posts read it under the executor's (a data race ThreadSanitizer names; a torn override could
  * pick no algorithm). One rank, so that the ranks' choices cannot differ. */
 static void *set_algos(void *p)
@@ -451,14 +451,28 @@ static void *set_algos(void *p)
     return NULL;
 }
 
+/* reads the communicator's last error while the poster makes new ones (it was returned as the
+ * text itself, rewritten meanwhile under a lock the reader did not take) */
+static void *read_errors(void *p)
+{
+    tutti_comm_t *comm = p;
+    size_t n = 0;
+    for (int i = 0; i < 2000; i++)
+        n += strlen(tutti_comm_last_error(comm));
+    return (void *)(n > 0 ? NULL : (void *)1);
+}
+
 static int set_algo_rank(int rank, int size, void *arg)
 {
     (void)rank, (void)size, (void)arg;
     tutti_comm_t *comm = init_or_fail();
     if (comm == NULL)
         return 1;
-    pthread_t t;
+    int32_t x = 0;
+    tutti_allreduce(&x, &x, 1, (tutti_dtype_t)99, TUTTI_SUM, comm, NULL); /* an error to read */
+    pthread_t t, r;
     pthread_create(&t, NULL, set_algos, comm);
+    pthread_create(&r, NULL, read_errors, comm);
     int rc = 0;
     for (int i = 0; i < 2000 && rc == 0; i++) {
         int32_t v = i, out = -1;
@@ -471,11 +485,17 @@ static int set_algo_rank(int rank, int size, void *arg)
         tutti_work_free(w);
         if (tutti_comm_algorithm(comm, TUTTI_COLL_ALLREDUCE, (size_t)i) == NULL)
             rc = th_fail("tutti_comm_algorithm named no algorithm");
+        if (tutti_allreduce(&x, &x, 1, (tutti_dtype_t)(99 + i % 2), TUTTI_SUM, comm, NULL) !=
+            TUTTI_ERR_INVALID_ARG)
+            rc = th_fail("an unknown dtype was taken");
     }
-    void *trc = NULL;
+    void *trc = NULL, *rrc = NULL;
     pthread_join(t, &trc);
+    pthread_join(r, &rrc);
     if (trc != NULL)
         rc = th_fail("tutti_comm_set_algorithm failed: %s", tutti_last_error());
+    if (rrc != NULL)
+        rc = th_fail("tutti_comm_last_error was empty throughout, after an error");
     tutti_comm_destroy(comm);
     return rc;
 }

@@ -282,6 +282,14 @@ TUTTI_API int tutti_comm_worker_cpu(const tutti_comm_t *c, int worker)
 
 TUTTI_API const char *tutti_comm_last_error(const tutti_comm_t *c)
 {
-    return tutti__comm_valid(c) ? c->last_error : "";
+    /* a copy: workers and the progress thread rewrite the text under the lock meanwhile */
+    static _Thread_local char copy[TUTTI__ERRLEN];
+    if (!tutti__comm_valid(c))
+        return "";
+    pthread_mutex_t *lock = (pthread_mutex_t *)&c->err_lock;
+    pthread_mutex_lock(lock);
+    snprintf(copy, sizeof copy, "%s", c->last_error);
+    pthread_mutex_unlock(lock);
+    return copy;
 }
 

@@ -16,6 +16,7 @@ puts CPU tensors on tutti and CUDA tensors on NCCL in one group.
 Written for torch 2.13 (tested with 2.13.0), the torch it was built against; see
 docs/pytorch.md.
 """
+import contextlib
 import os
 import re
 import signal
@@ -476,6 +477,37 @@ def _monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
 _monitored_barrier.__doc__ = ((_monitored_barrier.__doc__ or "") + "\n\ntorch's own:\n" +
                               (_torch_monitored_barrier.__doc__ or ""))  # None under python -OO
 dist.monitored_barrier = dist.distributed_c10d.monitored_barrier = _monitored_barrier
+
+
+_torch_coalescing_manager = dist.distributed_c10d._coalescing_manager
+
+
+@contextlib.contextmanager
+def _coalescing_manager(group=None, device=None, async_ops=False):
+    """torch's _coalescing_manager (batch_isend_irecv's), which importing tutti_torch puts in
+    its place: an exception inside the block (a refused send or receive) ends the block, in torch
+    and in the backend, before it propagates. torch's own left it open: every later collective
+    of the group was recorded for the block and never run, silently. Otherwise unchanged, for
+    any backend."""
+    manager = _torch_coalescing_manager(group, device, async_ops)
+    cm = manager.__enter__()
+    try:
+        yield cm
+    except BaseException:
+        g = group or dist.distributed_c10d._get_default_group()
+        dist.distributed_c10d._world.pg_coalesce_state.pop(g, None)
+        if device:
+            try:  # the backend leaves its block too (what it collected runs, on every rank alike)
+                g._end_coalescing(device)
+            except Exception:  # noqa: BLE001  (the first error is the one to report)
+                pass
+        raise
+    manager.__exit__(None, None, None)
+
+
+dist.distributed_c10d._coalescing_manager = _coalescing_manager
+if getattr(dist, "_coalescing_manager", None) is _torch_coalescing_manager:
+    dist._coalescing_manager = _coalescing_manager
 
 
 def register():

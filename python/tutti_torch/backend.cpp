@@ -130,7 +130,13 @@ void BackendTutti::shutdown()
 {
     if (state_.exchange(2) != 2) {
         std::chrono::milliseconds t = options_->timeout;
-        tracker_->wait_idle(t.count() > 0 ? t : std::chrono::milliseconds(300000));
+        tracker_->close(); // calls running in other threads end first, later ones are refused
+        if (!tracker_->wait_idle(t.count() > 0 ? t : std::chrono::milliseconds(300000)) &&
+            comm_ != nullptr) {
+            // still running past the group's timeout: end them, and let them return
+            tutti_comm_abort(comm_);
+            tracker_->wait_idle(std::chrono::milliseconds(10000));
+        }
         destroy();
         await_store_server_gone();
     }
@@ -378,6 +384,25 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
 
 namespace {
 
+// Entered counts a call in with the Tracker while the caller's thread runs or posts it: a
+// shutdown from another thread (destroy_process_group) waits for it rather than destroy the
+// communicator under it (it did: the blocked call crashed).
+class Entered {
+  public:
+    Entered(Tracker &t, const std::string &op) : t_(t)
+    {
+        if (!t_.enter())
+            refuse(op, "the process group was shut down (destroy_process_group); create a new "
+                       "one");
+    }
+    ~Entered() { t_.leave(); }
+    Entered(const Entered &) = delete;
+    Entered &operator=(const Entered &) = delete;
+
+  private:
+    Tracker &t_;
+};
+
 // CallTimeout gives the posts made while it lives a timeout of their own (tutti_set_call_timeout
 // is the calling thread's), and puts the previous setting back.
 class CallTimeout {
@@ -405,6 +430,7 @@ class CallTimeout {
 WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds timeout)
 {
     check_usable(call.name);
+    Entered entered(*tracker_, call.name);
     // tutti takes 1 ms to 1e9 s; anything else would be refused at the post, after a
     // coalescing block had collected it: say so now.
     const long long ms = timeout.count();
@@ -426,6 +452,8 @@ WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds 
     }
     auto w = c10::make_intrusive<Work>(rank_, call.type, call.name + group_note_,
                                        std::move(call.outputs), tracker_);
+    if (call.nested_outputs)
+        w->nested_outputs_ = std::move(call.nested_outputs);
     if (call.finalize)
         w->finalize_.push_back(std::move(call.finalize));
     if (!async) {
@@ -481,6 +509,7 @@ WorkPtr BackendTutti::endCoalescing()
         coalescing_.store(false, std::memory_order_release);
     }
     check_usable("endCoalescing");
+    Entered entered(*tracker_, "endCoalescing");
     for (auto &c : calls) {
         w->outputs_.insert(w->outputs_.end(), c.outputs.begin(), c.outputs.end());
         w->keep_.insert(w->keep_.end(), c.keep.begin(), c.keep.end());

@@ -37,6 +37,8 @@ struct Call {
     c10d::OpType type = c10d::OpType::UNKNOWN;
     std::string name;
     std::vector<at::Tensor> outputs; // Work.result() and the Future's value
+    // the Future's value where it is a list per rank (allgather_coalesced's, as Gloo's)
+    std::optional<std::vector<std::vector<at::Tensor>>> nested_outputs;
     std::vector<at::Tensor> keep;    // buffers tutti reads or writes
     std::function<void()> finalize;  // copies into the caller's tensors, if any
     tutti_comm_t *comm = nullptr;

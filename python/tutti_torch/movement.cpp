@@ -180,6 +180,7 @@ WorkPtr BackendTutti::allgather_coalesced(std::vector<std::vector<at::Tensor>> &
     c.type = c10d::OpType::ALLGATHER_COALESCED;
     c.name = op;
     c.outputs = flat_outs;
+    c.nested_outputs = output_lists;
     c.comm = comm_;
     at::Tensor send = byte_buffer(total), recv = byte_buffer(total * size_);
     uint8_t *p = send.data_ptr<uint8_t>();

@@ -17,18 +17,42 @@ void Tracker::begin()
     running_++;
 }
 
-void Tracker::end(c10::intrusive_ptr<c10d::Work> w)
+void Tracker::end(c10::intrusive_ptr<c10d::Work> w, std::atomic<int> *parked)
 {
     std::lock_guard<std::mutex> g(mu_);
-    parked_.push_back(std::move(w));
+    parked_.push_back(std::move(w)); // keeps *parked's Work alive while the lock is held
+    parked->fetch_add(1, std::memory_order_release);
     if (--running_ == 0)
         idle_.notify_all();
 }
 
-void Tracker::park(c10::intrusive_ptr<c10d::Work> w)
+bool Tracker::enter()
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (closed_)
+        return false;
+    running_++;
+    return true;
+}
+
+void Tracker::leave()
+{
+    std::lock_guard<std::mutex> g(mu_);
+    if (--running_ == 0)
+        idle_.notify_all();
+}
+
+void Tracker::close()
+{
+    std::lock_guard<std::mutex> g(mu_);
+    closed_ = true;
+}
+
+void Tracker::park(c10::intrusive_ptr<c10d::Work> w, std::atomic<int> *parked)
 {
     std::lock_guard<std::mutex> g(mu_);
     parked_.push_back(std::move(w));
+    parked->fetch_add(1, std::memory_order_release);
 }
 
 void Tracker::drain()
@@ -115,6 +139,7 @@ void Work::post(tutti_comm_t *comm, const PostFn &fn)
     if (st < 0 || h == nullptr)
         throw std::runtime_error(prefixed(name_, status_text(st, comm)));
     pending_.fetch_add(1, std::memory_order_relaxed);
+    posts_++;
     c10::raw::intrusive_ptr::incref(this); // the completion's reference
     tracker_->begin();
     if (tutti_work_on_complete(h, &Work::on_complete, this) != TUTTI_OK) {
@@ -147,7 +172,8 @@ void Work::on_complete(tutti_work_t *h, void *arg)
     tutti_work_free(h); // done already: frees at once, also from inside the callback
     self->count_down();
     std::shared_ptr<Tracker> t = self->tracker_;
-    t->end(std::move(self));
+    std::atomic<int> *parked = &self->parked_;
+    t->end(std::move(self), parked);
 }
 
 void Work::fail(std::exception_ptr ex)
@@ -202,28 +228,37 @@ void Work::complete_now()
     done(finalize());
 }
 
-// done completes the Work (waking Work.wait), then its Future if someone holds one already:
-// on a Completer thread, since its callbacks may wait for other operations. A Future asked for
-// later is made complete (getFuture).
+// done completes the Work's Future, if someone holds one already, and then the Work (waking
+// Work.wait), as Gloo does: once Work.wait returns, the Future is complete and its callbacks
+// have run. With a Future, both happen on a Completer thread, since its callbacks may wait for
+// other operations. A Future asked for later is made complete at once (getFuture).
 void Work::done(std::exception_ptr ex)
 {
-    finish(ex);
-    done_.store(true, std::memory_order_release);
     c10::intrusive_ptr<c10::ivalue::Future> f;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         if (future_ && !future_done_) {
             future_done_ = true;
+            future_park_ = 1;
             f = future_;
+        } else {
+            outcome_ = ex; // for a getFuture that comes before finish below
+            outcome_set_ = true;
         }
     }
-    if (!f)
+    if (!f) {
+        finish(ex);
+        done_.store(true, std::memory_order_release);
         return;
+    }
     auto self = c10::intrusive_ptr<Work>::reclaim_copy(this);
     Completer::get().run([self, f, ex] {
         self->complete_future(f, ex);
+        self->finish(ex);
+        self->done_.store(true, std::memory_order_release);
         std::shared_ptr<Tracker> t = self->tracker_;
-        t->park(self); // the last reference goes where the GIL may be taken
+        std::atomic<int> *parked = &self->parked_;
+        t->park(self, parked); // the last reference goes where the GIL may be taken
     });
 }
 
@@ -232,6 +267,8 @@ void Work::complete_future(const c10::intrusive_ptr<c10::ivalue::Future> &f,
 {
     if (ex)
         f->setError(ex);
+    else if (nested_outputs_)
+        f->markCompleted(c10::IValue(*nested_outputs_));
     else
         f->markCompleted(c10::IValue(outputs_));
 }
@@ -240,11 +277,12 @@ c10::intrusive_ptr<c10::ivalue::Future> Work::getFuture()
 {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!future_) {
+        c10::TypePtr list = c10::ListType::create(c10::TensorType::get());
         future_ = c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()));
-        if (completed_) { // nothing hangs on a Future made just now: complete it here
+            nested_outputs_ ? c10::TypePtr(c10::ListType::create(list)) : list);
+        if (outcome_set_) { // nothing hangs on a Future made just now: complete it here
             future_done_ = true;
-            complete_future(future_, exception_);
+            complete_future(future_, outcome_);
         }
     }
     return future_;
@@ -275,8 +313,14 @@ bool Work::wait(std::chrono::milliseconds timeout)
                        "the process group's timeout"));
     }
     std::exception_ptr ex = exception_;
+    const int want = posts_ + future_park_;
     lock.unlock();
-    tracker_->drain(); // a thread that may take the GIL: free what completions parked
+    // The completions hand their references to the Tracker a moment after the Work is complete:
+    // wait for that (a few instructions; bounded all the same), then free them here, a thread
+    // that may take the GIL.
+    for (int i = 0; parked_.load(std::memory_order_acquire) < want && i < 10000; i++)
+        std::this_thread::yield();
+    tracker_->drain();
     if (ex)
         std::rethrow_exception(ex);
     return true;

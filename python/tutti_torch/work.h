@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,18 @@ using PostFn = std::function<tutti_status_t(tutti_comm_t *comm, tutti_work_t **w
 class Tracker {
   public:
     void begin();
-    // end parks w (a completion's reference) and counts one post out.
-    void end(c10::intrusive_ptr<c10d::Work> w);
-    // park keeps one more reference for drain to drop.
-    void park(c10::intrusive_ptr<c10d::Work> w);
+    // end parks w (a completion's reference) and counts one post out; then adds one to
+    // *parked (the Work's count of its references parked, which its wait looks at).
+    void end(c10::intrusive_ptr<c10d::Work> w, std::atomic<int> *parked);
+    // enter counts a call in while it runs in the caller's thread (blocking, or posting), so
+    // that the backend does not destroy its communicator under it; false once closed.
+    bool enter();
+    // leave counts a call that entered out.
+    void leave();
+    // close refuses every later enter (the backend is shutting down).
+    void close();
+    // park keeps one more reference for drain to drop, and adds one to *parked.
+    void park(c10::intrusive_ptr<c10d::Work> w, std::atomic<int> *parked);
     // drain frees the parked references here, in the calling thread.
     void drain();
     // wait_idle waits up to timeout for the running posts to end; false if some still run.
@@ -46,6 +55,7 @@ class Tracker {
     std::mutex mu_;
     std::condition_variable idle_;
     size_t running_ = 0;
+    bool closed_ = false;
     std::vector<c10::intrusive_ptr<c10d::Work>> parked_;
 };
 
@@ -67,6 +77,8 @@ class Work : public c10d::Work {
     std::vector<at::Tensor> keep_;
     // The outputs, appended to by coalesced calls.
     std::vector<at::Tensor> outputs_;
+    // Where set, the Future's value instead: a list of outputs per rank.
+    std::optional<std::vector<std::vector<at::Tensor>>> nested_outputs_;
 
     // post runs fn with a handle on comm and wires its completion here. It throws, with
     // tutti's text, when tutti refuses the post (nothing was posted then).
@@ -103,6 +115,16 @@ class Work : public c10d::Work {
     // been (or is being) completed.
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     bool future_done_ = false;
+    // Under mutex_ too: the outcome, once done() has decided that no Future waits for it (the
+    // Work's own completion, finish, comes a moment later).
+    std::exception_ptr outcome_;
+    bool outcome_set_ = false;
+    // References to this Work that completions hand to the Tracker: one per post, and one
+    // more where a Future is completed. Work.wait frees them once all are there, so that the
+    // tensors go when the user drops the Work (they stayed until the group's next call).
+    int posts_ = 0;                 // the caller's thread, before arm
+    int future_park_ = 0;           // under mutex_: 1 where done() hands the Future on
+    std::atomic<int> parked_{0};
     // The sender of the receive(s) this Work posted, from tutti_work_source at completion: -1
     // none (no receive, or it failed), -2 several receives from different ranks.
     std::atomic<int> source_{-1};

@@ -345,7 +345,9 @@ END_TEST
 
 /* A rank that destroys its communicator while a peer still waits for it in a collective (the
  * job posted different collectives on different ranks) makes the peer's call fail soon, naming
- * it, instead of at the deadline (60 s here, past the harness's 30 s: waiting for it fails). */
+ * it, instead of at the deadline (60 s here, past the harness's 30 s: waiting for it fails).
+ * With 3 ranks, a rank may learn of it first from the other one's failure notice: that names
+ * rank 1 too (it named only the bystander that passed it on, as a probe under PyTorch saw). */
 static int leaver_body(int rank, int size, void *arg)
 {
     (void)size;
@@ -364,9 +366,10 @@ static int leaver_body(int rank, int size, void *arg)
     if (st != TUTTI_ERR_PEER_FAILED)
         bad = th_fail("rank 1 destroyed its communicator: expected TUTTI_ERR_PEER_FAILED, got %d "
                       "(%s): %s", st, tutti_strerror(st), msg);
-    else if (!th_mentions_rank(msg, 1) || strstr(msg, "destroyed") == NULL)
+    else if (!th_mentions_rank(msg, 1) ||
+             (strstr(msg, "destroyed") == NULL && strstr(msg, "named rank 1") == NULL))
         bad = th_fail("the error does not say that rank 1 destroyed its communicator: \"%s\"", msg);
-    fprintf(stderr, "[left] rank 0: %s\n", msg);
+    fprintf(stderr, "[left] rank %d: %s\n", rank, msg);
     tutti_comm_destroy(comm);
     return bad;
 }
@@ -374,6 +377,13 @@ static int leaver_body(int rank, int size, void *arg)
 START_TEST(test_left)
 {
     run_pair(_i, leaver_body, 30, "left peer");
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 30;
+    o.rank_timeout_s = 60;
+    ck_assert_msg(th_run_opts(3, &o, leaver_body, NULL) == 0, "left peer, 3 ranks, on %s: see "
+                  "stderr", tps[_i]);
 }
 END_TEST
 

@@ -390,6 +390,8 @@ def w_timeouts():
                       "timed out")
         took = time.monotonic() - t0
         assert took < 20, "timed out after %.1f s, not about 1 s" % took
+        # what to raise is the group's timeout, not TUTTI_TIMEOUT (which a group does not read)
+        assert "init_process_group(timeout=" in text and "raise TUTTI_TIMEOUT" not in text, text
         print("rank 0: setTimeout: failed after %.2f s: %s" % (took, text.splitlines()[0]))
     store.set("timeout_done/%d" % rank, "1")
     store.wait(["timeout_done/0", "timeout_done/1"])

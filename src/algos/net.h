@@ -72,6 +72,8 @@ typedef struct tutti__net {
     tutti__liveness_t *live;
     double timeout_s;       /* how long any wait may take; read with tutti__net_timeout
                                (tutti_comm_set_timeout changes it while others wait) */
+    bool timeout_given;     /* the config or tutti_comm_set_timeout gave timeout_s (atomic):
+                               what a timeout's text says to raise (tutti__timeout_hint) */
     bool oversubscribed;    /* a busy thread of this rank shares its core by design (more
                                busy threads than cores, or ranks bound to one core): waits
                                yield at once */
@@ -98,6 +100,20 @@ typedef struct tutti__net {
  * TUTTI_TIMEOUT). */
 #define TUTTI__CALL_TIMEOUT_HINT \
     "the call's own timeout (tutti_set_call_timeout; c10d's opts.timeout)"
+
+/* tutti__timeout_hint is what a timeout's text tells the user to raise: the call's own timeout
+ * (call_timeout_s > 0), the communicator's where its config or tutti_comm_set_timeout gave it
+ * (under PyTorch, the group's), else TUTTI_TIMEOUT. */
+static inline const char *tutti__timeout_hint(const tutti__net_t *net, double call_timeout_s)
+{
+    if (call_timeout_s > 0)
+        return TUTTI__CALL_TIMEOUT_HINT;
+    if (__atomic_load_n(&net->timeout_given, __ATOMIC_RELAXED))
+        return "the communicator's timeout (tutti_comm_config_t.timeout_s or "
+               "tutti_comm_set_timeout; under PyTorch the group's: init_process_group(timeout=...) "
+               "or new_group(timeout=...))";
+    return "TUTTI_TIMEOUT";
+}
 
 /* tutti__net_timeout is net's current timeout: tutti_comm_set_timeout may store a new one
  * from another thread at any time. */

@@ -332,7 +332,7 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
                         "timed out after %g s: %s; the peer may be stuck or slower than the "
                         "timeout (raise %s if the job is only slow)",
                         t, waiting_for(op),
-                        op->timeout_s > 0 ? TUTTI__CALL_TIMEOUT_HINT : "TUTTI_TIMEOUT");
+                        tutti__timeout_hint(net, op->timeout_s));
     }
 }
 

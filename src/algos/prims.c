@@ -268,7 +268,8 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         if (c->left_seen == 0.0 || c->left_rank != missing[i]) {
             c->left_seen = now;
             c->left_rank = missing[i];
-        } else if (now - c->left_seen > tutti__live_left_grace(net->live, missing[i]))
+        } else if (now - c->left_seen > tutti__live_left_grace(net->live, missing[i])) {
+            tutti__top(c)->blame = missing[i]; /* this rank's notice names it to the others */
             return fail(c, TUTTI_ERR_PEER_FAILED,
                         "rank %d destroyed its communicator while this rank still waited for it "
                         "here, so it will not join this call: it failed or exited (its own "
@@ -276,6 +277,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                         "post the same collectives, in the same order, before it destroys the "
                         "communicator)",
                         missing[i]);
+        }
         break;
     }
     if (c->deadline == 0.0)
@@ -302,7 +304,7 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                 "slow",
                 tutti__coll_timeout(c), list,
                 left ? " (some had already destroyed the communicator)" : "",
-                c->timeout_s > 0 ? TUTTI__CALL_TIMEOUT_HINT : "TUTTI_TIMEOUT");
+                tutti__timeout_hint(net, c->timeout_s));
 }
 
 /* A wait that steps aside where yielding may not reach the peer still yields this many times

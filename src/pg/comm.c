@@ -226,6 +226,7 @@ TUTTI_API tutti_status_t tutti_comm_set_timeout(tutti_comm_t *comm, double timeo
                                 "%g to %g",
                                 timeout_s, TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX);
     __atomic_store(&comm->net.timeout_s, &timeout_s, __ATOMIC_RELAXED);
+    __atomic_store_n(&comm->net.timeout_given, true, __ATOMIC_RELAXED);
     return TUTTI_OK;
 }
 

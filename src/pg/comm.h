@@ -35,6 +35,7 @@ typedef struct tutti__threads {
 /* How a communicator was asked for (config.c); sub-communicators inherit it. */
 typedef struct tutti__config {
     double timeout;
+    bool timeout_given;    /* the config gave it (not TUTTI_TIMEOUT or the default) */
     const char *transport; /* "auto", "shm" or "ofi" (a static string) */
     long workers;
     bool worker_sleep;     /* CCL_WORKER_WAIT=1: idle workers sleep */

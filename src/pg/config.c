@@ -9,6 +9,7 @@
 tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_t *out)
 {
     double t = 300.0;
+    bool given = false;
     /* inline_max -1 unless TUTTI_INLINE_MAX says otherwise: an asynchronous post returns at
      * once, as MPI's nonblocking calls do. Run inline, a small one waits in the caller for the
      * peers to join, and a legal program (rank 0: iallreduce, then a blocking send; rank 1: the
@@ -45,8 +46,10 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
                                     "tutti_comm_config_t.timeout_s is %g: use seconds from %g to "
                                     "%g, or 0 for TUTTI_TIMEOUT",
                                     cfg->timeout_s, TUTTI__TIMEOUT_MIN, TUTTI__TIMEOUT_MAX);
-        if (cfg->timeout_s > 0)
+        if (cfg->timeout_s > 0) {
             t = cfg->timeout_s;
+            given = true;
+        }
         if (cfg->struct_size >= offsetof(tutti_comm_config_t, transport) + sizeof(char *) &&
             cfg->transport != NULL)
             transport = cfg->transport;
@@ -77,7 +80,7 @@ tutti_status_t tutti__config_read(const tutti_comm_config_t *cfg, tutti__config_
                                 transport);
     /* Keep a static copy: sub-communicators inherit it after the caller's string is gone. */
     const char *mode = strcmp(transport, "shm") == 0 ? "shm" : strcmp(transport, "ofi") == 0 ? "ofi" : "auto";
-    *out = (tutti__config_t){t, mode, workers, worker_wait != 0, inline_max, caller_mode};
+    *out = (tutti__config_t){t, given, mode, workers, worker_wait != 0, inline_max, caller_mode};
     /* The process's, as the variable is: set once the creation's settings all passed. */
     __atomic_store_n(&tutti__busy_core_naps, naps == 1, __ATOMIC_RELAXED);
     return TUTTI_OK;

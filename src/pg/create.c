@@ -191,6 +191,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         .size = size,
         .nchan = 1 + c->nslices, /* user send/recv, and one collective channel per slice */
         .timeout_s = cfg->timeout,
+        .timeout_given = cfg->timeout_given,
         .aborted = &c->aborted,
     };
     c->net.slices = calloc((size_t)c->nslices, sizeof *c->net.slices);

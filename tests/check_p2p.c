@@ -890,10 +890,9 @@ static int stopped_body(int rank, int n, void *arg)
     if (rank == 1) {
         /* rank 0 stops this rank here, and continues it after its errors (a fixed sleep let a
          * rank 0 descheduled that long find this rank gone, not stopped) */
-        while (__atomic_load_n(&sh->slots[0], __ATOMIC_ACQUIRE) == 0)
-            usleep(1000);
+        int late = th_await_slot(0, 60);
         tutti_comm_destroy(comm);
-        return 0;
+        return late;
     }
     kill(sh->pids[1], SIGSTOP);
     static unsigned char big[1 << 20];
@@ -985,9 +984,8 @@ static int abort_body(int rank, int n, void *arg)
     /* rank 1 stays until rank 0 is done: its leaving would end rank 0's ops by itself */
     if (rank == 0)
         __atomic_store_n(&sh->slots[3], 1, __ATOMIC_RELEASE);
-    else
-        while (__atomic_load_n(&sh->slots[3], __ATOMIC_ACQUIRE) == 0)
-            usleep(1000);
+    else if (th_await_slot(3, 60) != 0)
+        bad = 1;
     tutti_comm_destroy(comm);
 
     /* destroy with a receive open */
@@ -1025,8 +1023,8 @@ static int abort_body(int rank, int n, void *arg)
     if (rank == 0) {
         double t0 = th_now();
         tutti_comm_abort(comm);
-        st = tutti_work_wait(w, 10);
-        if (st != TUTTI_ERR_ABORTED || th_now() - t0 > 2)
+        st = tutti_work_wait(w, 30);
+        if (st != TUTTI_ERR_ABORTED || th_now() - t0 > 10)
             bad |= th_fail("a receive open at an abort after a failure: %d (%s) after %.2f s: %s",
                            st, tutti_strerror(st), th_now() - t0, tutti_work_error(w));
         tutti_work_free(w);
@@ -1035,9 +1033,8 @@ static int abort_body(int rank, int n, void *arg)
         if ((st = tutti_send(small, 8, TUTTI_UINT8, 1, 81, comm, NULL)) != TUTTI_ERR_ABORTED)
             bad |= th_fail("a send after an abort after a failure: %s", tutti_strerror(st));
         __atomic_store_n(&sh->slots[4], 1, __ATOMIC_RELEASE);
-    } else {
-        while (__atomic_load_n(&sh->slots[4], __ATOMIC_ACQUIRE) == 0)
-            usleep(1000);
+    } else if (th_await_slot(4, 60) != 0) {
+        bad = 1;
     }
     tutti_comm_destroy(comm);
 
@@ -1055,15 +1052,14 @@ static int abort_body(int rank, int n, void *arg)
     if ((st = tutti_comm_shrink(comm, NULL, 0, &nc)) != TUTTI_OK)
         bad |= th_fail("shrink after a failure: %s: %s", tutti_strerror(st), tutti_last_error());
     if (rank == 0) {
-        st = tutti_work_wait(w, 10);
-        if (st != TUTTI_ERR_ABORTED || th_now() - t0 > 5)
+        st = tutti_work_wait(w, 30);
+        if (st != TUTTI_ERR_ABORTED || th_now() - t0 > 15)
             bad |= th_fail("a receive open at a shrink after a failure: %d (%s) after %.2f s: %s",
                            st, tutti_strerror(st), th_now() - t0, tutti_work_error(w));
         tutti_work_free(w);
         __atomic_store_n(&sh->slots[5], 1, __ATOMIC_RELEASE);
-    } else {
-        while (__atomic_load_n(&sh->slots[5], __ATOMIC_ACQUIRE) == 0)
-            usleep(1000);
+    } else if (th_await_slot(5, 60) != 0) {
+        bad = 1;
     }
     tutti_comm_destroy(comm);
     if (nc != NULL && (st = tutti_barrier(nc, NULL)) != TUTTI_OK)

@@ -542,9 +542,8 @@ static int abort_rank(int rank, int size, void *arg)
     th_shared_t *sh = th_shared();
     if (rank == 0)
         __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE);
-    else
-        while (__atomic_load_n(&sh->slots[0], __ATOMIC_ACQUIRE) == 0)
-            usleep(1000);
+    else if (th_await_slot(0, 60) != 0)
+        rc = 1;
     tutti_comm_destroy(comm);
     return rc;
 }

@@ -101,6 +101,20 @@ static int free_port(void) { return free_port_in(20000, 11000); }
 
 int th_free_port(void) { return free_port_in(31000, 1700); }
 
+int th_await_slot(int i, double limit_s)
+{
+    th_shared_t *sh = th_shared();
+    for (double t0 = th_now(); __atomic_load_n(&sh->slots[i], __ATOMIC_ACQUIRE) == 0;) {
+        if (th_now() - t0 > limit_s) {
+            fprintf(stderr, "harness: slot %d not set within %.0f s: the rank that was to set it "
+                    "failed or left early (see its output)\n", i, limit_s);
+            return -1;
+        }
+        usleep(1000);
+    }
+    return 0;
+}
+
 void th_kill_rank(int rank)
 {
     th_shared_t *s = th_shared();

@@ -55,6 +55,10 @@ typedef struct th_shared {
  * its own rendezvous (for a test's second communicator); -1 if none is found. */
 int th_free_port(void);
 
+/* th_await_slot waits until th_shared()->slots[i] is nonzero, up to limit_s: 0, or -1 after
+ * saying so (the rank that was to set it failed or left early: its own output says why). */
+int th_await_slot(int i, double limit_s);
+
 /* th_shared returns the shared page (valid in the parent and in every rank). */
 th_shared_t *th_shared(void);
 

@@ -1,7 +1,8 @@
 """test_work.py: what a c10d Work of backend "tutti" promises torch and its users, as Gloo's do:
 
 - a Work's Future is complete, its callbacks run, once Work.wait has returned (Gloo completes
-  the Future first, then the Work);
+  the Future first, then the Work), and a wait for that Work in one of those callbacks is
+  refused, not a hang;
 - an asynchronous call's copy back into a non-contiguous output runs with the poster's
   thread-local state (torch.inference_mode, no_grad), not the worker's defaults;
 - a refusal inside a coalescing block (batch_isend_irecv's) leaves torch's coalescing state
@@ -35,6 +36,25 @@ def w_future_after_wait():
         assert f.done(), "call %d: the Future is not done after Work.wait returned" % i
         assert seen, "call %d: the Future's callback has not run after Work.wait returned" % i
         assert f.value()[0].tolist() == [float(n)] * 4, f.value()
+    # Work.wait in a callback of the Work's own Future would wait for itself (the Work completes
+    # after its Future's callbacks): refused, not a hang; another Work's wait is fine there
+    t = torch.ones(4)
+    w = dist.all_reduce(t, async_op=True)
+    other = dist.all_reduce(torch.ones(2), async_op=True)
+    said = []
+
+    def cb(fut):
+        other.wait()
+        try:
+            w.wait()
+            said.append("waited")
+        except RuntimeError as e:
+            said.append(str(e))
+        return fut.value()
+
+    w.get_future().then(cb).wait()
+    assert "own Future" in said[0], said
+    w.wait()
     print("rank %d: future after wait ok" % rank)
 
 

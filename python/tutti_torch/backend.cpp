@@ -117,6 +117,29 @@ static int connect_to(const std::string &host, uint16_t port, int ms)
     return fd;
 }
 
+namespace {
+
+// Entered counts a call in with the Tracker while the caller's thread runs or posts it: a
+// shutdown from another thread (destroy_process_group) waits for it rather than destroy the
+// communicator under it (it did: the blocked call crashed).
+class Entered {
+  public:
+    Entered(Tracker &t, const std::string &op) : t_(t)
+    {
+        if (!t_.enter())
+            refuse(op, "the process group was shut down (destroy_process_group); create a new "
+                       "one");
+    }
+    ~Entered() { t_.leave(); }
+    Entered(const Entered &) = delete;
+    Entered &operator=(const Entered &) = delete;
+
+  private:
+    Tracker &t_;
+};
+
+} // namespace
+
 // Operations still running end first, as in Gloo: a peer may be running one that this rank has
 // only queued, which tutti_comm_destroy would fail here and leave that peer waiting for it until
 // the timeout. Then the communicator goes (its threads joined: every callback has run), then
@@ -131,13 +154,17 @@ void BackendTutti::shutdown()
     if (state_.exchange(2) != 2) {
         std::chrono::milliseconds t = options_->timeout;
         tracker_->close(); // calls running in other threads end first, later ones are refused
-        if (!tracker_->wait_idle(t.count() > 0 ? t : std::chrono::milliseconds(300000)) &&
-            comm_ != nullptr) {
+        bool idle = tracker_->wait_idle(t.count() > 0 ? t : std::chrono::milliseconds(300000));
+        if (!idle && comm_ != nullptr) {
             // still running past the group's timeout: end them, and let them return
             tutti_comm_abort(comm_);
-            tracker_->wait_idle(std::chrono::milliseconds(10000));
+            idle = tracker_->wait_idle(std::chrono::milliseconds(10000));
         }
-        destroy();
+        if (idle)
+            destroy();
+        else // a call is still inside the communicator: leave it to that call, freed never
+            TORCH_WARN("tutti_torch: a call on this group had not returned 10 s after the group "
+                       "was aborted at its shutdown; the group's communicator is left in place");
         await_store_server_gone();
     }
     tracker_->drain();
@@ -236,6 +263,7 @@ void BackendTutti::setTimeout(std::chrono::milliseconds timeout)
     if (timeout.count() <= 0)
         refuse("setTimeout", "the timeout must be positive, got " +
                                  std::to_string(timeout.count()) + " ms");
+    Entered entered(*tracker_, "setTimeout");
     if (comm_ != nullptr) {
         tutti_status_t st =
             tutti_comm_set_timeout(comm_, static_cast<double>(timeout.count()) / 1e3);
@@ -277,6 +305,7 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
 {
     const std::string op = "split";
     check_usable(op);
+    Entered entered(*tracker_, op);
     if (ranks.empty())
         refuse(op, "got no ranks");
     for (size_t i = 0; i < ranks.size(); i++) {
@@ -341,6 +370,7 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
 {
     const std::string op = "shrink";
     check_usable(op);
+    Entered entered(*tracker_, op);
     if (shrink_flags != 0 && shrink_flags != 1)
         refuse(op, "unknown shrink_flags " + std::to_string(shrink_flags) +
                        " (SHRINK_DEFAULT 0 and SHRINK_ABORT 1 are known)");
@@ -384,25 +414,6 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
 
 namespace {
 
-// Entered counts a call in with the Tracker while the caller's thread runs or posts it: a
-// shutdown from another thread (destroy_process_group) waits for it rather than destroy the
-// communicator under it (it did: the blocked call crashed).
-class Entered {
-  public:
-    Entered(Tracker &t, const std::string &op) : t_(t)
-    {
-        if (!t_.enter())
-            refuse(op, "the process group was shut down (destroy_process_group); create a new "
-                       "one");
-    }
-    ~Entered() { t_.leave(); }
-    Entered(const Entered &) = delete;
-    Entered &operator=(const Entered &) = delete;
-
-  private:
-    Tracker &t_;
-};
-
 // CallTimeout gives the posts made while it lives a timeout of their own (tutti_set_call_timeout
 // is the calling thread's), and puts the previous setting back.
 class CallTimeout {
@@ -430,6 +441,8 @@ class CallTimeout {
 WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds timeout)
 {
     check_usable(call.name);
+    tracker_->drain(); // a caller's thread: free what completions parked (not inside Entered:
+                       // the drain may take the GIL, which a shutdown may hold while it waits)
     Entered entered(*tracker_, call.name);
     // tutti takes 1 ms to 1e9 s; anything else would be refused at the post, after a
     // coalescing block had collected it: say so now.
@@ -439,7 +452,6 @@ WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds 
                               " ms: give 1 ms to 1e9 s, or leave it unset for the group's");
     call.timeout = timeout;
     seq_.fetch_add(1, std::memory_order_acq_rel);
-    tracker_->drain(); // a caller's thread: free what completions parked
     // Inside a coalescing block only asynchronous calls are collected: a synchronous one is
     // waited for at once by its caller (torch does, before the block ends), so it runs now,
     // as outside the block; every rank makes the same calls, so the order still agrees.
@@ -508,8 +520,16 @@ WorkPtr BackendTutti::endCoalescing()
         w = std::move(coalesced_work_);
         coalescing_.store(false, std::memory_order_release);
     }
-    check_usable("endCoalescing");
-    Entered entered(*tracker_, "endCoalescing");
+    std::optional<Entered> entered;
+    try {
+        check_usable("endCoalescing");
+        entered.emplace(*tracker_, "endCoalescing");
+    } catch (...) {
+        // the calls inside the block returned this Work: it fails with the refusal
+        w->fail(std::current_exception());
+        w->arm();
+        throw;
+    }
     for (auto &c : calls) {
         w->outputs_.insert(w->outputs_.end(), c.outputs.begin(), c.outputs.end());
         w->keep_.insert(w->keep_.end(), c.keep.begin(), c.keep.end());

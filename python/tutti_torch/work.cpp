@@ -9,6 +9,10 @@
 
 namespace tutti_torch {
 
+// The Work whose Future this thread is completing (a Completer thread, while the Future's
+// callbacks run): that Work completes only after them, so its wait there would wait for itself.
+static thread_local const Work *completing_future_of = nullptr;
+
 // ---- Tracker ----
 
 void Tracker::begin()
@@ -22,6 +26,7 @@ void Tracker::end(c10::intrusive_ptr<c10d::Work> w, std::atomic<int> *parked)
     std::lock_guard<std::mutex> g(mu_);
     parked_.push_back(std::move(w)); // keeps *parked's Work alive while the lock is held
     parked->fetch_add(1, std::memory_order_release);
+    parked_cv_.notify_all();
     if (--running_ == 0)
         idle_.notify_all();
 }
@@ -53,6 +58,15 @@ void Tracker::park(c10::intrusive_ptr<c10d::Work> w, std::atomic<int> *parked)
     std::lock_guard<std::mutex> g(mu_);
     parked_.push_back(std::move(w));
     parked->fetch_add(1, std::memory_order_release);
+    parked_cv_.notify_all();
+}
+
+void Tracker::await_parked(const std::atomic<int> *parked, int want,
+                           std::chrono::milliseconds limit)
+{
+    std::unique_lock<std::mutex> lock(mu_);
+    parked_cv_.wait_for(lock, limit,
+                        [&] { return parked->load(std::memory_order_acquire) >= want; });
 }
 
 void Tracker::drain()
@@ -253,7 +267,9 @@ void Work::done(std::exception_ptr ex)
     }
     auto self = c10::intrusive_ptr<Work>::reclaim_copy(this);
     Completer::get().run([self, f, ex] {
+        completing_future_of = self.get();
         self->complete_future(f, ex);
+        completing_future_of = nullptr;
         self->finish(ex);
         self->done_.store(true, std::memory_order_release);
         std::shared_ptr<Tracker> t = self->tracker_;
@@ -293,6 +309,10 @@ bool Work::wait(std::chrono::milliseconds timeout)
     if (!armed_.load(std::memory_order_acquire))
         refuse(name_, "waited for inside a coalescing block, before its operations were "
                       "posted: leave the block (endCoalescing) first, then wait");
+    if (completing_future_of == this)
+        refuse(name_, "Work.wait() in a callback of this Work's own Future: as with Gloo, the "
+                      "Future completes before the Work, so this would wait for itself; the "
+                      "callback's Future argument holds the result (fut.value())");
     // As tutti_work_wait does: operations often end within microseconds, and waking from the
     // condition variable costs several; yielding hands the core to the worker doing the work.
     auto start = std::chrono::steady_clock::now();
@@ -307,6 +327,12 @@ bool Work::wait(std::chrono::milliseconds timeout)
         // tutti's own deadline (the group's timeout) ends every operation.
         cv_.wait(lock, [&] { return completed_; });
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+        if (future_done_) // the operation has ended: its Future's callbacks are running
+            throw std::runtime_error(prefixed(
+                name_, "its operation ended, but its Future's callbacks had not returned after "
+                       "the " + std::to_string(timeout.count()) +
+                           " ms Work.wait was given (the Work completes after them, as with "
+                           "Gloo); wait again"));
         throw std::runtime_error(prefixed(
             name_, "not complete after the " + std::to_string(timeout.count()) +
                        " ms Work.wait was given; it goes on (wait again), and fails by itself at "
@@ -316,10 +342,9 @@ bool Work::wait(std::chrono::milliseconds timeout)
     const int want = posts_ + future_park_;
     lock.unlock();
     // The completions hand their references to the Tracker a moment after the Work is complete:
-    // wait for that (a few instructions; bounded all the same), then free them here, a thread
-    // that may take the GIL.
-    for (int i = 0; parked_.load(std::memory_order_acquire) < want && i < 10000; i++)
-        std::this_thread::yield();
+    // wait for that (a few instructions, or a descheduling; bounded all the same), then free
+    // them here, a thread that may take the GIL.
+    tracker_->await_parked(&parked_, want, std::chrono::seconds(10));
     tracker_->drain();
     if (ex)
         std::rethrow_exception(ex);

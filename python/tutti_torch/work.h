@@ -48,12 +48,15 @@ class Tracker {
     void park(c10::intrusive_ptr<c10d::Work> w, std::atomic<int> *parked);
     // drain frees the parked references here, in the calling thread.
     void drain();
+    // await_parked waits, up to limit, until *parked (counted by end and park) reaches want.
+    void await_parked(const std::atomic<int> *parked, int want, std::chrono::milliseconds limit);
     // wait_idle waits up to timeout for the running posts to end; false if some still run.
     bool wait_idle(std::chrono::milliseconds timeout);
 
   private:
     std::mutex mu_;
     std::condition_variable idle_;
+    std::condition_variable parked_cv_; // end and park add to a Work's count
     size_t running_ = 0;
     bool closed_ = false;
     std::vector<c10::intrusive_ptr<c10d::Work>> parked_;

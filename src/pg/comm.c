@@ -86,9 +86,14 @@ const char *tutti__comm_why_not(const tutti_comm_t *c)
 
 /* ---- errors ---- */
 
-static tutti_status_t fail_at(tutti_comm_t *c, tutti_status_t status, const char *msg, int level)
+static tutti_status_t fail_at(tutti_comm_t *c, tutti_status_t status, const char *msg, int level,
+                              bool abort)
 {
     pthread_mutex_lock(&c->err_lock);
+    /* aborted before failed: a reader that sees failed (acquire) then reads aborted sees it set,
+     * so an abort never reads as an earlier failure (COMM_FAILED) */
+    if (abort)
+        __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
     if (c->failed == TUTTI_OK) {
         snprintf(c->failed_msg, sizeof c->failed_msg, "%s", msg);
         __atomic_store_n(&c->failed, status, __ATOMIC_RELEASE);
@@ -102,16 +107,14 @@ static tutti_status_t fail_at(tutti_comm_t *c, tutti_status_t status, const char
 
 tutti_status_t tutti__comm_fail(tutti_comm_t *c, tutti_status_t status, const char *msg)
 {
-    return fail_at(c, status, msg, TUTTI__LOG_ERROR);
+    return fail_at(c, status, msg, TUTTI__LOG_ERROR, false);
 }
 
 tutti_status_t tutti__comm_end(tutti_comm_t *c, tutti_status_t status, const char *msg)
 {
-    fail_at(c, status, msg, TUTTI__LOG_INFO);
     /* Whatever failed first: a failure leaves sends and receives open (p2p.md), an end asked
      * for ends them too. */
-    __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
-    return status;
+    return fail_at(c, status, msg, TUTTI__LOG_INFO, true);
 }
 
 tutti_status_t tutti__comm_error(tutti_comm_t *c, tutti_status_t status, const char *fmt, ...)

@@ -808,6 +808,47 @@ static int left_body(int rank, int n, void *arg)
     return bad;
 }
 
+/* A message a rank sent before it left, not yet read by anything (no receive was posted), is
+ * still there for a receive from any rank posted after it left: that receive failed at once,
+ * "no other rank can send to it", where one naming the rank got the message. */
+static int left_any_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    unsigned char b[1000];
+    if (rank == 1) {
+        fill(b, sizeof b, 1, 0, 951);
+        if (tutti_send(b, sizeof b, TUTTI_UINT8, 0, 30, comm, NULL) != TUTTI_OK)
+            bad = th_fail("send before leaving: %s", tutti_last_error());
+        tutti_comm_destroy(comm);
+        return bad;
+    }
+    sleep(2); /* rank 1 has left; nothing here has read its message */
+    tutti_work_t *w = NULL;
+    tutti_status_t st = tutti_recv(b, sizeof b, TUTTI_UINT8, TUTTI_ANY_SOURCE, 30, comm, &w);
+    if (st == TUTTI_OK)
+        st = tutti_work_wait(w, 30.0);
+    if (st != TUTTI_OK)
+        bad |= th_fail("a receive from any rank of the message rank 1 sent before it left: %d "
+                       "(%s): %s", st, tutti_strerror(st), w ? tutti_work_error(w) : tutti_last_error());
+    else if (tutti_work_source(w) != 1)
+        bad |= th_fail("the message came from rank %d, not 1", tutti_work_source(w));
+    else
+        bad |= check(b, sizeof b, 1, 0, 951, "sent before leaving, received from any rank");
+    tutti_work_free(w);
+    /* nothing more can come: a second one ends after the grace, not at the timeout */
+    double t0 = th_now();
+    st = tutti_recv(b, sizeof b, TUTTI_UINT8, TUTTI_ANY_SOURCE, 31, comm, NULL);
+    if (st != TUTTI_ERR_PEER_FAILED || th_now() - t0 > 10)
+        bad |= th_fail("a receive from any rank when all have left: %d (%s) after %.1f s: %s", st,
+                       tutti_strerror(st), th_now() - t0, tutti_last_error());
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
 START_TEST(test_left)
 {
     static const char *const tps[] = {"shm", "ofi"};
@@ -817,6 +858,8 @@ START_TEST(test_left)
     o.rank_timeout_s = 60;
     ck_assert_msg(th_run_opts(2, &o, left_body, NULL) == 0, "a peer that left, on %s: see stderr",
                   tps[_i]);
+    ck_assert_msg(th_run_opts(2, &o, left_any_body, NULL) == 0, "a message from a peer that left, "
+                  "received from any rank, on %s: see stderr", tps[_i]);
 }
 END_TEST
 

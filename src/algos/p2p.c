@@ -286,9 +286,14 @@ static void post_recv(tutti__p2p_t *e, tutti__p2p_op_t *op)
     }
     if (p == TUTTI_ANY_SOURCE && tutti__p2p_no_sender(e)) {
         tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
-                        "no other rank can send to it: every one has failed or left");
+                        "no other rank can send to it: every one has failed");
         return;
     }
+    /* A rank that left may still have sent this message, unread as nothing listened to it: its
+     * grace for data to arrive counts from this post (p2p_fail.c), not from when it left. */
+    for (int q = 0; q < e->size; q++)
+        if (q != e->rank && (p == TUTTI_ANY_SOURCE || q == p) && !e->peers[q].broken)
+            e->peers[q].left_seen = 0.0;
     op->state = R_POSTED;
     op->pprev = e->posted_last;
     op->pnext = NULL;

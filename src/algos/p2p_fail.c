@@ -157,8 +157,10 @@ void tutti__p2p_fail(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t status
 
 bool tutti__p2p_no_sender(const tutti__p2p_t *e)
 {
+    /* failed ones only: a rank that left may have sent what is still unread (in its ring, its
+     * endpoint's buffers), which fail_orphaned_any gives the grace to arrive */
     for (int p = 0; p < e->size; p++)
-        if (p != e->rank && !e->peers[p].broken && !tutti__live_left(e->net->live, p))
+        if (p != e->rank && !e->peers[p].broken)
             return false;
     return true;
 }
@@ -181,7 +183,7 @@ void tutti__p2p_sweep(tutti__p2p_t *e)
                                 e->last_broken, q->why);
             } else if (p < 0 && op->state == R_POSTED && tutti__p2p_no_sender(e)) {
                 tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
-                                "every other rank has failed or left while it waited");
+                                "every other rank has failed while it waited");
             }
         }
         tutti__p2p_unexp_t *un;

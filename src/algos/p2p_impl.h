@@ -127,7 +127,7 @@ void tutti__p2p_sweep(tutti__p2p_t *e);
 /* tutti__p2p_slow_checks: abort, liveness (dead and departed peers) and deadlines, at now. */
 void tutti__p2p_slow_checks(tutti__p2p_t *e, double now);
 
-/* tutti__p2p_no_sender: every other rank has failed or left (a receive from any source can
+/* tutti__p2p_no_sender: every other rank has failed (a receive from any source can
  * never match). */
 bool tutti__p2p_no_sender(const tutti__p2p_t *e);
 

@@ -755,6 +755,19 @@ START_TEST(test_timeout)
 }
 END_TEST
 
+/* send_then_leave is rank 1's part of the tests of a peer that left: 1000 marked bytes (seed) to
+ * rank 0 with tag 30, then its destroy (which waits for rank 0's). */
+static int send_then_leave(tutti_comm_t *comm, unsigned seed)
+{
+    unsigned char b[1000];
+    int bad = 0;
+    fill(b, sizeof b, 1, 0, seed);
+    if (tutti_send(b, sizeof b, TUTTI_UINT8, 0, 30, comm, NULL) != TUTTI_OK)
+        bad = th_fail("send before leaving: %s", tutti_last_error());
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
 /* A peer that sends and then destroys its communicator: its eager message is still received
  * after it has left (it arrived whole), and a receive for what it never sent fails within about
  * a second with TUTTI_ERR_PEER_FAILED saying it destroyed its communicator, not at the 60 s
@@ -767,13 +780,8 @@ static int left_body(int rank, int n, void *arg)
         return 1;
     int bad = 0;
     unsigned char b[1000];
-    if (rank == 1) {
-        fill(b, sizeof b, 1, 0, 950);
-        if (tutti_send(b, sizeof b, TUTTI_UINT8, 0, 30, comm, NULL) != TUTTI_OK)
-            bad = th_fail("send before leaving: %s", tutti_last_error());
-        tutti_comm_destroy(comm); /* waits for rank 0's destroy */
-        return bad;
-    }
+    if (rank == 1)
+        return send_then_leave(comm, 950);
     /* posted while rank 1 is still there, for a message it never sends */
     unsigned char any[8];
     tutti_work_t *w = NULL;
@@ -819,13 +827,8 @@ static int left_any_body(int rank, int n, void *arg)
         return 1;
     int bad = 0;
     unsigned char b[1000];
-    if (rank == 1) {
-        fill(b, sizeof b, 1, 0, 951);
-        if (tutti_send(b, sizeof b, TUTTI_UINT8, 0, 30, comm, NULL) != TUTTI_OK)
-            bad = th_fail("send before leaving: %s", tutti_last_error());
-        tutti_comm_destroy(comm);
-        return bad;
-    }
+    if (rank == 1)
+        return send_then_leave(comm, 951);
     sleep(2); /* rank 1 has left; nothing here has read its message */
     tutti_work_t *w = NULL;
     tutti_status_t st = tutti_recv(b, sizeof b, TUTTI_UINT8, TUTTI_ANY_SOURCE, 30, comm, &w);

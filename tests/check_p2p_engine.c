@@ -42,6 +42,12 @@ static void done_req(tutti__req_t *r, tutti_status_t st)
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
 }
 
+/* A message of hold_len bytes (0: none) is kept off the wire until release_held: one that is
+ * late. */
+static size_t hold_len;
+static msg_t *held;
+static int held_from, held_to;
+
 static void push_bytes(int from, int to, const void *p, size_t len)
 {
     msg_t *m = malloc(sizeof *m + len);
@@ -50,7 +56,28 @@ static void push_bytes(int from, int to, const void *p, size_t len)
     m->len = len;
     if (len)
         memcpy(m->bytes, p, len);
+    if (hold_len != 0 && len == hold_len && held == NULL) {
+        held = m;
+        held_from = from;
+        held_to = to;
+        return;
+    }
     wire_t *w = &wires[from][to];
+    if (w->tail)
+        w->tail->next = m;
+    else
+        w->head = m;
+    w->tail = m;
+}
+
+static void release_held(void)
+{
+    msg_t *m = held;
+    held = NULL;
+    hold_len = 0;
+    if (m == NULL)
+        return;
+    wire_t *w = &wires[held_from][held_to];
     if (w->tail)
         w->tail->next = m;
     else
@@ -163,6 +190,8 @@ static void job_start(int n, double timeout)
 {
     memset(&J, 0, sizeof J);
     memset(wires, 0, sizeof wires);
+    hold_len = 0;
+    held = NULL;
     memset(posted_recvs, 0, sizeof posted_recvs);
     J.n = n;
     for (int r = 0; r < n; r++) {
@@ -535,6 +564,35 @@ START_TEST(test_hostile_envelope)
 }
 END_TEST
 
+/* Rank 1's eager message to rank 0 arrives as an envelope nothing has matched yet, and its
+ * payload fails on the way in (here: one byte short, which the transport refuses). The message
+ * is lost: a receive for it, posted afterwards, naming rank 1 (_i == 0) or any rank (_i == 1),
+ * must fail, not complete with a buffer that never got the bytes; and nothing is left behind. */
+START_TEST(test_failed_payload)
+{
+    job_start(2, 30);
+    top_t *other = post(0, TUTTI__P2P_RECV, 1, 2, 8, 0); /* so that rank 0 listens to rank 1 */
+    tutti__p2p_env_t env = good_env(TUTTI__P2P_EAGER, 1, 1000, 1, 1, 0);
+    push_bytes(1, 0, &env, sizeof env);
+    unsigned char payload[999];
+    memset(payload, 0x33, sizeof payload);
+    push_bytes(1, 0, payload, sizeof payload);
+    run(&other, 1);
+    ck_assert_int_eq(other->op.status, TUTTI_ERR_INTERNAL); /* the fake's status for it */
+    ck_assert_msg(strstr(other->err, "999-byte message") != NULL, "%s", other->err);
+    top_t *r = post(0, TUTTI__P2P_RECV, _i == 0 ? 1 : TUTTI_ANY_SOURCE, 1, 1000, 0);
+    run(&r, 1);
+    ck_assert_msg(r->op.status != TUTTI_OK,
+                  "a receive took the message whose payload failed, as if it had arrived");
+    for (size_t i = 0; i < 1000; i++)
+        ck_assert_msg(r->buf[i] == 0xee, "the failed receive's buffer was written at %zu", i);
+    expect_idle();
+    top_free(other);
+    top_free(r);
+    job_end();
+}
+END_TEST
+
 /* ---- ends other than success ------------------------------------------------------------- */
 
 /* A receive nobody sends to fails at its deadline and leaves nothing posted; a rendezvous send
@@ -602,6 +660,37 @@ START_TEST(test_abort)
 }
 END_TEST
 
+/* A receive whose data header has come but whose payload is late meets its deadline: the rest
+ * of the message would still come and be read as what rank 1 sends next, so rank 0 stops
+ * exchanging with rank 1, saying why (before, the next receive from rank 1 met the payload
+ * instead of an envelope and failed with a text about lengths); the sender's own send had
+ * completed, and nothing stays posted. */
+START_TEST(test_late_payload)
+{
+    job_start(2, 0.3);
+    hold_len = 200000;
+    top_t *s = post(1, TUTTI__P2P_SEND, 0, 1, 200000, 0x44);
+    top_t *r = post(0, TUTTI__P2P_RECV, 1, 1, 200000, 0);
+    top_t *both[2] = {s, r};
+    run(both, 2);
+    ck_assert_msg(s->op.status == TUTTI_OK, "%s", s->err);
+    ck_assert_int_eq(r->op.status, TUTTI_ERR_TIMEOUT);
+    release_held();
+    top_t *s2 = post(1, TUTTI__P2P_SEND, 0, 2, 8, 0x55);
+    top_t *r2 = post(0, TUTTI__P2P_RECV, 1, 2, 8, 0);
+    top_t *next[2] = {s2, r2};
+    run(next, 2);
+    ck_assert_int_eq(r2->op.status, TUTTI_ERR_TRANSPORT);
+    ck_assert_msg(strstr(r2->err, "was arriving") != NULL && strstr(r2->err, "rank 1") != NULL,
+                  "the next receive from rank 1 does not say why it cannot be: %s", r2->err);
+    top_free(s);
+    top_free(r);
+    top_free(s2);
+    top_free(r2);
+    job_end();
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
     Suite *s = suite_create("p2p_engine");
@@ -616,11 +705,13 @@ static Suite *engine_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_env_check);
     tcase_add_loop_test(tc, test_hostile_envelope, 0, 6);
+    tcase_add_loop_test(tc, test_failed_payload, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("ends");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_deadlines);
     tcase_add_test(tc, test_abort);
+    tcase_add_test(tc, test_late_payload);
     suite_add_tcase(s, tc);
     return s;
 }

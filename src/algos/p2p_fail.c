@@ -81,8 +81,8 @@ static void add_withdrawn(tutti__p2p_t *e, int p, uint64_t seq)
 
 /*
  * withdraw takes back everything op has posted and leaves its peer's streams in step, or fails
- * the peer where they cannot be: a receive that cleared an RTS but will not take its data, a
- * send whose envelope went out but whose payload did not. A send withdrawn before its
+ * the peer where they cannot be: a receive that cleared an RTS but will not take its data (or
+ * the rest of it), a send whose envelope went out but whose payload did not. A send withdrawn before its
  * announcement went out never existed for the peer (message numbers may skip); one announced
  * but not yet cleared is remembered, so that its CTS, if it comes, is answered "withdrawn".
  */
@@ -112,6 +112,14 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
                              "ended without its data (%s), so the data that follows has no "
                              "place: nothing more is exchanged with rank %d",
                              p, (unsigned long long)op->mseq, op->err, p);
+        break;
+    case R_PAYLOAD: /* the data header came; its payload, taken back, would follow anyway */
+        if (ok && op->posted[2] && !sent[2])
+            tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,
+                             "a receive here ended (%s) while rank %d's message %llu was "
+                             "arriving, so the rest of that message has no place: nothing more "
+                             "is exchanged with rank %d",
+                             op->err, p, (unsigned long long)op->mseq, p);
         break;
     case S_EAGER:
         if (ok && sent[0] && op->posted[2] && !sent[2])

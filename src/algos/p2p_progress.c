@@ -52,8 +52,14 @@ static void arrivals(tutti__p2p_t *e)
             continue;
         u->arriving = false;
         e->peers[u->peer].nrx++;
-        if (u->req.status < 0) { /* the sweep drops it with its peer */
+        if (u->req.status < 0) {
+            /* The message is lost with its payload: dropped here, since the sweep keeps an eager
+             * entry that is no longer arriving as one that came whole, which a later receive
+             * would take. A receive already bound to it fails with the peer in the sweep. */
             tutti__p2p_break(e, u->peer, u->req.status, "%s", TUTTI__TP_ERR(e->peers[u->peer].tp));
+            if (u->op != NULL)
+                u->op->ux = NULL;
+            tutti__p2p_ux_free(e, u);
         } else if (u->op != NULL) {
             tutti__p2p_op_t *op = u->op;
             op->ux = NULL;

@@ -5,7 +5,9 @@
  * a ring), tags received out of order, non-overtaking within a tag, receives from any source,
  * 0 bytes to several MiB, length mismatches that leave the stream in step, point-to-point and
  * collectives interleaved on one communicator; and at 2 and 3 ranks what must end in an error,
- * never a hang: a dead peer, a timeout, abort and destroy with operations outstanding. */
+ * never a hang: a dead peer, a timeout, abort and destroy with operations outstanding, a
+ * progress thread that cannot start. */
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <pthread.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "coll_matrix.h"
@@ -1126,6 +1129,111 @@ START_TEST(test_abort)
 }
 END_TEST
 
+/* The progress thread cannot start (rank 0 runs, for that moment, as a user with no processes
+ * left under RLIMIT_NPROC: pthread_create fails with EAGAIN, as when a machine is out of
+ * threads): the asynchronous receive that needed it fails with a text that says so, and only
+ * it: a blocking receive another thread had open meanwhile gets its message (before, the
+ * failure ended every open operation), a blocking exchange afterwards works, and so does an
+ * asynchronous one once threads can start again. */
+typedef struct side_recv {
+    tutti_comm_t *comm;
+    int posting;
+    tutti_status_t st;
+    unsigned char buf[100];
+} side_recv_t;
+
+static void *side_recv(void *arg)
+{
+    side_recv_t *s = arg;
+    __atomic_store_n(&s->posting, 1, __ATOMIC_RELEASE);
+    s->st = tutti_recv(s->buf, sizeof s->buf, TUTTI_UINT8, 1, 4, s->comm, NULL);
+    return NULL;
+}
+
+static int no_thread_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    unsigned char buf[1000];
+    if (rank == 0) {
+        side_recv_t side = {.comm = comm};
+        pthread_t t;
+        if (pthread_create(&t, NULL, side_recv, &side) != 0)
+            return th_fail("cannot start the side thread");
+        while (!__atomic_load_n(&side.posting, __ATOMIC_ACQUIRE))
+            usleep(1000);
+        usleep(100000); /* its receive is posted by now, nearly always; the test holds either way */
+        struct rlimit old, none;
+        getrlimit(RLIMIT_NPROC, &old);
+        none = (struct rlimit){0, old.rlim_max};
+        if (setrlimit(RLIMIT_NPROC, &none) != 0 || setresuid(65534, 65534, 0) != 0)
+            return th_fail("cannot limit this rank's threads: %s", strerror(errno));
+        tutti_work_t *w = NULL;
+        tutti_status_t st = tutti_recv(buf, sizeof buf, TUTTI_UINT8, 1, 5, comm, &w);
+        if (st == TUTTI_OK)
+            st = tutti_work_wait(w, 10);
+        const char *text = w != NULL ? tutti_work_error(w) : tutti_last_error();
+        if (st != TUTTI_ERR_SYSTEM || strstr(text, "progress thread") == NULL)
+            bad |= th_fail("a receive whose progress thread could not start: %d (%s): %s", st,
+                           tutti_strerror(st), text);
+        tutti_work_free(w);
+        if (setresuid(0, 0, 0) != 0 || setrlimit(RLIMIT_NPROC, &old) != 0)
+            return th_fail("cannot lift the limit again: %s", strerror(errno));
+        __atomic_store_n(&sh->slots[6], 1, __ATOMIC_RELEASE);
+        memset(buf, 0, sizeof buf);
+        if ((st = tutti_recv(buf, sizeof buf, TUTTI_UINT8, 1, 6, comm, NULL)) != TUTTI_OK)
+            bad |= th_fail("a blocking receive after the failed one: %s: %s", tutti_strerror(st),
+                           tutti_last_error());
+        else if (buf[0] != 6 || buf[sizeof buf - 1] != 6)
+            bad |= th_fail("the blocking receive got %d..%d, want 6", buf[0], buf[sizeof buf - 1]);
+        POSTED(tutti_recv(buf, sizeof buf, TUTTI_UINT8, 1, 7, comm, &w), "recv, threads back");
+        if ((st = tutti_work_wait(w, 30)) != TUTTI_OK)
+            bad |= th_fail("an asynchronous receive once threads start again: %s: %s",
+                           tutti_strerror(st), tutti_work_error(w));
+        else if (buf[0] != 7)
+            bad |= th_fail("the asynchronous receive got %d, want 7", buf[0]);
+        tutti_work_free(w);
+        pthread_join(t, NULL);
+        if (side.st != TUTTI_OK)
+            bad |= th_fail("the blocking receive open in another thread: %s: %s",
+                           tutti_strerror(side.st), tutti_comm_last_error(comm));
+        else if (side.buf[0] != 4 || side.buf[sizeof side.buf - 1] != 4)
+            bad |= th_fail("the other thread's receive got %d, want 4", side.buf[0]);
+    } else {
+        if (th_await_slot(6, 60) != 0)
+            bad = 1;
+        unsigned char four[100];
+        memset(four, 4, sizeof four);
+        tutti_status_t st = tutti_send(four, sizeof four, TUTTI_UINT8, 0, 4, comm, NULL);
+        memset(buf, 6, sizeof buf);
+        if (st == TUTTI_OK)
+            st = tutti_send(buf, sizeof buf, TUTTI_UINT8, 0, 6, comm, NULL);
+        memset(buf, 7, sizeof buf);
+        if (st == TUTTI_OK)
+            st = tutti_send(buf, sizeof buf, TUTTI_UINT8, 0, 7, comm, NULL);
+        if (st != TUTTI_OK)
+            bad |= th_fail("rank 1's sends: %s: %s", tutti_strerror(st), tutti_last_error());
+    }
+    if (tutti_barrier(comm, NULL) != TUTTI_OK)
+        bad |= th_fail("barrier at the end: %s", tutti_comm_last_error(comm));
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_no_thread)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 60;
+    ck_assert_msg(th_run_opts(2, &o, no_thread_body, NULL) == 0, "on %s: see stderr", tps[_i]);
+}
+END_TEST
+
 static void add_tcases(Suite *s)
 {
     TCase *tc = tcase_create("semantics");
@@ -1140,6 +1248,7 @@ static void add_tcases(Suite *s)
     tcase_add_loop_test(tc, test_pause, 0, 2);
     tcase_add_loop_test(tc, test_stopped_peer, 0, 2);
     tcase_add_loop_test(tc, test_abort, 0, 2);
+    tcase_add_loop_test(tc, test_no_thread, 0, 2);
     suite_add_tcase(s, tc);
 }
 

@@ -114,6 +114,11 @@ tutti__p2p_op_t *tutti__p2p_progress(tutti__p2p_t *e);
 /* tutti__p2p_fail_all ends every op still open with status and "why" (abort, destroy),
  * withdrawing what they posted, and returns the asynchronous ones as tutti__p2p_progress does. */
 tutti__p2p_op_t *tutti__p2p_fail_all(tutti__p2p_t *e, tutti_status_t status, const char *why);
+/* tutti__p2p_fail_op ends op, if it has not ended yet, with status and the text why, taking back
+ * what it posted as any failed op (the peer's streams stay in step), and returns the async ops
+ * that have ended, op among them, to be handed over like progress's. The engine goes on. */
+tutti__p2p_op_t *tutti__p2p_fail_op(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t status,
+                                    const char *why);
 
 /* tutti__p2p_nap_begin and tutti__p2p_nap_end let a waiter sleep until a peer on this node
  * moves one of this rank's rings (the shm transport's doorbell: transport.h): begin counts the

@@ -356,3 +356,14 @@ tutti__p2p_op_t *tutti__p2p_fail_all(tutti__p2p_t *e, tutti_status_t status, con
     e->done = e->done_last = NULL;
     return done;
 }
+
+tutti__p2p_op_t *tutti__p2p_fail_op(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t status,
+                                    const char *why)
+{
+    if (op->state != OP_DONE)
+        tutti__p2p_fail(e, op, status, "%s", why);
+    tutti__p2p_sweep(e);
+    tutti__p2p_op_t *done = e->done;
+    e->done = e->done_last = NULL;
+    return done;
+}

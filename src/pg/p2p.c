@@ -245,12 +245,13 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
     *work = w;
     finish(comm, done);
     if (kick(comm) < 0) {
-        /* Without the thread the op would only move while the caller blocks elsewhere. */
-        tutti_status_t st = TUTTI_ERR_SYSTEM;
+        /* Without the thread the op would only move while the caller blocks elsewhere: it
+         * fails (withdrawn, so the peer's streams stay in step), the rest of point to point
+         * goes on, and the next asynchronous post tries to start the thread again. */
         char msg[TUTTI__ERRLEN];
         snprintf(msg, sizeof msg, "%s", tutti_last_error());
         pthread_mutex_lock(&pg->lock);
-        done = tutti__p2p_fail_all(pg->eng, st, msg);
+        done = tutti__p2p_fail_op(pg->eng, &pw->op, TUTTI_ERR_SYSTEM, msg);
         pthread_mutex_unlock(&pg->lock);
         finish(comm, done);
     }

@@ -9,8 +9,9 @@
  *
  * Cost: 2 barriers and n-1 system calls per rank; each byte crosses once (copied by the
  * kernel), against twice and a barrier pair per window's worth for the direct algorithm. The
- * kernel pins the source page by page, so a single copy moves less per second than memcpy;
- * it wins only where the direct algorithm's second copy and barriers cost more (select.c holds
+ * kernel pins the source page by page, so from 4 KiB pages a single copy moves less per
+ * second than memcpy (a send buffer used again is backed with huge pages first:
+ * tutti__cma_offer); it wins only where the direct algorithm's second copy and barriers cost more (select.c holds
  * the measurement).
  */
 #include "algos.h"
@@ -23,6 +24,7 @@ static tutti_status_t run(tutti__coll_t *c)
     TUTTI__CHECK(tutti__cma_window(c, 1, &w));
     char *out = c->recvbuf, *own = out + tutti__rdispl(c, rank) * es;
 
+    tutti__cma_offer(w, c->sendbuf, tutti__rcount(c, rank) * es);
     *(uint64_t *)(void *)w->regions[rank] = (uint64_t)(uintptr_t)c->sendbuf;
     TUTTI__CHECK(tutti__win_barrier(c));
     if ((const void *)own != c->sendbuf && tutti__rcount(c, rank) > 0)

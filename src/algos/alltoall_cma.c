@@ -10,8 +10,9 @@
  *
  * Cost: 2 barriers and n-1 system calls per rank; each byte crosses once, copied by the kernel,
  * against twice (into the window, out of it) for the direct algorithm and a barrier pair per
- * window's worth. The kernel pins the source 4 KiB page by page, so a single copy moves less
- * per second than memcpy does; it wins only where the direct algorithm's second copy and extra
+ * window's worth. The kernel pins the source page by page, so from 4 KiB pages a single copy
+ * moves less per second than memcpy does (a send buffer used again is backed with huge pages
+ * first: tutti__cma_offer); it wins only where the direct algorithm's second copy and extra
  * barriers cost more than that (select.c holds the measurement). Every rank must pick it alike:
  * alltoallv only by override, since its size is not the same on every rank.
  */
@@ -31,6 +32,14 @@ static tutti_status_t run(tutti__coll_t *c)
     char *out = c->recvbuf;
     TUTTI__CHECK(tutti__alltoall_begin(c, &in)); /* in place: in is now a copy */
 
+    size_t extent = v ? 0 : (size_t)n * c->count; /* elements the others may read from in */
+    for (int j = 0; v && j < n; j++)
+        if (j != rank && tutti__scount(c, j) > 0)
+            {
+            size_t end = tutti__sdispl(c, j) + tutti__scount(c, j);
+            extent = end > extent ? end : extent;
+        }
+    tutti__cma_offer(w, in, extent * es);
     uint64_t *mine = (uint64_t *)(void *)w->regions[rank];
     mine[ADDR] = (uint64_t)(uintptr_t)in;
     for (int j = 0; v && j < n; j++) {

@@ -8,8 +8,9 @@
  *
  * Cost: 2 barriers and one system call per rank; the n-1 readers copy at once, each byte once
  * (by the kernel), where the direct algorithm has the root copy into the window first and pays
- * a barrier pair per window's worth. The kernel pins the root's pages one by one, so each
- * reader moves less per second than memcpy; it wins only where the direct algorithm's extra
+ * a barrier pair per window's worth. The kernel pins the root's pages one by one, so from
+ * 4 KiB pages each reader moves less per second than memcpy (a buffer broadcast again is
+ * backed with huge pages first: tutti__cma_offer); it wins only where the direct algorithm's extra
  * copy and barriers cost more (select.c holds the measurement).
  */
 #include "algos.h"
@@ -18,8 +19,10 @@ static tutti_status_t run(tutti__coll_t *c)
 {
     tutti__window_t *w;
     TUTTI__CHECK(tutti__cma_window(c, 1, &w));
-    if (c->rank == c->root)
+    if (c->rank == c->root) {
+        tutti__cma_offer(w, c->recvbuf, c->count * c->esize);
         *(uint64_t *)(void *)w->regions[c->rank] = (uint64_t)(uintptr_t)c->recvbuf;
+    }
     TUTTI__CHECK(tutti__win_barrier(c));
     tutti_status_t st = TUTTI_OK;
     if (c->rank != c->root && c->count > 0)

@@ -185,6 +185,7 @@ typedef struct shm_tp {
     bool cma;               /* the probe worked for every pair of local ranks */
     char cma_off[512];      /* when !cma: why (the windows point here) */
     bool cma_refused;       /* ... the system's refusal, not TUTTI_CMA=off */
+    bool cma_thp;           /* TUTTI_CMA_THP is auto (the windows copy it) */
     int err_claimed;        /* base.err is written once, by the thread that claims it (shm.c) */
     int err_ready;          /* ... and read once this is set */
 } shm_tp_t;

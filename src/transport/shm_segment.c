@@ -325,6 +325,7 @@ static tutti_status_t setup(shm_tp_t *t, const layout_t *L)
         w->pids = t->pids;
         w->cma_off = t->cma || t->cma_off[0] == '\0' ? NULL : t->cma_off; /* "": not probed */
         w->cma_refused = t->cma_refused;
+        w->cma_thp = t->cma && t->cma_thp;
     }
     return TUTTI_OK;
 }
@@ -542,19 +543,26 @@ tutti_status_t tutti__shm_create(int nchan_, tutti__bootstrap_t *bs, const int *
             goto fail;
         }
         if (L.nwin > 0) {
-            const char *cma = tutti__env_get("TUTTI_CMA");
-            if (strcmp(cma, "auto") != 0 && strcmp(cma, "off") != 0) {
+            const char *cma = tutti__env_get("TUTTI_CMA"), *thp = tutti__env_get("TUTTI_CMA_THP");
+            bool cma_ok = strcmp(cma, "auto") == 0 || strcmp(cma, "off") == 0;
+            if (!cma_ok || (strcmp(thp, "auto") != 0 && strcmp(thp, "off") != 0)) {
                 /* Still meet the others (a failure is published), then refuse. */
                 tutti__saved_error_t saved;
-                st = tutti__set_error(TUTTI_ERR_INVALID_ARG,
-                                      "TUTTI_CMA=\"%s\": valid are auto (single copy where the "
-                                      "system allows it) and off",
-                                      cma);
+                st = !cma_ok ? tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                                "TUTTI_CMA=\"%s\": valid are auto (single copy "
+                                                "where the system allows it) and off",
+                                                cma)
+                             : tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                                "TUTTI_CMA_THP=\"%s\": valid are auto (huge pages "
+                                                "for send buffers read by single copy, once "
+                                                "reused) and off",
+                                                thp);
                 tutti__save_error(&saved);
                 probe_cma(t, &L, bs, local_ranks, true);
                 tutti__restore_error(&saved, st);
                 goto fail;
             }
+            t->cma_thp = strcmp(thp, "auto") == 0;
             TUTTI__CHECK_GOTO(probe_cma(t, &L, bs, local_ranks, strcmp(cma, "off") == 0), st,
                               fail);
         }

@@ -127,6 +127,8 @@ typedef struct tutti__window {
     const char *cma_off; /* when !cma: why, in words ("TUTTI_CMA=off", or who failed to read
                             whom and why); NULL when cma */
     bool cma_refused;    /* !cma because the system refused the probe, not TUTTI_CMA=off */
+    bool cma_thp;        /* this rank backs reused send buffers with huge pages before peers
+                            read them (TUTTI_CMA_THP, tutti__cma_offer) */
     size_t small_size;  /* bytes past region_size that only the one-barrier small path uses, in
                            two halves it alternates between (reserved by the process group at creation) */
     uint64_t small_seq; /* small-path operations so far: their parity picks the half */
@@ -175,6 +177,15 @@ bool tutti__shm_nap_end(tutti__transport_t *shm, uint32_t bell, double timeout_s
  */
 tutti_status_t tutti__cma_read(const tutti__window_t *w, int r, uint64_t remote, void *dst,
                                size_t len, char *err);
+
+/* tutti__cma_offer is called by a rank on the buffer its local peers are about to read from it
+ * with tutti__cma_read, before it publishes the address: where w->cma_thp is set and the same
+ * buffer was offered before, it backs the buffer's 2 MiB-aligned interior with transparent huge
+ * pages (transport/cma_source.c), which the kernel pins for the readers at a fraction of the
+ * cost of 4 KiB pages. Contents never change; nothing outside [buf, buf + len) is touched; best
+ * effort, it cannot fail. tutti__cma_collapses counts the process's collapses that worked. */
+void tutti__cma_offer(const tutti__window_t *w, const void *buf, size_t len);
+uint64_t tutti__cma_collapses(void);
 
 /* tutti__cma_probe tells whether this process can read process pid's memory: it reads the
  * 8-byte value at address addr there and compares it with want; 0 if that worked, else the

@@ -5,9 +5,9 @@
  * GB/s here where memcpy of the same buffers gave 8-16, and from a source backed by huge pages
  * at memcpy's speed (2026-11-30, the development machine, THP in `madvise` mode, so user
  * buffers are 4 KiB pages unless someone asks). MADV_COLLAPSE (Linux 6.1) backs a range that is
- * already populated with huge pages, synchronously and without changing a byte: only the
- * 2 MiB-aligned pages wholly inside the buffer are collapsed, so no memory outside it changes
- * or becomes resident.
+ * already populated with huge pages, synchronously and without changing a byte: only the huge
+ * pages (2 MiB on x86-64: hpage_pmd_size) wholly inside the buffer are collapsed, so no memory
+ * outside it changes or becomes resident.
  *
  * A collapse costs about a copy of the range, so it pays only on a buffer sent again: a range
  * is collapsed the second time it is offered, and again every REVISIT-th time after (the memory
@@ -19,7 +19,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "transport.h"
 
@@ -28,9 +30,8 @@
 #endif
 
 enum {
-    HUGE = 2u << 20, /* x86-64's PMD page */
-    SLOTS = 32,      /* ranges remembered: a training step's buffers, with room */
-    REVISIT = 256,   /* offers between collapses of a range already collapsed */
+    SLOTS = 32,    /* ranges remembered: a training step's buffers, with room */
+    REVISIT = 256, /* offers between collapses of a range already collapsed */
 };
 
 typedef struct seen {
@@ -43,6 +44,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static seen_t table[SLOTS];
 static uint64_t clock_now;
 static int kernel_has = -1; /* -1: not asked yet; 0: the kernel does not know MADV_COLLAPSE */
+static uintptr_t huge = (uintptr_t)2 << 20; /* the huge page's size (x86-64's; read at the first ask) */
 static uint64_t collapses;
 
 /* offer_count returns how many times [lo, hi) has been offered, this time included. */
@@ -62,18 +64,31 @@ static uint32_t offer_count(uintptr_t lo, uintptr_t hi)
     return 1;
 }
 
+/* ask_kernel sets kernel_has and huge (under the lock, once). */
+static void ask_kernel(void)
+{
+    /* An empty range: EINVAL only where the advice is unknown. */
+    kernel_has = madvise((void *)(uintptr_t)sysconf(_SC_PAGESIZE), 0, MADV_COLLAPSE) == 0;
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "re");
+    unsigned long long size = 0;
+    if (f != NULL) {
+        if (fscanf(f, "%llu", &size) == 1 && size >= 4096 && (size & (size - 1)) == 0 &&
+            size <= ((unsigned long long)1 << 30))
+            huge = (uintptr_t)size;
+        fclose(f);
+    }
+}
+
 void tutti__cma_offer(const tutti__window_t *w, const void *buf, size_t len)
 {
-    if (w == NULL || !w->cma_thp || buf == NULL || len < HUGE)
-        return;
-    uintptr_t lo = ((uintptr_t)buf + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
-    uintptr_t hi = ((uintptr_t)buf + len) & ~(uintptr_t)(HUGE - 1);
-    if (hi <= lo)
+    if (w == NULL || !w->cma_thp || buf == NULL || len == 0)
         return;
     pthread_mutex_lock(&lock);
-    if (kernel_has < 0) /* an empty range: EINVAL only where the advice is unknown */
-        kernel_has = madvise((void *)lo, 0, MADV_COLLAPSE) == 0;
-    uint32_t k = kernel_has ? offer_count(lo, hi) : 0;
+    if (kernel_has < 0)
+        ask_kernel();
+    uintptr_t lo = ((uintptr_t)buf + huge - 1) & ~(huge - 1);
+    uintptr_t hi = ((uintptr_t)buf + len) & ~(huge - 1);
+    uint32_t k = kernel_has && hi > lo ? offer_count(lo, hi) : 0;
     pthread_mutex_unlock(&lock);
     /* Outside the lock: a collapse takes milliseconds, and two threads collapsing one range
      * only make the kernel look twice. */

@@ -151,6 +151,21 @@ def w_premul():
     pg.reduce_scatter_tensor_coalesced(outs, [allin[rank].clone()], opts).wait()
     same(torch, outs[0], premul_reference(torch, allin, factor).chunk(n)[rank],
          "reduce_scatter_tensor_coalesced PREMUL_SUM over 1 MiB, 1-D factor")
+    # a call refused for its own options (a timeout of 0 ms) leaves its tensors as they were:
+    # the scaling in place comes only once the call is accepted (before, they stayed scaled)
+    t = base.clone()
+    o = dist.AllreduceOptions()
+    o.reduceOp = dist._make_nccl_premul_sum(0.5)
+    o.timeout = datetime.timedelta(milliseconds=0)
+    raises(lambda: pg.allreduce([t], o), "timeout")
+    same(torch, t, base, "a refused allreduce PREMUL_SUM changed its tensor")
+    ts = [base.clone(), base[:3].clone()]
+    o = dist.AllreduceCoalescedOptions()
+    o.reduceOp = dist._make_nccl_premul_sum(0.5)
+    o.timeout = datetime.timedelta(milliseconds=0)
+    raises(lambda: pg.allreduce_coalesced(ts, o), "timeout")
+    same(torch, ts[0], base, "a refused allreduce_coalesced PREMUL_SUM changed its tensor")
+    same(torch, ts[1], base[:3], "a refused allreduce_coalesced PREMUL_SUM changed its tensor")
     dist.destroy_process_group()
     print("rank %d: PREMUL_SUM ok" % rank)
 

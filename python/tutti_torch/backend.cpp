@@ -451,6 +451,8 @@ WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds 
         refuse(call.name, "the call's timeout (opts.timeout) is " + std::to_string(ms) +
                               " ms: give 1 ms to 1e9 s, or leave it unset for the group's");
     call.timeout = timeout;
+    if (call.prepare)
+        call.prepare();
     seq_.fetch_add(1, std::memory_order_acq_rel);
     // Inside a coalescing block only asynchronous calls are collected: a synchronous one is
     // waited for at once by its caller (torch does, before the block ends), so it runs now,

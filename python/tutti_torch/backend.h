@@ -41,6 +41,10 @@ struct Call {
     std::optional<std::vector<std::vector<at::Tensor>>> nested_outputs;
     std::vector<at::Tensor> keep;    // buffers tutti reads or writes
     std::function<void()> finalize;  // copies into the caller's tensors, if any
+    // run once launch has accepted the call, before it is posted or collected: what changes
+    // the caller's tensors before the post (PREMUL_SUM's scaling in place), so that a refusal
+    // leaves them as they were
+    std::function<void()> prepare;
     tutti_comm_t *comm = nullptr;
     std::vector<PostFn> posts;       // run in order on comm
     // the call's own timeout (c10d's opts.timeout); kUnsetTimeout: the group's

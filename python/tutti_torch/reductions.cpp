@@ -18,8 +18,9 @@ WorkPtr BackendTutti::allreduce(std::vector<at::Tensor> &tensors,
     const at::Tensor &t = check_one(op, tensors);
     Reduction r = reduction_of(op, opts.reduceOp, t.scalar_type());
     Buf b(t, true);
-    r.scale_(b.work); // in place: the result replaces the input anyway
     Call c;
+    if (r.premul) // in place: the result replaces the input anyway
+        c.prepare = [r, w = b.work] { r.scale_(w); };
     c.type = c10d::OpType::ALLREDUCE;
     c.name = op;
     c.outputs = {t};
@@ -78,13 +79,15 @@ WorkPtr BackendTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
             if (j != i)
                 (*bufs)[i].stage_if_overlapping(tensors[j].data_ptr(), span_bytes(tensors[j]),
                                                 true);
+    auto scale = std::make_shared<std::vector<std::pair<Reduction, at::Tensor>>>();
     for (size_t g = 0; g < groups.size(); g++) {
         const Reduction &r = rs[g];
         auto ptrs = std::make_shared<std::vector<void *>>();
         auto counts = std::make_shared<std::vector<size_t>>();
         for (size_t i : groups[g]) {
             Buf &b = (*bufs)[i];
-            r.scale_(b.work);
+            if (r.premul)
+                scale->emplace_back(r, b.work);
             ptrs->push_back(b.ptr());
             counts->push_back(r.count(b.user.numel()));
             c.keep.push_back(b.work);
@@ -101,6 +104,11 @@ WorkPtr BackendTutti::allreduce_coalesced(std::vector<at::Tensor> &tensors,
         c.finalize = [bufs] {
             for (const auto &b : *bufs)
                 b.copy_back();
+        };
+    if (!scale->empty())
+        c.prepare = [scale] {
+            for (const auto &[r, w] : *scale)
+                r.scale_(w);
         };
     return launch(std::move(c), opts.asyncOp, opts.timeout);
 }

@@ -567,20 +567,32 @@ END_TEST
 /* Rank 1's eager message to rank 0 arrives as an envelope nothing has matched yet, and its
  * payload fails on the way in (here: one byte short, which the transport refuses). The message
  * is lost: a receive for it, posted afterwards, naming rank 1 (_i == 0) or any rank (_i == 1),
- * must fail, not complete with a buffer that never got the bytes; and nothing is left behind. */
+ * must fail, not complete with a buffer that never got the bytes; one posted while the payload
+ * was still on its way (_i == 2, 3), and so bound to the message, fails too (it crashed the
+ * engine once); and nothing is left behind. */
 START_TEST(test_failed_payload)
 {
+    bool early = _i >= 2;
     job_start(2, 30);
     top_t *other = post(0, TUTTI__P2P_RECV, 1, 2, 8, 0); /* so that rank 0 listens to rank 1 */
     tutti__p2p_env_t env = good_env(TUTTI__P2P_EAGER, 1, 1000, 1, 1, 0);
     push_bytes(1, 0, &env, sizeof env);
     unsigned char payload[999];
     memset(payload, 0x33, sizeof payload);
+    hold_len = early ? sizeof payload : 0;
     push_bytes(1, 0, payload, sizeof payload);
+    top_t *r = NULL;
+    if (early) {
+        for (int k = 0; k < 10; k++) /* the envelope arrives; its payload's receive is posted */
+            tutti__p2p_progress(J.e[0]);
+        r = post(0, TUTTI__P2P_RECV, _i == 2 ? 1 : TUTTI_ANY_SOURCE, 1, 1000, 0);
+        release_held();
+    }
     run(&other, 1);
     ck_assert_int_eq(other->op.status, TUTTI_ERR_INTERNAL); /* the fake's status for it */
     ck_assert_msg(strstr(other->err, "999-byte message") != NULL, "%s", other->err);
-    top_t *r = post(0, TUTTI__P2P_RECV, _i == 0 ? 1 : TUTTI_ANY_SOURCE, 1, 1000, 0);
+    if (!early)
+        r = post(0, TUTTI__P2P_RECV, _i == 0 ? 1 : TUTTI_ANY_SOURCE, 1, 1000, 0);
     run(&r, 1);
     ck_assert_msg(r->op.status != TUTTI_OK,
                   "a receive took the message whose payload failed, as if it had arrived");
@@ -705,7 +717,7 @@ static Suite *engine_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_env_check);
     tcase_add_loop_test(tc, test_hostile_envelope, 0, 6);
-    tcase_add_loop_test(tc, test_failed_payload, 0, 2);
+    tcase_add_loop_test(tc, test_failed_payload, 0, 4);
     suite_add_tcase(s, tc);
     tc = tcase_create("ends");
     tcase_set_timeout(tc, 60);

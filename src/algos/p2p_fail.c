@@ -101,7 +101,8 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
     switch (op->state) {
     case R_POSTED: tutti__p2p_unpost(e, op); break;
     case R_ARRIVING: /* its message drains into the entry, which then goes */
-        op->ux->op = NULL;
+        if (op->ux != NULL) /* NULL: the message failed on the way in, its entry is gone */
+            op->ux->op = NULL;
         op->ux = NULL;
         break;
     case R_CTS:

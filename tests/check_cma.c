@@ -486,21 +486,25 @@ static bool kernel_collapses(void)
     return ok;
 }
 
-/* Every rank sends from one buffer of its own mapping, THP_BLOCK bytes per peer, three times
- * by single copy. With TUTTI_CMA_THP on (arg "auto"), the first send leaves its pages as they
- * were (a buffer used once would pay the collapse for nothing) and the second has the whole
- * buffer (2 MiB-aligned, a multiple of 2 MiB) backed with huge pages before the peers read it;
- * with it off, never. The results are exact each time, and the sender's bytes unchanged. Where
- * the system already backs fresh memory with huge pages (THP "always") only that is checked. */
+/* Every rank sends from one buffer of its own mapping three times by single copy. With
+ * TUTTI_CMA_THP on ("auto": 3 MiB per peer, the buffer 2 MiB-aligned; "half": 1 MiB per peer
+ * at 2 ranks, starting 512 KiB into a huge page, so that no huge page lies wholly inside it and
+ * the first is three quarters inside), the first send leaves its pages as they were (a buffer
+ * used once would pay the collapse for nothing) and the second has huge pages back the buffer
+ * before the peers read it; with it off, never. The results are exact each time, and the
+ * sender's bytes unchanged. Where the system already backs fresh memory with huge pages (THP
+ * "always") only that is checked. */
 static int thp_rank(int rank, int n, void *arg)
 {
-    bool on = strcmp(arg, "auto") == 0;
+    bool on = strcmp(arg, "off") != 0, half = strcmp(arg, "half") == 0;
     tutti_comm_t *comm = init();
     if (comm == NULL)
         return 1;
     int rc = use(comm, TUTTI_COLL_ALLTOALL, "cma");
-    size_t count = THP_BLOCK / 4, total = (size_t)n * count;
-    int32_t *s = huge_map(total * 4), *r = malloc(total * 4);
+    size_t count = (half ? (size_t)1 << 20 : THP_BLOCK) / 4, total = (size_t)n * count;
+    size_t skip = half ? (size_t)512 << 10 : 0, mapped = skip + total * 4;
+    char *m = huge_map(mapped);
+    int32_t *s = m != NULL ? (int32_t *)(void *)(m + skip) : NULL, *r = malloc(total * 4);
     if (s == NULL || r == NULL)
         rc = th_fail("no memory for %zu bytes", total * 4);
     for (size_t k = 0; rc == 0 && k < total; k++)
@@ -524,17 +528,21 @@ static int thp_rank(int rank, int n, void *arg)
             else if (s[k] != val(rank, j, k % count))
                 rc = th_fail("alltoall #%d changed the send buffer at [%zu]", call, k);
         }
-        long kb = huge_kb(s), want = on && call >= 2 ? (long)(total * 4 / 1024) : before;
-        if (rc == 0 && before == 0 && kb != want)
+        /* on: at least one of its 2 MiB pages (a collapse may find no free huge page for one
+         * or another on a crowded machine) */
+        long kb = huge_kb(s);
+        bool good = on && call >= 2 ? kb >= 2048 && kb <= (long)(mapped / 1024) : kb == before;
+        if (rc == 0 && before == 0 && !good)
             rc = th_fail("TUTTI_CMA_THP=%s: after send #%d the buffer has %ld kB in huge pages, "
-                         "want %ld",
-                         (const char *)arg, call, kb, want);
+                         "want %s",
+                         (const char *)arg, call, kb,
+                         on && call >= 2 ? "2048 or more" : "none");
     }
     if (rank == 0 && before > 0)
         fprintf(stderr, "check_cma: fresh memory is already in huge pages here (THP \"always\"): "
                         "only the results are checked\n");
-    if (s != NULL)
-        munmap(s, total * 4);
+    if (m != NULL)
+        munmap(m, mapped);
     free(r);
     tutti_comm_destroy(comm);
     return rc;
@@ -548,6 +556,7 @@ START_TEST(test_thp)
         return;
     }
     ck_assert(on_shm(2, NULL, thp_rank, "auto") == 0);
+    ck_assert(on_shm(2, NULL, thp_rank, "half") == 0);
     ck_assert(on_shm(3, "TUTTI_CMA_THP=off", thp_rank, "off") == 0);
 }
 END_TEST

@@ -32,14 +32,20 @@ static tutti_status_t run(tutti__coll_t *c)
     char *out = c->recvbuf;
     TUTTI__CHECK(tutti__alltoall_begin(c, &in)); /* in place: in is now a copy */
 
-    size_t extent = v ? 0 : (size_t)n * c->count; /* elements the others may read from in */
-    for (int j = 0; v && j < n; j++)
-        if (j != rank && tutti__scount(c, j) > 0)
-            {
-            size_t end = tutti__sdispl(c, j) + tutti__scount(c, j);
-            extent = end > extent ? end : extent;
-        }
-    tutti__cma_offer(w, in, extent * es);
+    /* What the others read of in: all of it but this rank's block; of an alltoallv's buffer,
+     * its blocks, offered as one span only where they fill most of it (a collapse makes every
+     * page of the span resident, the gaps between blocks too). */
+    size_t lo = v ? SIZE_MAX : 0, hi = v ? 0 : (size_t)n * c->count, sum = 0;
+    for (int j = 0; v && j < n; j++) {
+        size_t d = tutti__sdispl(c, j), k = tutti__scount(c, j);
+        if (j == rank || k == 0)
+            continue;
+        lo = d < lo ? d : lo;
+        hi = d + k > hi ? d + k : hi;
+        sum += k;
+    }
+    if (hi > lo && (!v || sum >= (hi - lo) / 4 * 3))
+        tutti__cma_offer(w, in + lo * es, (hi - lo) * es);
     uint64_t *mine = (uint64_t *)(void *)w->regions[rank];
     mine[ADDR] = (uint64_t)(uintptr_t)in;
     for (int j = 0; v && j < n; j++) {

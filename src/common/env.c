@@ -182,9 +182,10 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "not, a warning says why), `off` (never, silently)"},
     {"TUTTI_CMA_THP", "auto",
      "where single copy runs, a send buffer that local peers read a second time is backed with "
-     "transparent huge pages first (`madvise(MADV_COLLAPSE)`, Linux 6.1+; the 2 MiB pages wholly "
-     "inside it; its contents stay as they are), which the kernel pins for the readers far "
-     "faster than 4 KiB pages: `auto` (so), `off` (buffers stay as the program made them)"},
+     "transparent huge pages first (`madvise(MADV_COLLAPSE)`, Linux 6.1+; the 2 MiB pages at "
+     "least half inside it; no byte changes), which the kernel pins for the readers far faster "
+     "than 4 KiB pages: `auto` (so, unless THP is `never` in sysfs), `off` (buffers stay as the "
+     "program made them)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
     {"TUTTI_SOCKET_IFNAME", NULL,
      "network interface for the rendezvous store's connections, the liveness mesh and ofi "

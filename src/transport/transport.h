@@ -180,9 +180,9 @@ tutti_status_t tutti__cma_read(const tutti__window_t *w, int r, uint64_t remote,
 
 /* tutti__cma_offer is called by a rank on the buffer its local peers are about to read from it
  * with tutti__cma_read, before it publishes the address: where w->cma_thp is set and the same
- * buffer was offered before, it backs the buffer's 2 MiB-aligned interior with transparent huge
- * pages (transport/cma_source.c), which the kernel pins for the readers at a fraction of the
- * cost of 4 KiB pages. Contents never change; nothing outside [buf, buf + len) is touched; best
+ * buffer was offered before, it backs the huge pages at least half inside the buffer with
+ * transparent huge pages (transport/cma_source.c), which the kernel pins for the readers at a
+ * fraction of the cost of 4 KiB pages. No byte changes, inside the buffer or beside it; best
  * effort, it cannot fail. tutti__cma_collapses counts the process's collapses that worked. */
 void tutti__cma_offer(const tutti__window_t *w, const void *buf, size_t len);
 uint64_t tutti__cma_collapses(void);

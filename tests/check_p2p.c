@@ -1170,7 +1170,10 @@ static int no_thread_body(int rank, int n, void *arg)
         struct rlimit old, none;
         getrlimit(RLIMIT_NPROC, &old);
         none = (struct rlimit){0, old.rlim_max};
-        if (setrlimit(RLIMIT_NPROC, &none) != 0 || setresuid(65534, 65534, 0) != 0)
+        /* root's own processes are exempt from the limit: as root, run as another user for
+         * the moment (keeping root as the saved uid, to come back) */
+        bool root = geteuid() == 0;
+        if (setrlimit(RLIMIT_NPROC, &none) != 0 || (root && setresuid(65534, 65534, 0) != 0))
             return th_fail("cannot limit this rank's threads: %s", strerror(errno));
         tutti_work_t *w = NULL;
         tutti_status_t st = tutti_recv(buf, sizeof buf, TUTTI_UINT8, 1, 5, comm, &w);
@@ -1181,7 +1184,7 @@ static int no_thread_body(int rank, int n, void *arg)
             bad |= th_fail("a receive whose progress thread could not start: %d (%s): %s", st,
                            tutti_strerror(st), text);
         tutti_work_free(w);
-        if (setresuid(0, 0, 0) != 0 || setrlimit(RLIMIT_NPROC, &old) != 0)
+        if ((root && setresuid(0, 0, 0) != 0) || setrlimit(RLIMIT_NPROC, &old) != 0)
             return th_fail("cannot lift the limit again: %s", strerror(errno));
         __atomic_store_n(&sh->slots[6], 1, __ATOMIC_RELEASE);
         memset(buf, 0, sizeof buf);

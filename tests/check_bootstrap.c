@@ -594,10 +594,26 @@ START_TEST(test_launcher_vars)
         {{"SLURM_PROCID", "0", "SLURM_NTASKS", "3"}, 0, 1, NULL},
         {{"SLURM_NTASKS", "2"}, 0, 1, NULL},
         /* a task number no batch shell has, without a step: set by hand or by some wrapper */
-        {{"SLURM_PROCID", "1", "SLURM_NTASKS", "2"}, -1, -1, "SLURM_PROCID=1"},
+        {{"SLURM_PROCID", "1", "SLURM_NTASKS", "2"}, -1, -1, "SLURM_PROCID=\"1\""},
         {{"SLURM_PROCID", "3", "SLURM_STEP_NUM_TASKS", "3"}, -1, -1, "SLURM_STEP_NUM_TASKS"},
         {{"RANK", "1"}, -1, -1, "WORLD_SIZE"},
         {{"PMI_SIZE", "2"}, -1, -1, "PMI_RANK"},
+        /* blanks around a number are allowed on both sides (strtol's leading ones only were) */
+        {{"RANK", " 1 ", "WORLD_SIZE", "2 "}, 1, 2, NULL},
+        {{"RANK", "0", "WORLD_SIZE", "2000000"}, -1, -1, "size <= 1048576"},
+        {{"RANK", "0", "WORLD_SIZE", "99999999999999999999"}, -1, -1, "WORLD_SIZE"},
+        /* both empty, as a template that expanded to nothing: alone, every process would be a
+         * job of its own (it ran so, silently); beside another launcher, unset */
+        {{"RANK", "", "WORLD_SIZE", ""}, -1, -1, "set but empty"},
+        {{"RANK", "", "WORLD_SIZE", "", "PMI_RANK", "1", "PMI_SIZE", "2"}, 1, 2, NULL},
+        /* the other MPI launcher's pair half set or not numbers: a leftover (it was ignored) */
+        {{"PMI_RANK", "0", "PMI_SIZE", "1", "OMPI_COMM_WORLD_RANK", "1"}, -1, -1,
+         "OMPI_COMM_WORLD_RANK=\"1\""},
+        {{"PMI_RANK", "0", "PMI_SIZE", "2", "OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE",
+          "abc"}, -1, -1, "leftover"},
+        /* a task number that is not one, or not 0, without a step (both ran as one rank) */
+        {{"SLURM_PROCID", "abc", "SLURM_NTASKS", "2"}, -1, -1, "SLURM_PROCID=\"abc\""},
+        {{"SLURM_PROCID", "-1"}, -1, -1, "SLURM_PROCID=\"-1\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
@@ -608,7 +624,7 @@ START_TEST(test_launcher_vars)
         const char *how = NULL;
         tutti_status_t st = tutti__launcher_rank(&rank, &size, &how);
         if (cases[i].rank < 0) {
-            ck_assert_msg(st == TUTTI_ERR_BOOTSTRAP, "case %zu: accepted as rank %d of %d (%s)", i,
+            ck_assert_msg(st == TUTTI_ERR_INVALID_ARG, "case %zu: %d, rank %d of %d (%s)", i, st,
                           rank, size, how);
             ck_assert_msg(strstr(tutti_last_error(), cases[i].mention) != NULL, "case %zu: %s", i,
                           tutti_last_error());
@@ -664,6 +680,12 @@ START_TEST(test_slurm_store)
         {"n[-1]", NULL},
         {"n[,2]x", NULL},
         {"a\tb", NULL},
+        {"[1-2]", NULL},   /* no host name before the range: it met at "1", 0.0.0.1 */
+        {"n[3-1]", NULL},  /* a range that ends before it starts */
+        {"n[1-a]", NULL},
+        {"n[1-]", NULL},
+        {"n[09-10]", "n09"},
+        {"n[1,3-4]", "n1"},
     };
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
         char out[64] = "?";
@@ -689,8 +711,18 @@ START_TEST(test_slurm_store)
     ck_assert_str_eq(addr, "cn0101");
     ck_assert_int_eq(tutti__slurm_store(NULL, 0, &port), TUTTI_OK); /* MASTER_ADDR was set */
     setenv("SLURM_STEP_NODELIST", "cn[0101-", 1);
-    ck_assert_int_eq(tutti__slurm_store(addr, sizeof addr, &port), TUTTI_ERR_BOOTSTRAP);
+    ck_assert_int_eq(tutti__slurm_store(addr, sizeof addr, &port), TUTTI_ERR_INVALID_ARG);
     ck_assert_msg(strstr(tutti_last_error(), "MASTER_ADDR") != NULL, "%s", tutti_last_error());
+    /* a node count that is none: refused, where it was read as one node (meeting on loopback) */
+    setenv("SLURM_STEP_NODELIST", "cn[0101-0104]", 1);
+    static const char *const bad_nodes[] = {"abc", "0", "-2", "2x", ""};
+    for (size_t i = 0; i < sizeof bad_nodes / sizeof bad_nodes[0]; i++) {
+        setenv("SLURM_STEP_NUM_NODES", bad_nodes[i], 1);
+        ck_assert_msg(tutti__slurm_store(addr, sizeof addr, &port) == TUTTI_ERR_INVALID_ARG &&
+                          strstr(tutti_last_error(), "SLURM_STEP_NUM_NODES") != NULL,
+                      "SLURM_STEP_NUM_NODES=\"%s\": %s", bad_nodes[i], tutti_last_error());
+    }
+    setenv("SLURM_STEP_NUM_NODES", "4", 1);
     setenv("SLURM_STEP_ID", "-1", 1); /* a hostile value still gives a port in range */
     setenv("SLURM_JOB_ID", "x", 1);
     ck_assert_int_eq(tutti__slurm_store(NULL, 0, &port), TUTTI_OK);
@@ -722,8 +754,9 @@ static void launcher_rank_log(int *rank, int *size, char *log, size_t cap)
     fclose(f);
 }
 
-/* RANK/WORLD_SIZE left in the shell around an mpirun: they win, with a warning naming the
- * launcher's own numbers; torchrun inside an mpirun (its variables mark it) is not warned. */
+/* RANK/WORLD_SIZE left in the shell around an mpirun or an srun: they win, with a warning
+ * naming the launcher's own numbers; torchrun inside either (its variables mark it) is not
+ * warned. */
 START_TEST(test_launcher_leftover)
 {
     char log[1024];
@@ -744,10 +777,26 @@ START_TEST(test_launcher_leftover)
     setenv("PMI_RANK", "0", 1); /* agreeing: nothing to say */
     launcher_rank_log(&rank, &size, log, sizeof log);
     ck_assert_msg(log[0] == '\0', "%s", log);
-    unsetenv("RANK");
-    unsetenv("WORLD_SIZE");
     unsetenv("PMI_RANK");
     unsetenv("PMI_SIZE");
+    /* ... and in an srun step, which passes the shell's environment on: every task was rank 0
+     * of 1, without a word */
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "2", 1);
+    launcher_rank_log(&rank, &size, log, sizeof log);
+    ck_assert(rank == 0 && size == 1);
+    ck_assert_msg(strstr(log, "SLURM_PROCID/SLURM_STEP_NUM_TASKS say rank 1 of 2") != NULL &&
+                      strstr(log, "srun") != NULL,
+                  "%s", log);
+    setenv("TORCHELASTIC_RUN_ID", "none", 1); /* torchrun inside srun: its own numbers */
+    launcher_rank_log(&rank, &size, log, sizeof log);
+    ck_assert_msg(log[0] == '\0', "torchrun inside srun warned: %s", log);
+    unsetenv("TORCHELASTIC_RUN_ID");
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_STEP_NUM_TASKS");
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
 }
 END_TEST
 

@@ -2,6 +2,7 @@
  * Slurm) gave this process through its environment, and the store port of a job that such a
  * launcher names (a Slurm step's address too). */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,18 +10,28 @@
 
 #include "discover.h"
 
+/* env_int reads a decimal integer, blanks around it allowed (as strtol allows them before). */
 static bool env_int(const char *name, long *out)
 {
     const char *v = tutti__env_get(name);
     if (v == NULL)
         return false;
     char *end;
+    errno = 0;
     long x = strtol(v, &end, 10);
-    if (*end != '\0' || end == v)
+    while (end != v && isspace((unsigned char)*end))
+        end++;
+    if (*end != '\0' || end == v || errno != 0)
         return false;
     *out = x;
     return true;
 }
+
+/* set_raw tells whether name is in the environment at all, empty included (tutti__env_get
+ * reads an empty value as unset). */
+static bool set_raw(const char *name) { return getenv(name) != NULL; }
+
+#define MAX_SIZE (1L << 20)
 
 static const char slurm_how[] = "SLURM_PROCID/SLURM_STEP_NUM_TASKS";
 
@@ -57,43 +68,65 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK/SIZE"},
         {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", slurm_how},
     };
+    int empty = -1; /* a pair set with both halves empty */
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        if (i == 3 && tutti__env_get("SLURM_STEP_NUM_TASKS") == NULL)
+        if (i == 3 && !set_raw("SLURM_STEP_NUM_TASKS"))
             continue; /* not a task of an srun step */
         long r = 0, s = 0;
         bool hr = env_int(pairs[i][0], &r), hs = env_int(pairs[i][1], &s);
-        if (!hr && !hs && tutti__env_get(pairs[i][0]) == NULL && tutti__env_get(pairs[i][1]) == NULL)
+        if (!hr && !hs && tutti__env_get(pairs[i][0]) == NULL && tutti__env_get(pairs[i][1]) == NULL) {
+            /* Both empty (a template whose values expanded to nothing) counts as unset where
+             * another launcher's variables say where this rank is; alone, it is refused below:
+             * every rank would run as a job of its own. */
+            if (empty < 0 && set_raw(pairs[i][0]) && set_raw(pairs[i][1]))
+                empty = (int)i;
             continue;
-        if (!hr || !hs || s < 1 || s > (1 << 20) || r < 0 || r >= s)
-            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+        }
+        if (!hr || !hs || s < 1 || s > MAX_SIZE || r < 0 || r >= s)
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                     "bootstrap: %s=\"%s\" and %s=\"%s\" do not make a valid rank and "
-                                    "size (need 0 <= rank < size); fix the launcher's environment",
+                                    "size (need integers with 0 <= rank < size <= %ld); fix the "
+                                    "launcher's environment",
                                     pairs[i][0], tutti__env_get(pairs[i][0]) ? tutti__env_get(pairs[i][0]) : "",
-                                    pairs[i][1], tutti__env_get(pairs[i][1]) ? tutti__env_get(pairs[i][1]) : "");
+                                    pairs[i][1], tutti__env_get(pairs[i][1]) ? tutti__env_get(pairs[i][1]) : "",
+                                    MAX_SIZE);
         long r2 = 0, s2 = 0;
-        /* RANK/WORLD_SIZE beside an MPI launcher that says otherwise, and no sign of torchrun
-         * (which sets them from its agent inside an mpirun): set by hand or left in the shell,
-         * they give every rank the same numbers. Warned, not refused: a launcher of one's own
-         * may set them on purpose. */
-        for (size_t j = 1; i == 0 && j <= 2 && tutti__env_get("TORCHELASTIC_RUN_ID") == NULL &&
+        /* RANK/WORLD_SIZE beside a launcher that says otherwise (an MPI's, or a Slurm step's
+         * with its task count), and no sign of torchrun (which sets them from its agent inside
+         * an mpirun or a step): set by hand or left in the shell (srun passes the environment
+         * on), they give every rank the same numbers. Warned, not refused: a launcher of one's
+         * own may set them on purpose. */
+        for (size_t j = 1; i == 0 && j <= 3 && tutti__env_get("TORCHELASTIC_RUN_ID") == NULL &&
                            tutti__env_get("GROUP_RANK") == NULL;
              j++)
             if (env_int(pairs[j][0], &r2) && env_int(pairs[j][1], &s2) && (r2 != r || s2 != s)) {
                 TUTTI__LOG(TUTTI__LOG_WARN,
                            "RANK=%ld and WORLD_SIZE=%ld are set, but %s say rank %ld of %ld: "
-                           "RANK/WORLD_SIZE win, so every rank of this mpirun may take the same "
+                           "RANK/WORLD_SIZE win, so every rank of this %s may take the same "
                            "rank; if they were left in the shell, unset them",
-                           r, s, pairs[j][2], r2, s2);
+                           r, s, pairs[j][2], r2, s2, j == 3 ? "srun" : "mpirun");
                 break;
             }
-        if ((i == 1 || i == 2) && env_int(pairs[3 - i][0], &r2) && env_int(pairs[3 - i][1], &s2) &&
-            (r2 != r || s2 != s))
-            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                    "bootstrap: two launchers' variables disagree: %s say rank %ld "
-                                    "of %ld, %s say rank %ld of %ld: one set leaked in from an outer "
-                                    "launcher (an mpirun inside another); unset the outer one's, or "
-                                    "set RANK and WORLD_SIZE, which win",
-                                    pairs[i][2], r, s, pairs[3 - i][2], r2, s2);
+        if (i == 1 || i == 2) {
+            /* The other MPI launcher's pair, where any of it is set, must be whole and agree. */
+            const char *const *o = pairs[3 - i];
+            bool some = tutti__env_get(o[0]) != NULL || tutti__env_get(o[1]) != NULL;
+            if (some && (!env_int(o[0], &r2) || !env_int(o[1], &s2)))
+                return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                        "bootstrap: %s say rank %ld of %ld, and beside them "
+                                        "%s=\"%s\" and %s=\"%s\" are set but not a rank and "
+                                        "size: a leftover of another launcher; unset them",
+                                        pairs[i][2], r, s, o[0],
+                                        getenv(o[0]) ? getenv(o[0]) : "(unset)", o[1],
+                                        getenv(o[1]) ? getenv(o[1]) : "(unset)");
+            if (some && (r2 != r || s2 != s))
+                return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                        "bootstrap: two launchers' variables disagree: %s say rank "
+                                        "%ld of %ld, %s say rank %ld of %ld: one set leaked in from "
+                                        "an outer launcher (an mpirun inside another); unset the "
+                                        "outer one's, or set RANK and WORLD_SIZE, which win",
+                                        pairs[i][2], r, s, o[2], r2, s2);
+        }
         *rank = (int)r;
         *size = (int)s;
         *how = pairs[i][2];
@@ -101,15 +134,22 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
             *how = slurm_how;
         return TUTTI_OK;
     }
+    if (empty >= 0)
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "bootstrap: %s and %s are set but empty, and no other launcher "
+                                "says where this process is: every process would run as a job of "
+                                "its own; give them values, or unset them for a single process",
+                                pairs[empty][0], pairs[empty][1]);
     /* A batch script or an salloc shell is task 0: a higher SLURM_PROCID without a step's
      * task count was set by something else, and a job of one would be wrong for every rank. */
     long task = 0;
-    if (env_int("SLURM_PROCID", &task) && task > 0)
-        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                "bootstrap: SLURM_PROCID=%ld is set but SLURM_STEP_NUM_TASKS is "
-                                "not, so this is no task of an srun step; start the ranks with "
-                                "srun, or set RANK and WORLD_SIZE",
-                                task);
+    if (set_raw("SLURM_PROCID") && (!env_int("SLURM_PROCID", &task) || task != 0))
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "bootstrap: SLURM_PROCID=\"%s\" is set but SLURM_STEP_NUM_TASKS "
+                                "is not, so this is no task of an srun step (a batch script's or "
+                                "an salloc shell's own is 0); start the ranks with srun, or set "
+                                "RANK and WORLD_SIZE",
+                                getenv("SLURM_PROCID"));
     *rank = 0;
     *size = 1;
     *how = "no launcher variables: a single rank";
@@ -127,17 +167,20 @@ bool tutti__launcher_is_slurm(const char *how) { return how == slurm_how; }
 
 bool tutti__hostlist_first(const char *list, char *out, size_t cap)
 {
-    size_t n = 0;
+    size_t n = 0, first = 0; /* first: where the bracket's first number starts in out */
     bool in = false, took = false; /* inside [...]; the bracket's first host is copied */
     for (const char *p = list; *p != '\0' && (in || *p != ','); p++) {
         char ch = *p;
         if (ch == '[') {
-            if (in)
+            if (in || n == 0) /* a host's name does not start with its number range */
                 return false;
             in = true;
             took = false;
+            first = n;
             continue;
         }
+        if (in && took && !(isdigit((unsigned char)ch) || ch == '-' || ch == ',' || ch == ']'))
+            return false;
         if (ch == ']') {
             if (!in || !took)
                 return false;
@@ -156,6 +199,14 @@ bool tutti__hostlist_first(const char *list, char *out, size_t cap)
         out[n++] = ch;
         if (in && (p[1] == '-' || p[1] == ',' || p[1] == ']'))
             took = true;
+        if (in && p[1] == '-') { /* a range: its end must be a number, not before its start */
+            out[n] = '\0';
+            char *end;
+            errno = 0;
+            unsigned long lo = strtoul(out + first, NULL, 10), hi = strtoul(p + 2, &end, 10);
+            if (end == p + 2 || errno != 0 || hi < lo)
+                return false;
+        }
     }
     out[n] = '\0';
     return !in && n > 0;
@@ -174,10 +225,17 @@ tutti_status_t tutti__slurm_store(char *addr, size_t cap, long *port)
     if (addr == NULL)
         return TUTTI_OK;
     addr[0] = '\0';
-    if (env_int("SLURM_STEP_NUM_NODES", &nodes) && nodes > 1) {
+    if (set_raw("SLURM_STEP_NUM_NODES") &&
+        (!env_int("SLURM_STEP_NUM_NODES", &nodes) || nodes < 1 || nodes > MAX_SIZE))
+        return tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                "bootstrap: SLURM_STEP_NUM_NODES=\"%s\" is not a node count (1 "
+                                "to %ld), so the step's first node, where it meets, is unknown: "
+                                "fix it, or set MASTER_ADDR to rank 0's host",
+                                getenv("SLURM_STEP_NUM_NODES"), MAX_SIZE);
+    if (nodes > 1) {
         const char *list = tutti__env_get("SLURM_STEP_NODELIST");
         if (list == NULL || !tutti__hostlist_first(list, addr, cap))
-            return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+            return tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                     "bootstrap: a Slurm step on %ld nodes, and its node list "
                                     "SLURM_STEP_NODELIST=\"%s\" does not name a first node: set "
                                     "MASTER_ADDR to rank 0's host",

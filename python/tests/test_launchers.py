@@ -327,7 +327,9 @@ class TestLaunchers(unittest.TestCase):
         for hosts, first in (("vm", "vm"), ("rack[1-2]-n[3-4],x", "rack1-n3"), ("n[12,07]", "n12"),
                              ("n[]", None), ("n[1-2", None), ("n]1[", None), ("", None),
                              (",x", None), ("a b", None), ("n[[1]]", None), ("n[-1]", None),
-                             ("n[,2]x", None), ("a\tb", None)):
+                             ("n[,2]x", None), ("a\tb", None), ("[1-2]", None),
+                             ("n[3-1]", None), ("n[1-a]", None), ("n[1-]", None),
+                             ("n[09-10]", "n09"), ("n[1,3-4]", "n1")):
             self.assertEqual(tutti_torch._hostlist_first(hosts), first, hosts)
         # torchrun or mpirun inside an srun step: theirs win, and Slurm's may differ
         env = dict(step, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_PORT="29400")

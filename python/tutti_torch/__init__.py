@@ -82,10 +82,14 @@ def _hostlist_first(hosts):
     "rack[1-2]-n[3-4]" gives "rack1-n3"); None for one it cannot read. The same reading as
     libtutti's tutti__hostlist_first."""
     first = re.match(r"(?:[^,\[\]]|\[[^\[\]]*\])*", hosts).group(0)  # up to a ',' outside [ ]
-    host = r"[^\[\]\s,]*(?:\[\d+(?:[-,][^\[\]]*)?\][^\[\]\s,]*)*"
+    # a name before each bracket; in it digits, '-' and ',' only, its first item a number
+    host = r"[^\[\]\s,]+(?:\[\d+(?:[-,][\d,-]*)?\][^\[\]\s,]*)*"
     if first == "" or hosts[len(first):len(first) + 1] not in ("", ",") or \
             not re.fullmatch(host, first):
         return None
+    for lo, dash, hi in re.findall(r"\[(\d+)(-?)(\d*)", first):
+        if dash and (hi == "" or int(hi) < int(lo)):  # a range must end, not before its start
+            return None
     return re.sub(r"\[(\d+)[^\]]*\]", r"\1", first)
 
 
@@ -100,6 +104,12 @@ def _slurm_store(env, want_addr):
             return 0
     port = 20000 + (num("SLURM_JOB_ID") % 1000) * 10 + num("SLURM_STEP_ID") % 10
     addr = None
+    nodes = env.get("SLURM_STEP_NUM_NODES")
+    if want_addr and nodes is not None and not (nodes.strip().isdigit() and
+                                                1 <= int(nodes) <= 1 << 20):
+        raise ValueError("tutti_torch: SLURM_STEP_NUM_NODES=%r is not a node count (1 to "
+                         "1048576), so the step's first node, where it meets, is unknown: fix "
+                         "it, or set MASTER_ADDR to rank 0's host" % nodes)
     if want_addr and num("SLURM_STEP_NUM_NODES") > 1:
         addr = _hostlist_first(env.get("SLURM_STEP_NODELIST", ""))
         if addr is None:

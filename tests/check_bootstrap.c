@@ -759,42 +759,36 @@ static void launcher_rank_log(int *rank, int *size, char *log, size_t cap)
  * warned. */
 START_TEST(test_launcher_leftover)
 {
+    static const struct {
+        const char *set[4]; /* the launcher's own pair, NAME, VALUE */
+        const char *says;   /* in the warning */
+    } launchers[] = {
+        {{"PMI_RANK", "1", "PMI_SIZE", "2"}, "PMI_RANK/PMI_SIZE say rank 1 of 2"},
+        /* srun passes the shell's environment on: every task was rank 0 of 1, without a word */
+        {{"SLURM_PROCID", "1", "SLURM_STEP_NUM_TASKS", "2"},
+         "SLURM_PROCID/SLURM_STEP_NUM_TASKS say rank 1 of 2"},
+    };
     char log[1024];
-    int rank = -1, size = -1;
-    setenv("RANK", "0", 1);
-    setenv("WORLD_SIZE", "2", 1);
-    setenv("PMI_RANK", "1", 1);
-    setenv("PMI_SIZE", "2", 1);
-    launcher_rank_log(&rank, &size, log, sizeof log);
-    ck_assert(rank == 0 && size == 2);
-    ck_assert_msg(strstr(log, "PMI_RANK/PMI_SIZE say rank 1 of 2") != NULL &&
-                      strstr(log, "unset them") != NULL,
-                  "%s", log);
-    setenv("TORCHELASTIC_RUN_ID", "none", 1);
-    launcher_rank_log(&rank, &size, log, sizeof log);
-    ck_assert_msg(log[0] == '\0', "torchrun inside mpirun warned: %s", log);
-    unsetenv("TORCHELASTIC_RUN_ID");
-    setenv("PMI_RANK", "0", 1); /* agreeing: nothing to say */
-    launcher_rank_log(&rank, &size, log, sizeof log);
-    ck_assert_msg(log[0] == '\0', "%s", log);
-    unsetenv("PMI_RANK");
-    unsetenv("PMI_SIZE");
-    /* ... and in an srun step, which passes the shell's environment on: every task was rank 0
-     * of 1, without a word */
-    setenv("WORLD_SIZE", "1", 1);
-    setenv("SLURM_PROCID", "1", 1);
-    setenv("SLURM_STEP_NUM_TASKS", "2", 1);
-    launcher_rank_log(&rank, &size, log, sizeof log);
-    ck_assert(rank == 0 && size == 1);
-    ck_assert_msg(strstr(log, "SLURM_PROCID/SLURM_STEP_NUM_TASKS say rank 1 of 2") != NULL &&
-                      strstr(log, "srun") != NULL,
-                  "%s", log);
-    setenv("TORCHELASTIC_RUN_ID", "none", 1); /* torchrun inside srun: its own numbers */
-    launcher_rank_log(&rank, &size, log, sizeof log);
-    ck_assert_msg(log[0] == '\0', "torchrun inside srun warned: %s", log);
-    unsetenv("TORCHELASTIC_RUN_ID");
-    unsetenv("SLURM_PROCID");
-    unsetenv("SLURM_STEP_NUM_TASKS");
+    for (size_t i = 0; i < sizeof launchers / sizeof launchers[0]; i++) {
+        int rank = -1, size = -1;
+        setenv("RANK", "0", 1);
+        setenv("WORLD_SIZE", "2", 1);
+        for (int k = 0; k < 4; k += 2)
+            setenv(launchers[i].set[k], launchers[i].set[k + 1], 1);
+        launcher_rank_log(&rank, &size, log, sizeof log);
+        ck_assert(rank == 0 && size == 2);
+        ck_assert_msg(strstr(log, launchers[i].says) != NULL && strstr(log, "unset them") != NULL,
+                      "%s", log);
+        setenv("TORCHELASTIC_RUN_ID", "none", 1); /* torchrun inside: its own numbers */
+        launcher_rank_log(&rank, &size, log, sizeof log);
+        ck_assert_msg(log[0] == '\0', "torchrun inside %s warned: %s", launchers[i].set[0], log);
+        unsetenv("TORCHELASTIC_RUN_ID");
+        setenv(launchers[i].set[0], "0", 1); /* agreeing: nothing to say */
+        launcher_rank_log(&rank, &size, log, sizeof log);
+        ck_assert_msg(log[0] == '\0', "%s", log);
+        for (int k = 0; k < 4; k += 2)
+            unsetenv(launchers[i].set[k]);
+    }
     unsetenv("RANK");
     unsetenv("WORLD_SIZE");
 }

@@ -981,17 +981,22 @@ END_TEST
 /* Abort with operations open (and one blocking receive in another thread) ends each with
  * TUTTI_ERR_ABORTED at once; destroy with a receive open ends it with TUTTI_ERR_ABORTED too,
  * and the handle outlives the communicator. */
+/* A blocking receive of 8 bytes from rank 1 with tag tag, in a thread of its own: posting is
+ * set just before it is posted, st and t (when it returned) after. */
 typedef struct blocked {
     tutti_comm_t *comm;
+    int tag;
+    int posting;
     tutti_status_t st;
     double t;
+    unsigned char buf[8];
 } blocked_t;
 
 static void *blocked_recv(void *p)
 {
     blocked_t *b = p;
-    unsigned char x[8];
-    b->st = tutti_recv(x, 8, TUTTI_UINT8, 1, 77, b->comm, NULL);
+    __atomic_store_n(&b->posting, 1, __ATOMIC_RELEASE);
+    b->st = tutti_recv(b->buf, sizeof b->buf, TUTTI_UINT8, 1, b->tag, b->comm, NULL);
     b->t = th_now();
     return NULL;
 }
@@ -1010,7 +1015,7 @@ static int abort_body(int rank, int n, void *arg)
         POSTED(tutti_recv(small, 8, TUTTI_UINT8, 1, 70, comm, &w[0]), "abort recv");
         POSTED(tutti_recv(small, 8, TUTTI_UINT8, TUTTI_ANY_SOURCE, 71, comm, &w[1]), "abort any");
         POSTED(tutti_send(big, 100000, TUTTI_UINT8, 1, 72, comm, &w[2]), "abort send");
-        blocked_t b = {comm, TUTTI_OK, 0};
+        blocked_t b = {.comm = comm, .tag = 77};
         pthread_t th;
         pthread_create(&th, NULL, blocked_recv, &b);
         usleep(200000);
@@ -1135,21 +1140,6 @@ END_TEST
  * it: a blocking receive another thread had open meanwhile gets its message (before, the
  * failure ended every open operation), a blocking exchange afterwards works, and so does an
  * asynchronous one once threads can start again. */
-typedef struct side_recv {
-    tutti_comm_t *comm;
-    int posting;
-    tutti_status_t st;
-    unsigned char buf[100];
-} side_recv_t;
-
-static void *side_recv(void *arg)
-{
-    side_recv_t *s = arg;
-    __atomic_store_n(&s->posting, 1, __ATOMIC_RELEASE);
-    s->st = tutti_recv(s->buf, sizeof s->buf, TUTTI_UINT8, 1, 4, s->comm, NULL);
-    return NULL;
-}
-
 static int no_thread_body(int rank, int n, void *arg)
 {
     (void)n, (void)arg;
@@ -1160,9 +1150,9 @@ static int no_thread_body(int rank, int n, void *arg)
     int bad = 0;
     unsigned char buf[1000];
     if (rank == 0) {
-        side_recv_t side = {.comm = comm};
+        blocked_t side = {.comm = comm, .tag = 4};
         pthread_t t;
-        if (pthread_create(&t, NULL, side_recv, &side) != 0)
+        if (pthread_create(&t, NULL, blocked_recv, &side) != 0)
             return th_fail("cannot start the side thread");
         while (!__atomic_load_n(&side.posting, __ATOMIC_ACQUIRE))
             usleep(1000);
@@ -1209,7 +1199,7 @@ static int no_thread_body(int rank, int n, void *arg)
     } else {
         if (th_await_slot(6, 60) != 0)
             bad = 1;
-        unsigned char four[100];
+        unsigned char four[8];
         memset(four, 4, sizeof four);
         tutti_status_t st = tutti_send(four, sizeof four, TUTTI_UINT8, 0, 4, comm, NULL);
         memset(buf, 6, sizeof buf);

@@ -3,10 +3,12 @@
  * communicator of exactly the survivors, renumbered in order, whose allreduce and allgather
  * results are exact. A second rank killed while the shrink runs (the coordinator among them):
  * the survivors still end with exactly the ones alive. An excluded rank is left out and told
- * so; bad exclude lists are refused and lose nothing. */
+ * so; bad exclude lists are refused and lose nothing; a rank stopped through the others' shrink
+ * is told it is out when it resumes, never left with a communicator of its own. */
 #include <check.h>
 #include "check_main.h"
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,6 +327,94 @@ START_TEST(test_exclude)
 }
 END_TEST
 
+/* Rank 2 is stopped (SIGSTOP) through the others' shrink, which gives up at the timeout (3 s);
+ * then (_i == 0) they shrink again excluding it and go on with a communicator of two, or
+ * (_i == 1) they give up and destroy the old communicator. Only then is rank 2 resumed, and its
+ * shrink, the call the others gave up on, must fail: it found them all gone and made a
+ * communicator of one of its own, a second job beside theirs. The others stay alive meanwhile
+ * (a rank that finds the others dead may go on alone: that is what a shrink is for). */
+static int stopped_body(int rank, int size, void *arg)
+{
+    bool again = *(const int *)arg == 0;
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = NULL, *nc = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    int bad = 0;
+    if ((st = tutti_barrier(comm, NULL)) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_comm_last_error(comm));
+    __atomic_add_fetch(&sh->counter, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&sh->counter, __ATOMIC_SEQ_CST) < size)
+        usleep(1000);
+    if (rank == 2) {
+        raise(SIGSTOP);
+        st = tutti_comm_shrink(comm, NULL, 0, &nc);
+        if (st != TUTTI_ERR_PEER_FAILED || nc != NULL)
+            bad = th_fail("the rank stopped through the others' shrink: %d (%s), %s; expected "
+                          "TUTTI_ERR_PEER_FAILED: %s", st, tutti_strerror(st),
+                          nc != NULL ? "a communicator of its own" : "no communicator",
+                          tutti_last_error());
+        if (nc != NULL)
+            tutti_comm_destroy(nc);
+        tutti_comm_destroy(comm);
+        __atomic_store_n(&sh->slots[1], 1, __ATOMIC_RELEASE);
+        return bad;
+    }
+    /* rank 2 is stopped once /proc says so */
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", sh->pids[2]);
+    for (int k = 0; k < 5000; k++) {
+        FILE *f = fopen(path, "r");
+        char *close_paren = f != NULL && fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+        if (f != NULL)
+            fclose(f);
+        if (close_paren != NULL && close_paren[2] == 'T')
+            break;
+        usleep(1000);
+    }
+    st = tutti_comm_shrink(comm, NULL, 0, &nc);
+    if (st != TUTTI_ERR_TIMEOUT)
+        bad = th_fail("shrink with rank 2 stopped: %d (%s): %s; expected TUTTI_ERR_TIMEOUT", st,
+                      tutti_strerror(st), tutti_last_error());
+    if (again) {
+        const int out[1] = {2};
+        if ((st = tutti_comm_shrink(comm, out, 1, &nc)) != TUTTI_OK)
+            bad = th_fail("shrink excluding rank 2: %d (%s): %s", st, tutti_strerror(st),
+                          tutti_last_error());
+        else if (tutti_comm_size(nc) != 2 || tutti_comm_rank(nc) != rank)
+            bad = th_fail("rank %d of %d after excluding rank 2", tutti_comm_rank(nc),
+                          tutti_comm_size(nc));
+    }
+    tutti_comm_destroy(comm);
+    if (rank == 0)
+        kill(sh->pids[2], SIGCONT);
+    if (th_await_slot(1, 30) != 0)
+        bad = 1;
+    if (nc != NULL) {
+        int32_t x = 1;
+        if ((st = tutti_allreduce(&x, &x, 1, TUTTI_INT32, TUTTI_SUM, nc, NULL)) != TUTTI_OK ||
+            x != 2)
+            bad = th_fail("allreduce on the communicator of two: %d, sum %d: %s", st, x,
+                          tutti_comm_last_error(nc));
+        tutti_comm_destroy(nc);
+    }
+    return bad;
+}
+
+START_TEST(test_stopped)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 60;
+    o.rank_timeout_s = 3;
+    int variant = _i;
+    ck_assert_msg(th_run_opts(3, &o, stopped_body, &variant) == 0,
+                  "rank 2 stopped through a shrink (%s): see stderr",
+                  _i == 0 ? "the others shrink again without it" : "the others give up");
+}
+END_TEST
+
 static Suite *shrink_suite(void)
 {
     Suite *s = suite_create("shrink");
@@ -335,6 +425,7 @@ static Suite *shrink_suite(void)
     tc = tcase_create("exclude");
     tcase_set_timeout(tc, 70);
     tcase_add_loop_test(tc, test_exclude, 0, (int)(sizeof xcases / sizeof xcases[0]));
+    tcase_add_loop_test(tc, test_stopped, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -158,7 +158,9 @@ static int list_peers(const tutti__liveness_t *l, int from, bool (*want)(const p
 
 static void set_keepalive(int fd)
 {
-    /* A peer whose host vanishes sends no FIN; keepalive turns that into an error in ~25 s. */
+    /* A peer whose host vanishes sends no FIN. Keepalive would turn an idle connection's
+     * silence into an error in ~25 s, but heartbeats keep unacknowledged data in flight on
+     * these, so TCP's retransmissions decide instead (many minutes; docs/shrink.md, Limits). */
     int one = 1, idle = 10, intvl = 5, cnt = 3;
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);

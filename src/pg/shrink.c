@@ -15,9 +15,11 @@
  *
  * It terminates: a death is permanent and is seen by every survivor (its liveness connections
  * close), each failed attempt follows a death, and there are finitely many ranks; a rank that
- * stops without dying (SIGSTOP) holds it until the timeout, unless the others exclude it. The
- * failure detector is the kernel closing a dead process's sockets: after a host vanishes
- * (power, cable), TCP keepalive finds it in about 25 s.
+ * stops without dying (SIGSTOP) holds it until the timeout, unless the others exclude it; when
+ * it resumes, the coordinator's note that it gave up on the call, or the decision of the
+ * others' later call, tells it that it is out (left_out), so it never goes on alone. The
+ * failure detector is the kernel closing a dead process's sockets: a host that vanishes
+ * (power, cable) is not found dead before TCP's retransmissions give up (docs/shrink.md).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -148,9 +150,23 @@ static tutti_status_t create(shrink_t *s, const int *members, int n, int crank,
     s->nmembers = n;
     for (int i = 0; i < n; i++)
         s->took_part[members[i]] = true;
-    st = tutti__comm_create(crank, n, &bs, store, &c->cfg, c, out);
+    /* The old communicator's configuration, with the timeout it has now (set_timeout). */
+    tutti__config_t cfg = c->cfg;
+    cfg.timeout = tutti__net_timeout(&c->net);
+    cfg.timeout_given = cfg.timeout_given || __atomic_load_n(&c->net.timeout_given,
+                                                             __ATOMIC_RELAXED);
+    st = tutti__comm_create(crank, n, &bs, store, &cfg, c, out);
     s->members = NULL;
     s->nmembers = 0;
+    if (st < 0 && n > 1) { /* its ranks are the new ones: say which old rank each is */
+        char map[200];
+        size_t k = 0;
+        for (int i = 0; i < n && k + 24 < sizeof map; i++)
+            k += (size_t)snprintf(map + k, sizeof map - k, "%s%d=%d", i ? ", " : "", i,
+                                  members[i]);
+        tutti__append_error(" (ranks of the shrunk communicator, new=old: %s%s)", map,
+                            k + 24 >= sizeof map ? ", ..." : "");
+    }
     if (st < 0)
         tutti__store_close_now(store); /* a rank that died never closes it */
     else
@@ -176,6 +192,29 @@ static bool read_view(shrink_t *s, int r)
 }
 
 static bool left_out(shrink_t *s);
+
+/* tell_given_up mails, as the coordinator gives up on this call, each rank it still waited for
+ * (neither gone nor excluded, no view among members[0..n-1]) a DECIDE of this call with itself
+ * its only member and attempt 0: a stopped rank that resumes, or one that called late, reads
+ * it and ends its call, instead of finding the others gone and going on alone. Best effort,
+ * briefly. */
+static void tell_given_up(shrink_t *s, const int *members, int n)
+{
+    unsigned char msg[DECIDE_FIXED + 4];
+    memset(msg, 0, sizeof msg);
+    put32(msg + D_MAGIC, DECIDE_MAGIC);
+    put32(msg + D_CALL, s->call);
+    put32(msg + D_N, 1);
+    put32(msg + DECIDE_FIXED, (uint32_t)s->rank);
+    double brief = tutti__now() + 0.5;
+    for (int r = 0, i = 0; r < s->size; r++) {
+        while (i < n && members[i] < r)
+            i++;
+        if (r == s->rank || (i < n && members[i] == r) || gone(s, r) || s->excluded[r])
+            continue;
+        (void)tutti__live_mail_send(s->live, r, MAIL_DECIDE, msg, sizeof msg, brief);
+    }
+}
 
 /* gather waits until every rank that is neither gone nor excluded has mailed its VIEW (or is
  * gone); members[] gets this rank and them, ascending. It ends the call (s->final) when a VIEW
@@ -231,7 +270,8 @@ static tutti_status_t gather(shrink_t *s, int *members, int *n)
             *n = k;
             return TUTTI_OK;
         }
-        if (tutti__now() >= s->deadline)
+        if (tutti__now() >= s->deadline) {
+            tell_given_up(s, members, *n);
             return tutti__set_error(TUTTI_ERR_TIMEOUT,
                                     "tutti_comm_shrink: rank %d waited %.3g s for %d rank(s) "
                                     "(rank %d first) that neither died nor sent it their view: "
@@ -240,6 +280,7 @@ static tutti_status_t gather(shrink_t *s, int *members, int *n)
                                     "list); exclude a rank that is stopped or stuck, or raise "
                                     "TUTTI_TIMEOUT",
                                     s->rank, tutti__now() - start, nmissing, missing);
+        }
         tutti__live_wait(s->live, POLL_MS);
     }
 }
@@ -332,10 +373,11 @@ static tutti_status_t send_view(shrink_t *s, int to, const unsigned char *mine, 
 
 /* parse_decide checks the DECIDE that rank q mailed (s->mail, len bytes): *members gets its
  * members (a malloc'd array, *n of them, ascending from q) and *crank this rank's place among
- * them, or -1. An error when it is garbled or of another call (TUTTI_ERR_INVALID_ARG), or names
- * a rank known dead (TUTTI_ERR_PEER_FAILED: wait for the next one). */
-static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, int **members, int *n,
-                                   int *crank)
+ * them, or -1. An error when it is garbled or of another call (TUTTI_ERR_INVALID_ARG; with
+ * later, one of a later call is taken), or names a rank known dead (TUTTI_ERR_PEER_FAILED: wait
+ * for the next one). */
+static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, bool later, int **members,
+                                   int *n, int *crank)
 {
     const unsigned char *m = s->mail;
     *members = NULL;
@@ -343,7 +385,7 @@ static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, int **members
     if (len < DECIDE_FIXED || get32(m + D_MAGIC) != DECIDE_MAGIC)
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
                                 "decision (%zu bytes)", q, len);
-    if (get32(m + D_CALL) != s->call)
+    if (get32(m + D_CALL) != s->call && !(later && get32(m + D_CALL) > s->call))
         return tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed the decision of another "
                                 "shrink call (%u, this is %u)", q, get32(m + D_CALL), s->call);
     uint32_t port = get32(m + D_PORT), cnt = get32(m + D_N);
@@ -383,7 +425,11 @@ static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, int **members
 
 /* left_out reads the DECIDE mail that came since the last look from every rank still alive
  * (or gone on: its decision came before its goodbye): one that leaves this rank out ends the
- * call (s->final, the error set); true then. The others stay in the mailboxes. */
+ * call (s->final, the error set); true then. The others stay in the mailboxes. A decision of a
+ * later call counts too: this rank was stopped through a shrink the others gave up on, and
+ * they have since shrunk again without it (it would otherwise find them all gone and make a
+ * communicator of its own: the job in two). So does a coordinator's note that it gave up on
+ * this call waiting for this rank (attempt 0, itself the only member). */
 static bool left_out(shrink_t *s)
 {
     for (int q = 0; q < s->size; q++) {
@@ -396,15 +442,27 @@ static bool left_out(shrink_t *s)
             continue;
         s->out_seen[q] = gen;
         int n, crank, *members;
-        if (parse_decide(s, q, len, &members, &n, &crank) < 0)
+        if (parse_decide(s, q, len, true, &members, &n, &crank) < 0)
             continue;
         free(members);
+        uint32_t call = get32(s->mail + D_CALL);
+        bool gave_up = get32(s->mail + D_ATTEMPT) == 0 && get32(s->mail + D_ATTEMPT + 4) == 0;
+        if (crank < 0 && gave_up) {
+            s->final = true;
+            tutti__set_error(TUTTI_ERR_PEER_FAILED,
+                             "tutti_comm_shrink: rank %d, coordinating shrink call %u, gave up "
+                             "waiting for this rank (%d), whose view did not come in time (it "
+                             "was stopped or called late): this rank is out; the others' call "
+                             "failed too",
+                             q, call, s->rank);
+            return true;
+        }
         if (crank < 0) {
             s->final = true;
             tutti__set_error(TUTTI_ERR_PEER_FAILED,
                              "tutti_comm_shrink: rank %d left this rank (%d) out of the shrunk "
-                             "communicator: it was excluded, or taken for dead",
-                             q, s->rank);
+                             "communicator%s: it was excluded, or taken for dead",
+                             q, s->rank, call != s->call ? " in a later shrink call" : "");
             return true;
         }
     }
@@ -424,7 +482,7 @@ static tutti_status_t await_decide(shrink_t *s, int c, tutti_comm_t **out, bool 
         return TUTTI_OK;
     s->seen[c] = gen;
     int n = 0, crank, *members;
-    tutti_status_t st = parse_decide(s, c, len, &members, &n, &crank);
+    tutti_status_t st = parse_decide(s, c, len, false, &members, &n, &crank);
     if (st < 0 || crank < 0) { /* left out: left_out() ends the call on its next look */
         free(members);
         return TUTTI_OK;
@@ -540,10 +598,14 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
     char last[TUTTI__ERRLEN] = "";
     for (uint64_t attempt = 1;;) {
         if (tutti__now() >= s.deadline) {
+            int c = coordinator(&s);
             st = tutti__set_error(TUTTI_ERR_TIMEOUT, "tutti_comm_shrink: rank %d gave up after "
                                   "%.3g s (TUTTI_TIMEOUT)%s%s", comm->rank,
                                   tutti__net_timeout(&comm->net), last[0] ? "; the last attempt: "
                                   : "", last);
+            if (c != s.rank)
+                tutti__append_error("; it waited for the decision of rank %d, which coordinates: "
+                                    "that rank's error names the ranks it waited for", c);
             break;
         }
         tutti__live_wait(s.live, 0);
@@ -572,6 +634,12 @@ TUTTI_API tutti_status_t tutti_comm_shrink(tutti_comm_t *comm, const int *exclud
         if (st == TUTTI_OK || s.final || st == TUTTI_ERR_TIMEOUT)
             break;
         snprintf(last, sizeof last, "%s", tutti__tls_error());
+        if (tutti__now() >= s.deadline) { /* a creation that waited out the call's time */
+            st = tutti__set_error(TUTTI_ERR_TIMEOUT, "tutti_comm_shrink: rank %d gave up after "
+                                  "%.3g s (TUTTI_TIMEOUT): %s", comm->rank,
+                                  tutti__net_timeout(&comm->net), last);
+            break;
+        }
         if (!worth_retrying(&s, dead_before, c)) {
             tutti__set_error(st, "tutti_comm_shrink: rank %d: %s", comm->rank, last);
             break;

@@ -381,6 +381,18 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
                            std::to_string(size_));
         exclude.push_back(static_cast<int>(r));
     }
+    // A shrunk communicator keeps its parent's workers, transport and inline size (the C call
+    // takes no configuration); an override asking for others cannot be honoured: say so before
+    // anything is done, rather than report options the group does not have.
+    if (opts_override) {
+        auto *mine = dynamic_cast<Options *>(opts_override.get());
+        if (mine != nullptr &&
+            (mine->inline_max != options_->inline_max ||
+             mine->worker_count != options_->worker_count || mine->transport != options_->transport))
+            refuse(op, "opts_override asks for another worker_count, transport or inline_max than "
+                       "this group's: a shrunk group keeps its parent's (only the timeout may "
+                       "differ)");
+    }
     tutti_comm_t *made = nullptr;
     tutti_status_t st = tutti_comm_shrink(comm_, exclude.data(), static_cast<int>(exclude.size()),
                                           &made);
@@ -396,15 +408,8 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
     }
     auto options = c10::make_intrusive<Options>(*options_);
     options->default_group = false;
-    if (opts_override) {
+    if (opts_override)
         options->timeout = opts_override->timeout;
-        auto *mine = dynamic_cast<Options *>(opts_override.get());
-        if (mine != nullptr) {
-            options->inline_max = mine->inline_max;
-            options->worker_count = mine->worker_count;
-            options->transport = mine->transport;
-        }
-    }
     if (options->timeout != options_->timeout && options->timeout.count() > 0)
         tutti_comm_set_timeout(made, static_cast<double>(options->timeout.count()) / 1e3);
     return c10::make_intrusive<BackendTutti>(store_, tutti_comm_rank(made), want,

@@ -686,6 +686,9 @@ START_TEST(test_slurm_store)
         {"n[1-]", NULL},
         {"n[09-10]", "n09"},
         {"n[1,3-4]", "n1"},
+        {"n[1--2]", NULL},
+        {"n[3--1]", NULL},
+        {"n[1-99999999999999999999]", NULL},
     };
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
         char out[64] = "?";
@@ -789,8 +792,19 @@ START_TEST(test_launcher_leftover)
         for (int k = 0; k < 4; k += 2)
             unsetenv(launchers[i].set[k]);
     }
-    unsetenv("RANK");
-    unsetenv("WORLD_SIZE");
+    /* mpirun inside an srun step (or daemons srun started): the MPI pair agrees with RANK and
+     * the step's own numbers differ, as they should: nothing to say */
+    static const char *const nested[] = {"RANK", "1", "WORLD_SIZE", "2", "PMI_RANK", "1",
+                                         "PMI_SIZE", "2", "SLURM_PROCID", "0",
+                                         "SLURM_STEP_NUM_TASKS", "1"};
+    for (size_t k = 0; k < sizeof nested / sizeof nested[0]; k += 2)
+        setenv(nested[k], nested[k + 1], 1);
+    int rank = -1, size = -1;
+    launcher_rank_log(&rank, &size, log, sizeof log);
+    ck_assert(rank == 1 && size == 2);
+    ck_assert_msg(log[0] == '\0', "mpirun inside srun warned: %s", log);
+    for (size_t k = 0; k < sizeof nested / sizeof nested[0]; k += 2)
+        unsetenv(nested[k]);
 }
 END_TEST
 

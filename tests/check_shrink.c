@@ -327,15 +327,16 @@ START_TEST(test_exclude)
 }
 END_TEST
 
-/* Rank 2 is stopped (SIGSTOP) through the others' shrink, which gives up at the timeout (3 s);
+/* Rank 2 is stopped (SIGSTOP) through the others' shrink, which gives up at the timeout (5 s);
  * then (_i == 0) they shrink again excluding it and go on with a communicator of two, or
- * (_i == 1) they give up and destroy the old communicator. Only then is rank 2 resumed, and its
- * shrink, the call the others gave up on, must fail: it found them all gone and made a
- * communicator of one of its own, a second job beside theirs. The others stay alive meanwhile
- * (a rank that finds the others dead may go on alone: that is what a shrink is for). */
+ * (_i == 1) they give up and destroy the old communicator, or (_i == 2) they give up, rank 0
+ * (the coordinator) is killed and rank 1 destroys the old communicator. Only then is rank 2
+ * resumed, and its shrink, the call the others gave up on, must fail: it found them all gone
+ * and made a communicator of one of its own, a second job beside theirs. */
 static int stopped_body(int rank, int size, void *arg)
 {
-    bool again = *(const int *)arg == 0;
+    int variant = *(const int *)arg;
+    bool again = variant == 0;
     th_shared_t *sh = th_shared();
     tutti_comm_t *comm = NULL, *nc = NULL;
     tutti_status_t st = tutti_comm_init_env(NULL, &comm);
@@ -373,10 +374,24 @@ static int stopped_body(int rank, int size, void *arg)
             break;
         usleep(1000);
     }
+    /* The coordinator (rank 0) calls last, so that rank 1 gives up first: its leaving must not
+     * read as having gone on without rank 0 (which then sent rank 2 no note). */
+    if (rank == 0)
+        usleep(300000);
     st = tutti_comm_shrink(comm, NULL, 0, &nc);
     if (st != TUTTI_ERR_TIMEOUT)
         bad = th_fail("shrink with rank 2 stopped: %d (%s): %s; expected TUTTI_ERR_TIMEOUT", st,
                       tutti_strerror(st), tutti_last_error());
+    if (variant == 2 && rank == 0) { /* to be killed, its note mailed */
+        __atomic_store_n(&sh->slots[2], 1 + bad, __ATOMIC_RELEASE);
+        for (;;)
+            pause();
+    }
+    if (variant == 2) {
+        if (th_await_slot(2, 30) != 0 || sh->slots[2] != 1)
+            bad = 1;
+        th_kill_rank(0);
+    }
     if (again) {
         const int out[1] = {2};
         if ((st = tutti_comm_shrink(comm, out, 1, &nc)) != TUTTI_OK)
@@ -387,7 +402,7 @@ static int stopped_body(int rank, int size, void *arg)
                           tutti_comm_size(nc));
     }
     tutti_comm_destroy(comm);
-    if (rank == 0)
+    if (rank == (variant == 2 ? 1 : 0))
         kill(sh->pids[2], SIGCONT);
     if (th_await_slot(1, 30) != 0)
         bad = 1;
@@ -407,11 +422,12 @@ START_TEST(test_stopped)
     th_opts_t o = TH_OPTS_INIT;
     o.transport = "shm";
     o.timeout_s = 60;
-    o.rank_timeout_s = 3;
+    o.rank_timeout_s = 5;
     int variant = _i;
+    static const char *const how[] = {"the others shrink again without it", "the others give up",
+                                      "the others give up, the coordinator is killed"};
     ck_assert_msg(th_run_opts(3, &o, stopped_body, &variant) == 0,
-                  "rank 2 stopped through a shrink (%s): see stderr",
-                  _i == 0 ? "the others shrink again without it" : "the others give up");
+                  "rank 2 stopped through a shrink (%s): see stderr", how[_i]);
 }
 END_TEST
 
@@ -425,7 +441,7 @@ static Suite *shrink_suite(void)
     tc = tcase_create("exclude");
     tcase_set_timeout(tc, 70);
     tcase_add_loop_test(tc, test_exclude, 0, (int)(sizeof xcases / sizeof xcases[0]));
-    tcase_add_loop_test(tc, test_stopped, 0, 2);
+    tcase_add_loop_test(tc, test_stopped, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -329,7 +329,9 @@ class TestLaunchers(unittest.TestCase):
                              (",x", None), ("a b", None), ("n[[1]]", None), ("n[-1]", None),
                              ("n[,2]x", None), ("a\tb", None), ("[1-2]", None),
                              ("n[3-1]", None), ("n[1-a]", None), ("n[1-]", None),
-                             ("n[09-10]", "n09"), ("n[1,3-4]", "n1")):
+                             ("n[09-10]", "n09"), ("n[1,3-4]", "n1"), ("n[1--2]", None),
+                             ("n[3--1]", None), ("n[1-99999999999999999999]", None),
+                             ("n[\u0661-2]", None)):
             self.assertEqual(tutti_torch._hostlist_first(hosts), first, hosts)
         # torchrun or mpirun inside an srun step: theirs win, and Slurm's may differ
         env = dict(step, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_PORT="29400")

@@ -83,14 +83,15 @@ def _hostlist_first(hosts):
     libtutti's tutti__hostlist_first."""
     first = re.match(r"(?:[^,\[\]]|\[[^\[\]]*\])*", hosts).group(0)  # up to a ',' outside [ ]
     # a name before each bracket; in it digits, '-' and ',' only, its first item a number
-    host = r"[^\[\]\s,]+(?:\[\d+(?:[-,][\d,-]*)?\][^\[\]\s,]*)*"
+    host = r"[^\[\]\s,]+(?:\[[0-9]+(?:[-,][0-9,-]*)?\][^\[\]\s,]*)*"
     if first == "" or hosts[len(first):len(first) + 1] not in ("", ",") or \
-            not re.fullmatch(host, first):
+            not re.fullmatch(host, first, re.ASCII):
         return None
-    for lo, dash, hi in re.findall(r"\[(\d+)(-?)(\d*)", first):
-        if dash and (hi == "" or int(hi) < int(lo)):  # a range must end, not before its start
+    for lo, dash, hi in re.findall(r"\[([0-9]+)(-?)([0-9]*)", first):
+        # a range must end, not before its start, within 64 bits (as strtoul reads it)
+        if dash and (hi == "" or int(hi) < int(lo) or int(hi) >= 1 << 64):
             return None
-    return re.sub(r"\[(\d+)[^\]]*\]", r"\1", first)
+    return re.sub(r"\[([0-9]+)[^\]]*\]", r"\1", first)
 
 
 def _slurm_store(env, want_addr):
@@ -105,8 +106,8 @@ def _slurm_store(env, want_addr):
     port = 20000 + (num("SLURM_JOB_ID") % 1000) * 10 + num("SLURM_STEP_ID") % 10
     addr = None
     nodes = env.get("SLURM_STEP_NUM_NODES")
-    if want_addr and nodes is not None and not (nodes.strip().isdigit() and
-                                                1 <= int(nodes) <= 1 << 20):
+    if want_addr and nodes is not None and not (re.fullmatch(r"\s*\+?[0-9]+\s*", nodes, re.ASCII)
+                                                and 1 <= int(nodes) <= 1 << 20):
         raise ValueError("tutti_torch: SLURM_STEP_NUM_NODES=%r is not a node count (1 to "
                          "1048576), so the step's first node, where it meets, is unknown: fix "
                          "it, or set MASTER_ADDR to rank 0's host" % nodes)

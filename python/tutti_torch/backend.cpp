@@ -386,12 +386,14 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
     // anything is done, rather than report options the group does not have.
     if (opts_override) {
         auto *mine = dynamic_cast<Options *>(opts_override.get());
+        // 0 and "" (a fresh Options' own) mean: the group's
         if (mine != nullptr &&
-            (mine->inline_max != options_->inline_max ||
-             mine->worker_count != options_->worker_count || mine->transport != options_->transport))
+            ((mine->inline_max != 0 && mine->inline_max != options_->inline_max) ||
+             (mine->worker_count != 0 && mine->worker_count != options_->worker_count) ||
+             (!mine->transport.empty() && mine->transport != options_->transport)))
             refuse(op, "opts_override asks for another worker_count, transport or inline_max than "
                        "this group's: a shrunk group keeps its parent's (only the timeout may "
-                       "differ)");
+                       "differ; leave those fields at 0 or empty)");
     }
     tutti_comm_t *made = nullptr;
     tutti_status_t st = tutti_comm_shrink(comm_, exclude.data(), static_cast<int>(exclude.size()),

@@ -96,10 +96,13 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
          * an mpirun or a step): set by hand or left in the shell (srun passes the environment
          * on), they give every rank the same numbers. Warned, not refused: a launcher of one's
          * own may set them on purpose. */
+        bool mpi = false; /* an MPI launcher's pair is set: Slurm's are the step's around it */
         for (size_t j = 1; i == 0 && j <= 3 && tutti__env_get("TORCHELASTIC_RUN_ID") == NULL &&
                            tutti__env_get("GROUP_RANK") == NULL;
-             j++)
-            if (env_int(pairs[j][0], &r2) && env_int(pairs[j][1], &s2) && (r2 != r || s2 != s)) {
+             j++) {
+            bool both = env_int(pairs[j][0], &r2) && env_int(pairs[j][1], &s2);
+            mpi = mpi || (j <= 2 && both);
+            if (both && (r2 != r || s2 != s) && !(j == 3 && mpi)) {
                 TUTTI__LOG(TUTTI__LOG_WARN,
                            "RANK=%ld and WORLD_SIZE=%ld are set, but %s say rank %ld of %ld: "
                            "RANK/WORLD_SIZE win, so every rank of this %s may take the same "
@@ -107,6 +110,7 @@ tutti_status_t tutti__launcher_rank(int *rank, int *size, const char **how)
                            r, s, pairs[j][2], r2, s2, j == 3 ? "srun" : "mpirun");
                 break;
             }
+        }
         if (i == 1 || i == 2) {
             /* The other MPI launcher's pair, where any of it is set, must be whole and agree. */
             const char *const *o = pairs[3 - i];
@@ -204,7 +208,7 @@ bool tutti__hostlist_first(const char *list, char *out, size_t cap)
             char *end;
             errno = 0;
             unsigned long lo = strtoul(out + first, NULL, 10), hi = strtoul(p + 2, &end, 10);
-            if (end == p + 2 || errno != 0 || hi < lo)
+            if (!isdigit((unsigned char)p[2]) || end == p + 2 || errno != 0 || hi < lo)
                 return false;
         }
     }

@@ -161,11 +161,12 @@ static tutti_status_t create(shrink_t *s, const int *members, int n, int crank,
     if (st < 0 && n > 1) { /* its ranks are the new ones: say which old rank each is */
         char map[200];
         size_t k = 0;
-        for (int i = 0; i < n && k + 24 < sizeof map; i++)
+        int i = 0;
+        for (; i < n && k + 24 < sizeof map; i++)
             k += (size_t)snprintf(map + k, sizeof map - k, "%s%d=%d", i ? ", " : "", i,
                                   members[i]);
         tutti__append_error(" (ranks of the shrunk communicator, new=old: %s%s)", map,
-                            k + 24 >= sizeof map ? ", ..." : "");
+                            i < n ? ", ..." : "");
     }
     if (st < 0)
         tutti__store_close_now(store); /* a rank that died never closes it */
@@ -218,10 +219,9 @@ static void tell_given_up(shrink_t *s, const int *members, int n)
 
 /* gather waits until every rank that is neither gone nor excluded has mailed its VIEW (or is
  * gone); members[] gets this rank and them, ascending. It ends the call (s->final) when a VIEW
- * or a decision leaves this rank out, or when a rank that mailed it its VIEW of this call or
- * was a member of a creation this rank took part in, and is not excluded (an excluded one
- * leaves once it is told so), has destroyed the old communicator since: the others went on
- * without this rank (a creation can end on some members and fail on others when a member
+ * or a decision leaves this rank out, or when a rank that was a member of a creation this rank
+ * took part in, and is not excluded (an excluded one leaves once it is told so), has destroyed
+ * the old communicator since: the others went on without this rank (a creation can end on some members and fail on others when a member
  * dies at its very end), and a communicator made of what is left here would run apart from
  * theirs. */
 static tutti_status_t gather(shrink_t *s, int *members, int *n)
@@ -244,7 +244,10 @@ static tutti_status_t gather(shrink_t *s, int *members, int *n)
                                         "tutti_comm_shrink: rank %d excludes this rank (%d): it "
                                         "is left out of the shrunk communicator", r, s->rank);
             }
-            if ((viewed || s->took_part[r]) && !s->excluded[r] && tutti__live_left(s->live, r)) {
+            /* Only a creation this rank took part in can have let r go on without it: a rank
+             * that mailed this one its view took it for the coordinator, so one that left since
+             * gave up (its timeout) and is gone like any other. */
+            if (s->took_part[r] && !s->excluded[r] && tutti__live_left(s->live, r)) {
                 s->final = true;
                 return tutti__set_error(TUTTI_ERR_PEER_FAILED,
                                         "tutti_comm_shrink: rank %d took part in this shrink and "
@@ -374,8 +377,8 @@ static tutti_status_t send_view(shrink_t *s, int to, const unsigned char *mine, 
 /* parse_decide checks the DECIDE that rank q mailed (s->mail, len bytes): *members gets its
  * members (a malloc'd array, *n of them, ascending from q) and *crank this rank's place among
  * them, or -1. An error when it is garbled or of another call (TUTTI_ERR_INVALID_ARG; with
- * later, one of a later call is taken), or names a rank known dead (TUTTI_ERR_PEER_FAILED: wait
- * for the next one). */
+ * later, one of a later call is taken), or names this rank and a rank known dead
+ * (TUTTI_ERR_PEER_FAILED: wait for the next one). */
 static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, bool later, int **members,
                                    int *n, int *crank)
 {
@@ -410,7 +413,7 @@ static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, bool later, i
     if (st == TUTTI_OK && *crank >= 0 && cnt < 2) /* a communicator of one is never mailed */
         st = tutti__set_error(TUTTI_ERR_INVALID_ARG, "rank %d mailed a malformed shrink "
                               "decision (one member)", q);
-    for (uint32_t i = 0; i < cnt && st == TUTTI_OK; i++)
+    for (uint32_t i = 0; i < cnt && st == TUTTI_OK && *crank >= 0; i++) /* one to act on */
         if (got[i] != s->rank && tutti__live_dead(s->live, got[i]))
             st = tutti__set_error(TUTTI_ERR_PEER_FAILED, "rank %d's shrink decision names rank "
                                   "%d, which died", q, got[i]);
@@ -434,7 +437,7 @@ static bool left_out(shrink_t *s)
 {
     for (int q = 0; q < s->size; q++) {
         size_t len;
-        if (q == s->rank || tutti__live_dead(s->live, q))
+        if (q == s->rank) /* a dead sender's mail too: it came before its death */
             continue;
         uint64_t gen = tutti__live_mail_read(s->live, q, MAIL_DECIDE, s->mail,
                                              tutti__live_mail_cap(s->live), &len);
@@ -452,8 +455,8 @@ static bool left_out(shrink_t *s)
             tutti__set_error(TUTTI_ERR_PEER_FAILED,
                              "tutti_comm_shrink: rank %d, coordinating shrink call %u, gave up "
                              "waiting for this rank (%d), whose view did not come in time (it "
-                             "was stopped or called late): this rank is out; the others' call "
-                             "failed too",
+                             "was stopped, or called late, or the ranks' shrink calls are out "
+                             "of step): this call ends here, as it did there",
                              q, call, s->rank);
             return true;
         }

@@ -332,11 +332,14 @@ END_TEST
  * (_i == 1) they give up and destroy the old communicator, or (_i == 2) they give up, rank 0
  * (the coordinator) is killed and rank 1 destroys the old communicator. Only then is rank 2
  * resumed, and its shrink, the call the others gave up on, must fail: it found them all gone
- * and made a communicator of one of its own, a second job beside theirs. */
+ * and made a communicator of one of its own, a second job beside theirs. (_i == 3) The same
+ * with the coordinator, rank 0, stopped: the others mail it their views, give up and leave;
+ * resumed, it must fail too, not count them gone and go on alone. */
 static int stopped_body(int rank, int size, void *arg)
 {
     int variant = *(const int *)arg;
     bool again = variant == 0;
+    int victim = variant == 3 ? 0 : 2, first = victim == 0 ? 1 : 0; /* first: lowest other */
     th_shared_t *sh = th_shared();
     tutti_comm_t *comm = NULL, *nc = NULL;
     tutti_status_t st = tutti_comm_init_env(NULL, &comm);
@@ -348,23 +351,24 @@ static int stopped_body(int rank, int size, void *arg)
     __atomic_add_fetch(&sh->counter, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&sh->counter, __ATOMIC_SEQ_CST) < size)
         usleep(1000);
-    if (rank == 2) {
+    if (rank == victim) {
         raise(SIGSTOP);
         st = tutti_comm_shrink(comm, NULL, 0, &nc);
-        if (st != TUTTI_ERR_PEER_FAILED || nc != NULL)
+        tutti_status_t want = victim == 0 ? TUTTI_ERR_TIMEOUT : TUTTI_ERR_PEER_FAILED;
+        if (st != want || nc != NULL)
             bad = th_fail("the rank stopped through the others' shrink: %d (%s), %s; expected "
-                          "TUTTI_ERR_PEER_FAILED: %s", st, tutti_strerror(st),
+                          "%s: %s", st, tutti_strerror(st),
                           nc != NULL ? "a communicator of its own" : "no communicator",
-                          tutti_last_error());
+                          tutti_strerror(want), tutti_last_error());
         if (nc != NULL)
             tutti_comm_destroy(nc);
         tutti_comm_destroy(comm);
         __atomic_store_n(&sh->slots[1], 1, __ATOMIC_RELEASE);
         return bad;
     }
-    /* rank 2 is stopped once /proc says so */
+    /* the victim is stopped once /proc says so */
     char path[64], line[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", sh->pids[2]);
+    snprintf(path, sizeof path, "/proc/%d/stat", sh->pids[victim]);
     for (int k = 0; k < 5000; k++) {
         FILE *f = fopen(path, "r");
         char *close_paren = f != NULL && fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
@@ -380,8 +384,8 @@ static int stopped_body(int rank, int size, void *arg)
         usleep(300000);
     st = tutti_comm_shrink(comm, NULL, 0, &nc);
     if (st != TUTTI_ERR_TIMEOUT)
-        bad = th_fail("shrink with rank 2 stopped: %d (%s): %s; expected TUTTI_ERR_TIMEOUT", st,
-                      tutti_strerror(st), tutti_last_error());
+        bad = th_fail("shrink with rank %d stopped: %d (%s): %s; expected TUTTI_ERR_TIMEOUT",
+                      victim, st, tutti_strerror(st), tutti_last_error());
     if (variant == 2 && rank == 0) { /* to be killed, its note mailed */
         __atomic_store_n(&sh->slots[2], 1 + bad, __ATOMIC_RELEASE);
         for (;;)
@@ -402,8 +406,8 @@ static int stopped_body(int rank, int size, void *arg)
                           tutti_comm_size(nc));
     }
     tutti_comm_destroy(comm);
-    if (rank == (variant == 2 ? 1 : 0))
-        kill(sh->pids[2], SIGCONT);
+    if (rank == (variant == 2 ? 1 : first))
+        kill(sh->pids[victim], SIGCONT);
     if (th_await_slot(1, 30) != 0)
         bad = 1;
     if (nc != NULL) {
@@ -425,9 +429,10 @@ START_TEST(test_stopped)
     o.rank_timeout_s = 5;
     int variant = _i;
     static const char *const how[] = {"the others shrink again without it", "the others give up",
-                                      "the others give up, the coordinator is killed"};
+                                      "the others give up, the coordinator is killed",
+                                      "the coordinator stopped, the others give up"};
     ck_assert_msg(th_run_opts(3, &o, stopped_body, &variant) == 0,
-                  "rank 2 stopped through a shrink (%s): see stderr", how[_i]);
+                  "a rank stopped through a shrink (%s): see stderr", how[_i]);
 }
 END_TEST
 
@@ -441,7 +446,7 @@ static Suite *shrink_suite(void)
     tc = tcase_create("exclude");
     tcase_set_timeout(tc, 70);
     tcase_add_loop_test(tc, test_exclude, 0, (int)(sizeof xcases / sizeof xcases[0]));
-    tcase_add_loop_test(tc, test_stopped, 0, 3);
+    tcase_add_loop_test(tc, test_stopped, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -219,9 +219,11 @@ static void tell_given_up(shrink_t *s, const int *members, int n)
 
 /* gather waits until every rank that is neither gone nor excluded has mailed its VIEW (or is
  * gone); members[] gets this rank and them, ascending. It ends the call (s->final) when a VIEW
- * or a decision leaves this rank out, or when a rank that was a member of a creation this rank
- * took part in, and is not excluded (an excluded one leaves once it is told so), has destroyed
- * the old communicator since: the others went on without this rank (a creation can end on some members and fail on others when a member
+ * or a decision leaves this rank out; when a rank that mailed it its view has left since (it
+ * gave up on the call: TUTTI_ERR_TIMEOUT, the ranks still awaited told); or when a rank that
+ * was a member of a creation this rank took part in, and is not excluded (an excluded one
+ * leaves once it is told so), has destroyed the old communicator since: the others went on
+ * without this rank (a creation can end on some members and fail on others when a member
  * dies at its very end), and a communicator made of what is left here would run apart from
  * theirs. */
 static tutti_status_t gather(shrink_t *s, int *members, int *n)
@@ -244,15 +246,27 @@ static tutti_status_t gather(shrink_t *s, int *members, int *n)
                                         "tutti_comm_shrink: rank %d excludes this rank (%d): it "
                                         "is left out of the shrunk communicator", r, s->rank);
             }
-            /* Only a creation this rank took part in can have let r go on without it: a rank
-             * that mailed this one its view took it for the coordinator, so one that left since
-             * gave up (its timeout) and is gone like any other. */
+            /* Only a creation this rank took part in can have let r go on without it. */
             if (s->took_part[r] && !s->excluded[r] && tutti__live_left(s->live, r)) {
                 s->final = true;
                 return tutti__set_error(TUTTI_ERR_PEER_FAILED,
                                         "tutti_comm_shrink: rank %d took part in this shrink and "
                                         "has gone on (it destroyed the old communicator) without "
                                         "this rank (%d), whose part failed: this rank is out",
+                                        r, s->rank);
+            }
+            /* A rank that mailed this one its view took it for the coordinator: one that left
+             * since gave up on this call (its timeout ran out first, as when this rank was
+             * stopped), so the call fails here too, and the ranks still awaited are told; going
+             * on without it would leave this rank, when it is the last, a job of its own. */
+            if (viewed && !s->excluded[r] && tutti__live_left(s->live, r)) {
+                s->final = true;
+                tell_given_up(s, members, *n);
+                return tutti__set_error(TUTTI_ERR_TIMEOUT,
+                                        "tutti_comm_shrink: rank %d mailed this rank (%d), which "
+                                        "coordinates, its view and then gave up on this call "
+                                        "(its timeout ran out first) and left: the call fails "
+                                        "here too",
                                         r, s->rank);
             }
             if (gone(s, r) || s->excluded[r])

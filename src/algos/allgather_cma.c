@@ -11,8 +11,8 @@
  * kernel), against twice and a barrier pair per window's worth for the direct algorithm. The
  * kernel pins the source page by page, so from 4 KiB pages a single copy moves less per
  * second than memcpy (a send buffer used again is backed with huge pages first:
- * tutti__cma_offer); it wins only where the direct algorithm's second copy and barriers cost more (select.c holds
- * the measurement).
+ * tutti__cma_offer); it wins only where the direct algorithm's second copy and barriers cost
+ * more (select.c holds the measurement).
  */
 #include "algos.h"
 

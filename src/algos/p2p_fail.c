@@ -82,9 +82,10 @@ static void add_withdrawn(tutti__p2p_t *e, int p, uint64_t seq)
 /*
  * withdraw takes back everything op has posted and leaves its peer's streams in step, or fails
  * the peer where they cannot be: a receive that cleared an RTS but will not take its data (or
- * the rest of it), a send whose envelope went out but whose payload did not. A send withdrawn before its
- * announcement went out never existed for the peer (message numbers may skip); one announced
- * but not yet cleared is remembered, so that its CTS, if it comes, is answered "withdrawn".
+ * the rest of it), a send whose envelope went out but whose payload did not. A send withdrawn
+ * before its announcement went out never existed for the peer (message numbers may skip); one
+ * announced but not yet cleared is remembered, so that its CTS, if it comes, is answered
+ * "withdrawn".
  */
 static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {

@@ -43,7 +43,7 @@ enum {
 };
 
 typedef struct seen {
-    uintptr_t lo, hi; /* the huge-page-aligned interior; hi == 0: free slot */
+    uintptr_t lo, hi; /* the huge pages offered (tutti__cma_offer's span); hi == 0: free slot */
     uint32_t offers;
     uint64_t used;    /* the table's clock at the last offer: least recent is replaced */
 } seen_t;
@@ -51,8 +51,8 @@ typedef struct seen {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static seen_t table[SLOTS];
 static uint64_t clock_now;
-static int kernel_has = -1; /* -1: not asked yet; 0: the kernel does not know MADV_COLLAPSE */
-static uintptr_t huge = (uintptr_t)2 << 20; /* the huge page's size (x86-64's; read at the first ask) */
+static int kernel_has = -1; /* -1: not asked yet; 0: no MADV_COLLAPSE here, or THP `never` */
+static uintptr_t huge = (uintptr_t)2 << 20; /* the huge page's size (read at the first ask) */
 static uint64_t collapses;
 
 /* offer_count returns how many times [lo, hi) has been offered, this time included. */
@@ -111,7 +111,8 @@ void tutti__cma_offer(const tutti__window_t *w, const void *buf, size_t len)
         ask_kernel();
     /* The huge pages at least half inside the buffer: its middle ones, and an end one half
      * filled by it (a 1 MiB alltoall block's 2 MiB buffer lies across two, wholly in neither). */
-    uintptr_t b = (uintptr_t)buf, e = b + len, first = b & ~(huge - 1), last = (e - 1) & ~(huge - 1);
+    uintptr_t b = (uintptr_t)buf, e = b + len;
+    uintptr_t first = b & ~(huge - 1), last = (e - 1) & ~(huge - 1);
     uintptr_t lo = first, hi = last + huge;
     if (((first + huge < e ? first + huge : e) - b) * 2 < huge)
         lo += huge;

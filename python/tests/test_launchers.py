@@ -161,16 +161,25 @@ class TestLaunchers(unittest.TestCase):
         env.pop("MASTER_PORT", None)
         if not shutil.which("ssh") and not shutil.which("rsh"):
             env["OMPI_MCA_plm"] = "isolated"
-        ompi = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
-                "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "CCL_LOG_LEVEL"]
+        # Each Open MPI job gets a session directory of its own: two mpiruns started at once
+        # race to create the shared /tmp/ompi.<host>.<uid> ("File exists", orte_init fails).
+        tmp = tempfile.mkdtemp(prefix="tutti-ompi-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+
+        def ompi(k):
+            base = os.path.join(tmp, str(k))
+            os.mkdir(base)
+            return ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+                    "--mca", "orte_tmpdir_base", base,
+                    "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "CCL_LOG_LEVEL"]
         py = [harness.PY, self.script, "--worker", "launched"]
         c = [self.bench(), "allgather", "-b", "8", "-e", "64K", "-i", "50"]
         cmds = [["mpirun.mpich", "-n", "2"] + py + ["mpich"],
                 ["mpirun.mpich", "-n", "2"] + py + ["mpich"],
-                ompi + py + ["openmpi"],
+                ompi(0) + py + ["openmpi"],
                 ["mpirun.mpich", "-n", "2"] + c,
                 ["mpirun.mpich", "-n", "2"] + c,
-                ompi + c]
+                ompi(1) + c]
         for attempt in range(3):
             procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,

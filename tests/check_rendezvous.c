@@ -234,10 +234,17 @@ END_TEST
 /* A secret directory rank 0 cannot use (here open to others; in /tmp another user may have
  * made it): rank 0 fails before its store serves, and rank 1 fails within seconds in rank 0's
  * words, not at its 60 s timeout ("could not reach the rendezvous store"). */
+/* arg != NULL: the ranks run as uid 65533, and the directory is uid 65534's, mode 0700: rank 0
+ * cannot even open it (it said "Permission denied; remove it", which it cannot). */
+#define BAD_DIR_UID 65533
+#define BAD_DIR_OTHER 65534
+
 static int bad_dir_rank(int rank, int size, void *arg)
 {
     (void)size;
-    (void)arg;
+    if (arg != NULL && (setresgid(BAD_DIR_UID, BAD_DIR_UID, BAD_DIR_UID) != 0 ||
+                        setresuid(BAD_DIR_UID, BAD_DIR_UID, BAD_DIR_UID) != 0))
+        return th_fail("rank %d: cannot become uid %d: %s", rank, BAD_DIR_UID, strerror(errno));
     tutti_comm_t *comm = NULL;
     double t0 = th_now();
     tutti_status_t st = tutti_comm_init_env(NULL, &comm);
@@ -251,20 +258,34 @@ static int bad_dir_rank(int rank, int size, void *arg)
     if (strstr(msg, "closed to others") == NULL)
         return th_fail("rank %d: the error does not say why the directory is refused: %s", rank,
                        msg);
+    if (arg != NULL && strstr(msg, "belongs to uid 65534") == NULL)
+        return th_fail("rank %d: the error does not name the directory's owner: %s", rank, msg);
     if (rank != 0 && (dt > 15 || strstr(msg, "cannot have started it") == NULL))
         return th_fail("rank %d failed after %.1f s (timeout 60 s), or without saying that rank "
                        "0 cannot have started its store: %s", rank, dt, msg);
     return 0;
 }
 
+/* Case 0: this user's directory, open to others (0755). Case 1 (root only): another user's,
+ * closed (0700), which the ranks' user cannot open at all. */
 START_TEST(test_bad_secret_dir)
 {
+    const bool foreign = _i == 1;
+    if (foreign && geteuid() != 0) {
+        fprintf(stderr, "# bad secret dir: another user's directory needs root to set up\n");
+        return;
+    }
     char dir[128], env[160], sub[160];
     snprintf(dir, sizeof dir, "/tmp/tutti-test-baddir-%d", (int)getpid());
     snprintf(sub, sizeof sub, "%s/tutti", dir);
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     ck_assert_int_eq(mkdir(sub, 0700), 0);
-    ck_assert_int_eq(chmod(sub, 0755), 0);
+    if (foreign) {
+        /* XDG_RUNTIME_DIR is taken only when it is the ranks' user's */
+        ck_assert_int_eq(chown(dir, BAD_DIR_UID, BAD_DIR_UID), 0);
+        ck_assert_int_eq(chown(sub, BAD_DIR_OTHER, BAD_DIR_OTHER), 0);
+    } else
+        ck_assert_int_eq(chmod(sub, 0755), 0);
     snprintf(env, sizeof env, "XDG_RUNTIME_DIR=%s", dir);
     th_opts_t o = TH_OPTS_INIT;
     o.timeout_s = 40;
@@ -272,7 +293,7 @@ START_TEST(test_bad_secret_dir)
     o.env[0] = env;
     o.env[1] = "TUTTI_JOB_TOKEN"; /* unset: the host's secret file is what is tested */
     o.env[2] = "SLURM_JOB_ID";
-    int rc = th_run_opts(2, &o, bad_dir_rank, NULL);
+    int rc = th_run_opts(2, &o, bad_dir_rank, foreign ? (void *)1 : NULL);
     rmdir(sub);
     rmdir(dir);
     ck_assert_msg(rc == 0, "an unusable secret directory: see stderr");
@@ -1113,7 +1134,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_reserved_key);
     tcase_add_test(tc, test_single_rank);
     tcase_add_test(tc, test_any_addr);
-    tcase_add_test(tc, test_bad_secret_dir);
+    tcase_add_loop_test(tc, test_bad_secret_dir, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("host_file");
     tcase_add_checked_fixture(tc, xdg_setup, xdg_teardown);

@@ -99,9 +99,9 @@ static bool dir_ok(const char *dir, const struct stat *sb)
     }
     if (sb->st_uid != geteuid() || (sb->st_mode & 077) != 0) {
         tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                         "bootstrap: %s belongs to uid %u with mode %03o: a directory for this "
+                         "bootstrap: %s belongs to uid %u with mode %04o: a directory for this "
                          "job's secret must be this user's (uid %u) and closed to others; %s",
-                         dir, (unsigned)sb->st_uid, (unsigned)(sb->st_mode & 0777),
+                         dir, (unsigned)sb->st_uid, (unsigned)(sb->st_mode & 07777),
                          (unsigned)geteuid(),
                          sb->st_uid == geteuid()
                              ? "chmod 700 it (or remove it), or set TUTTI_JOB_TOKEN to the same "
@@ -126,10 +126,13 @@ static int open_dir(char *dir, size_t cap)
     }
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 && (errno == ELOOP || errno == ENOTDIR) && lstat(dir, &sb) == 0) {
-        dir_ok(dir, &sb); /* not a directory: says whose it is and what to do */
+    /* Not a directory, or one this user may not open (another user's, mode 0700): the error
+     * says whose it is and what to do, in the words the other ranks use (tutti__secret_dir_check)
+     * rather than "remove it", which this user cannot. */
+    int open_err = errno;
+    if (fd < 0 && lstat(dir, &sb) == 0 && !dir_ok(dir, &sb))
         return -1;
-    }
+    errno = open_err;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         int err = errno;
         tutti__set_error(TUTTI_ERR_BOOTSTRAP,

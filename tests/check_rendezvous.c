@@ -439,6 +439,94 @@ START_TEST(test_two_jobs)
 }
 END_TEST
 
+/* ---- two jobs of two users on one port ----------------------------------------------------- */
+
+/* Job B runs as another user (uid 65534), so its rank finds no secret file for A's store in its
+ * own directory, whatever A's is. Case 0: the launchers name the jobs (Slurm ids 111 and 222):
+ * A's store says so at once. Case 1: no launcher ids: B's rank 1 meets A's store, which then
+ * ends its rendezvous and closes; B's rank 0 had failed on the taken port. B's rank 1 waited
+ * out its whole timeout (300 s by default), then blamed "connection refused". */
+#define OTHER_UID 65534
+
+static int user_b(int rank, bool named)
+{
+    if (setresgid(OTHER_UID, OTHER_UID, OTHER_UID) != 0 ||
+        setresuid(OTHER_UID, OTHER_UID, OTHER_UID) != 0)
+        return th_fail("job B: cannot become uid %d: %s", OTHER_UID, strerror(errno));
+    char v[16];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    if (named)
+        setenv("SLURM_JOB_ID", "222", 1);
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    const char *want = rank == 0 ? "in use" : named ? "serves another job" : "another job's";
+    fprintf(stderr, "[two users] job B rank %d after %.1f s: %s\n", rank, dt, tutti_last_error());
+    if (st != TUTTI_ERR_BOOTSTRAP || strstr(tutti_last_error(), want) == NULL)
+        return th_fail("job B rank %d: %d (%s), expected TUTTI_ERR_BOOTSTRAP saying \"%s\"", rank,
+                       st, tutti_strerror(st), want);
+    /* its TUTTI_TIMEOUT is 120 s; it gives up 20 s after A's store went (none: at once) */
+    if (dt > (named || rank == 0 ? 3.0 : 60.0))
+        return th_fail("job B rank %d: failing took %.1f s", rank, dt);
+    return 0;
+}
+
+static pid_t start_user_b(int rank, bool named)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        setsid();
+        _exit(user_b(rank, named));
+    }
+    return p;
+}
+
+static int wait_user_b(pid_t p, int rank)
+{
+    int st = 0;
+    if (p < 0 || waitpid(p, &st, 0) != p || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return th_fail("job B's rank %d did not fail as it should (status 0x%x)", rank, st);
+    return 0;
+}
+
+static int two_users_rank(int rank, int size, void *arg)
+{
+    const bool named = arg != NULL;
+    if (rank == 0)
+        return join_and_check(rank, size);
+    usleep(200000); /* A's rank 0 serves by now */
+    int bad = wait_user_b(start_user_b(0, named), 0);
+    if (named)
+        return wait_user_b(start_user_b(1, named), 1) || join_and_check(rank, size) || bad;
+    /* B's rank 1 meets A's store while A's rank 1 holds it open, then A ends its rendezvous */
+    pid_t b1 = start_user_b(1, named);
+    usleep(1500000);
+    bad |= join_and_check(rank, size);
+    return wait_user_b(b1, 1) || bad;
+}
+
+START_TEST(test_two_users)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "# two users: needs root to run a job as uid %d\n", OTHER_UID);
+        return;
+    }
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 120;
+    o.rank_timeout_s = 100;
+    o.env[0] = "TUTTI_JOB_TOKEN"; /* unset: the host's secret file is what is tested */
+    if (_i == 0)
+        o.env[1] = "SLURM_JOB_ID=111";
+    else
+        o.env[1] = "SLURM_JOB_ID";
+    ck_assert_msg(th_run_opts(2, &o, two_users_rank, _i == 0 ? (void *)1 : NULL) == 0,
+                  "two jobs of two users on one port (case %d): see stderr", _i);
+}
+END_TEST
+
 /* ---- where the store listens --------------------------------------------------------------- */
 
 /* With MASTER_ADDR=127.0.0.1 the store is not reachable at the host's other addresses. */
@@ -1124,6 +1212,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_stranger, 0, 2);
     tcase_add_loop_test(tc, test_two_jobs, 0, (int)(sizeof two_cases / sizeof two_cases[0]));
+    tcase_add_loop_test(tc, test_two_users, 0, 2);
     tcase_add_test(tc, test_back_to_back);
     tcase_add_test(tc, test_bind);
     tcase_add_test(tc, test_flood);

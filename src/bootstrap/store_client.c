@@ -38,6 +38,13 @@ struct tutti__store {
  * store for the moment rank 0 takes to close it). */
 #define NO_SECRET_GRACE_S 5.0
 
+/* How long a rank goes on after such a store has gone and nothing listens on the port. Its own
+ * job's previous store is followed by rank 0's next one within moments; another job's ended
+ * with its rendezvous, and this job's rank 0, which found the port taken, has failed ("address
+ * already in use") and will not come. Under a launcher that leaves the other ranks running
+ * (MPICH's), waiting to the deadline (TUTTI_TIMEOUT, 300 s by default) was a hang. */
+#define FOREIGN_GONE_S 20.0
+
 /* io_deadline bounds one request: the server answers at once, so only a hung or vanished
  * rank 0 takes long; the store's own deadline applies, but never less than 10 s. */
 static double io_deadline(const tutti__store_t *s)
@@ -259,6 +266,39 @@ static void lowercase_first(char *s)
         s[0] = (char)(s[0] - 'A' + 'a');
 }
 
+/* another_job asks the store on s->fd, whose challenge was read, whether it serves this rank's
+ * job (HELLO with TUTTI__WIRE_ASK_JOB; it admits no one). True, with the error set, when it
+ * answers that it serves another: the launchers' job ids differ. False when it is this job's
+ * store, or it cannot tell (the same job id: no launcher ids on either side), or the question
+ * failed; the caller then looks again for the secret file, as before. */
+static bool another_job(tutti__store_t *s, double deadline)
+{
+    uint8_t hdr[TUTTI__WIRE_HDR], body[TUTTI__WIRE_HELLO_BODY];
+    uint32_t w[4];
+    memset(body, 0, sizeof body);
+    tutti__wire_put32(body + TUTTI__WIRE_HELLO_FLAGS, TUTTI__WIRE_ASK_JOB);
+    memcpy(body + TUTTI__WIRE_HELLO_JOB, s->auth.job, TUTTI__AUTH_JOB);
+    tutti__wire_put_hdr(hdr, TUTTI__REQ_HELLO, (uint32_t)s->rank, (uint32_t)s->size);
+    struct iovec iov[2] = {{hdr, sizeof hdr}, {body, sizeof body}};
+    double d = tutti__now() + 2.0 < deadline ? tutti__now() + 2.0 : deadline;
+    if (tutti__sock_sendv(s->fd, iov, 2, d) != 0 || tutti__sock_recv(s->fd, hdr, sizeof hdr, d) != 0)
+        return false;
+    tutti__wire_get_hdr(hdr, w);
+    char text[TUTTI__WIRE_ERRTEXT_MAX];
+    if (w[0] != TUTTI__WIRE_MAGIC || w[1] != TUTTI__REP_ERROR || w[3] == 0 ||
+        w[3] >= sizeof text || tutti__sock_recv(s->fd, text, w[3], d) != 0)
+        return false;
+    text[w[3]] = '\0';
+    if (strcmp(text, TUTTI__WIRE_SAME_JOB) == 0)
+        return false;
+    printable(text);
+    tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                     "rank %d found no secret of its job for the rendezvous store at %s:%d, and "
+                     "that store says: %s",
+                     s->rank, s->addr, s->port, text);
+    return true;
+}
+
 /* handshake answers the store's challenge on s->fd (wire.h). *retry is set when the store hung
  * up without a reason, as it does to a client it dropped to make room under a flood: the
  * caller may connect again. */
@@ -351,6 +391,16 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
                 if (absent && s->no_secret_at == 0.0)
                     s->no_secret_at = now;
                 *retry = absent && now - s->no_secret_at < NO_SECRET_GRACE_S;
+                if (absent && s->fd >= 0) {
+                    /* Where the launchers name their jobs, the store can tell at once. */
+                    char keep[TUTTI__ERRLEN];
+                    snprintf(keep, sizeof keep, "%s", tutti__tls_error());
+                    if (another_job(s, deadline)) {
+                        *retry = false;
+                        return TUTTI_ERR_BOOTSTRAP;
+                    }
+                    snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", keep);
+                }
                 return st;
             }
         } else
@@ -580,9 +630,11 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
     /* A HOST job's rank on rank 0's host: a secret directory rank 0 cannot use made rank 0
      * fail before its store served; so it fails here too, in rank 0's words. */
     const bool host_dir = rank != 0 && s->auth.mode == TUTTI__AUTH_HOST && addr_is_local(addr);
+    bool seen = false; /* a store without this job's secret file answered here */
     for (;;) {
         bool fatal = false, retry = false;
         s->fd = try_connect(addr, port, srcp, deadline, why, sizeof why, &fatal);
+        const bool reached = s->fd >= 0;
         if (s->fd < 0 && !fatal && host_dir && tutti__secret_dir_check() != TUTTI_OK) {
             char dir_err[TUTTI__ERRLEN];
             snprintf(dir_err, sizeof dir_err, "%s", tutti__tls_error());
@@ -603,6 +655,7 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
             if (!retry)
                 goto fail;
             snprintf(why, sizeof why, "%s", tutti__tls_error());
+            seen = s->no_secret_at != 0.0;
         }
         lowercase_first(why);
         if (fatal) {
@@ -615,6 +668,18 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
             goto fail;
         }
         double left = deadline - tutti__now();
+        if (!reached && seen && (left <= 0 || tutti__now() - s->no_secret_at >= FOREIGN_GONE_S)) {
+            st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                  "rank %d could not reach its job's rendezvous store at %s:%d: "
+                                  "%.0f s ago a store answered there for which this rank found "
+                                  "no secret file of its job (another job's), and since then "
+                                  "nothing listens there: that other job most likely held the "
+                                  "port when this job's rank 0 started, and rank 0 failed "
+                                  "(\"address already in use\"); give each job a MASTER_PORT of "
+                                  "its own, or TUTTI_JOB_TOKEN",
+                                  rank, addr, port, tutti__now() - s->no_secret_at);
+            goto fail;
+        }
         if (left <= 0) {
             char hint[256] = "is rank 0 running, and are MASTER_ADDR/MASTER_PORT the same on "
                              "every rank?";

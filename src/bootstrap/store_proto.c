@@ -279,6 +279,11 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
                k->port);
         return;
     }
+    if (flags & TUTTI__WIRE_ASK_JOB) {
+        reply(c, TUTTI__REP_ERROR, 0, TUTTI__WIRE_SAME_JOB, sizeof TUTTI__WIRE_SAME_JOB - 1);
+        c->drop = true;
+        return;
+    }
     bool proof = (flags & TUTTI__WIRE_PROOF) != 0;
     if (proof) {
         uint8_t want[32];

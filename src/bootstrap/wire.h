@@ -54,6 +54,12 @@ enum {
 #define TUTTI__WIRE_HOSTFILE 2u
 /* HELLO flags */
 #define TUTTI__WIRE_PROOF 1u
+/* ASK_JOB: the client only asks whether the store serves its job (it found no secret file for
+ * the store: another job's, or its own job's previous store saying goodbye). The server admits
+ * no one: it refuses another job's client as any, and answers its own job's ERROR with the text
+ * TUTTI__WIRE_SAME_JOB, quietly. */
+#define TUTTI__WIRE_ASK_JOB 2u
+#define TUTTI__WIRE_SAME_JOB "same job"
 
 /* The HELLO body: flags, job id, client nonce, MAC. */
 #define TUTTI__WIRE_HELLO_FLAGS 0

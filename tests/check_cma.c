@@ -265,12 +265,14 @@ static const pick_t picks[] = {
     {TUTTI_COLL_ALLTOALL, (size_t)1 << 34, "cma", "cma"},
     {TUTTI_COLL_ALLGATHER, 16u << 10, "direct", "direct"},
     {TUTTI_COLL_ALLGATHER, 64u << 10, "cma", "cma"},
-    {TUTTI_COLL_ALLGATHER, (4u << 20) - 1, "cma", "cma"},
-    {TUTTI_COLL_ALLGATHER, 4u << 20, "cma", "direct"},
+    {TUTTI_COLL_ALLGATHER, (32u << 20) - 1, "cma", "cma"},
+    {TUTTI_COLL_ALLGATHER, 32u << 20, "cma", "direct"},
     {TUTTI_COLL_BCAST, 16u << 10, "direct", "direct"},
     {TUTTI_COLL_BCAST, 64u << 10, "cma", "direct"},
-    {TUTTI_COLL_BCAST, (4u << 20) - 1, "cma", "direct"},
-    {TUTTI_COLL_BCAST, 4u << 20, "direct", "direct"},
+    {TUTTI_COLL_BCAST, (2u << 20) - 1, "cma", "direct"},
+    {TUTTI_COLL_BCAST, 2u << 20, "cma", "cma"},
+    {TUTTI_COLL_BCAST, (32u << 20) - 1, "cma", "cma"},
+    {TUTTI_COLL_BCAST, 32u << 20, "direct", "direct"},
 };
 
 /* Each rank checks every default pick, then runs, with no override, one call of each
@@ -289,7 +291,8 @@ static int defaults_rank(int rank, int size, void *arg)
              alltoall_case(comm, rank, size, (1u << 20) / 4 + 5, true) |
              allgather_case(comm, rank, size, (64u << 10) / 4, false) |
              allgather_case(comm, rank, size, (1u << 20) / 4 + 3, true) |
-             bcast_case(comm, rank, size, (1u << 20) / 4, size - 1);
+             bcast_case(comm, rank, size, (1u << 20) / 4, size - 1) |
+             bcast_case(comm, rank, size, (4u << 20) / 4 + 1, 0);
     const bool allowed = tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLTOALL, "cma") == TUTTI_OK;
     for (size_t k = 0; k < sizeof picks / sizeof picks[0]; k++) {
         const char *want = !allowed ? "direct" : size == 2 ? picks[k].two : picks[k].more;

@@ -91,6 +91,23 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
  * 4-16 MiB 0.96-1.09. So single copy gives up 1.1-1.4x from 1 MiB in the hours when the cores
  * are close (up to 1.6x: a 4 MiB alltoall on 2026-11-25, 600-623 us against 373-395) and
  * gains 2-2.5x in the others, with no bimodal launches: the ranges take it.
+ *
+ * Since single copy reads a reused send buffer from huge pages (cma_source.c), measured again
+ * 2026-11-30, -a direct against -a cma, launches alternated, median [min-max] avg_us of 4-5
+ * launches, the cores near (bench/corelat 178 ns), where direct is at its best:
+ *   bcast, 2 ranks:     MPICH's mpirun 4 MiB 485 vs 343, 8 MiB 872 vs 686, 16 MiB 1534 vs
+ *                       1365, 32 MiB 2958 vs 3158, 64 MiB 7334 vs 11353; Open MPI's the same
+ *                       within 7% (16 MiB 1523 vs 1389, 32 MiB 3057 vs 3258); env launch 1 MiB
+ *                       124 vs 85
+ *   bcast, 4 ranks:     env launch 1 MiB 225 [209-267] vs 291 [279-445], 2 MiB 482 vs 434,
+ *                       4 MiB 871 vs 596, 16 MiB 3490 vs 2508, 32 MiB 9720 vs 9242, 64 MiB
+ *                       19645 vs 22223; MPICH's 256 KiB-1 MiB within 2%, 4 MiB 1092 vs 682,
+ *                       64 MiB 20287 vs 19917
+ *   allgather, 4 ranks: MPICH's 1 MiB 832 vs 767, 4 MiB 3466 vs 2648, 16 MiB 21510 vs 19603,
+ *                       64 MiB 85097 vs 92938; env launch 2 MiB 1737 vs 1401, 16 MiB 22492 vs
+ *                       21414, 32 MiB 45651 vs 48671
+ * So broadcast takes single copy to 32 MiB at 2 ranks and from 2 to 32 MiB at more, allgather to
+ * 32 MiB per rank at more ranks (each was the direct algorithm's from 4 MiB).
  */
 typedef struct cma_range {
     size_t lo, hi; /* single copy for lo <= bytes < hi; lo == hi: never */
@@ -99,8 +116,8 @@ typedef struct cma_range {
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
 static const cma_range_t cma_alltoall[2] = {{64 * KIB, SIZE_MAX}, {256 * KIB, SIZE_MAX}};
-static const cma_range_t cma_allgather[2] = {{64 * KIB, SIZE_MAX}, {64 * KIB, 4 * MIB}};
-static const cma_range_t cma_bcast[2] = {{64 * KIB, 4 * MIB}, {0, 0}};
+static const cma_range_t cma_allgather[2] = {{64 * KIB, SIZE_MAX}, {64 * KIB, 32 * MIB}};
+static const cma_range_t cma_bcast[2] = {{64 * KIB, 32 * MIB}, {2 * MIB, 32 * MIB}};
 
 /* r[0] holds for 2 ranks, r[1] for more. */
 static bool cma_for(bool cma, const cma_range_t r[2], int n, size_t bytes)

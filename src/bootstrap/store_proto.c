@@ -313,7 +313,9 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
         refuse(k, c, "rank %d is out of range for a job of %d ranks", r, k->size);
     else if (k->done[r] || k->joined[r]) {
         refuse(k, c, "rank %d already connected to the rendezvous store on port %d: two "
-                     "processes were given the same rank",
+                     "processes were given the same rank, or two jobs started from one "
+                     "terminal or script share this MASTER_PORT (give each its own port, or "
+                     "TUTTI_JOB_TOKEN)",
                r, k->port);
         /* It proved the job's secret: the job's own launch gave one rank twice, so another
          * is missing, and the others would wait for it until their timeout. (Once every rank
@@ -321,7 +323,10 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
          * fail.) */
         if (proof)
             doom(k, TUTTI_ERR_BOOTSTRAP, "two processes of this job were given rank %d: every "
-                 "rank's RANK (or the launcher's rank variable) must be unique", r);
+                 "rank's RANK (or the launcher's rank variable) must be unique; or two jobs "
+                 "started from one terminal or script share this MASTER_PORT, which tutti "
+                 "cannot tell apart without launcher ids: give each its own port, or "
+                 "TUTTI_JOB_TOKEN", r);
     }
     else {
         c->rank = r;

@@ -303,6 +303,14 @@ static void bad_collectives(bctx_t *c)
     BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, -3, 0, comm, &c->w));
     if (P == 1)
         BAD(INV, tutti_recv(c->R, 4, TUTTI_INT8, TUTTI_ANY_SOURCE, 0, comm, &c->w));
+    /* and they say so (the send to any source said "peer -2 is out of range"; a receive from
+     * this rank, "sending to oneself") */
+    if (tutti_send(c->S, 4, TUTTI_INT8, TUTTI_ANY_SOURCE, 0, comm, NULL) != INV ||
+        strstr(tutti_last_error(), "TUTTI_ANY_SOURCE is for receives") == NULL)
+        c->bad = th_fail("a send to TUTTI_ANY_SOURCE: \"%s\"", tutti_last_error());
+    if (tutti_recv(c->R, 4, TUTTI_INT8, c->rank, 0, comm, NULL) != INV ||
+        strstr(tutti_last_error(), "receiving from oneself") == NULL)
+        c->bad = th_fail("a receive from this rank: \"%s\"", tutti_last_error());
     BAD(INV, tutti_send(c->S, huge, TUTTI_FLOAT32, 0, 0, comm, &c->w));
     BAD(INV, tutti_recv(c->R, 4, (tutti_dtype_t)99, 0, 0, comm, &c->w));
 

@@ -576,10 +576,13 @@ static tutti_status_t p2p(const char *fn, bool is_send, void *buf, size_t count,
             return BAD(comm, "%s: TUTTI_ANY_SOURCE on a communicator of one rank: no other rank "
                              "can send to it", fn);
     } else {
+        if (is_send && peer == TUTTI_ANY_SOURCE)
+            return BAD(comm, "%s: TUTTI_ANY_SOURCE is for receives; a send names its peer", fn);
         TUTTI__CHECK(check_rank(comm, fn, "peer", peer));
         if (peer == comm->rank)
-            return BAD(comm, "%s: peer %d is this rank; sending to oneself is not supported", fn,
-                       peer);
+            return BAD(comm, "%s: peer %d is this rank; %s oneself is not supported (copy the "
+                             "buffer)",
+                       fn, peer, is_send ? "sending to" : "receiving from");
     }
     if (tag < 0)
         return BAD(comm, "%s: tag %d is negative; tags are 0..%d", fn, tag, INT_MAX);

@@ -149,7 +149,17 @@ static void name_child_ranks(const member_t *all, const int *members, int csize)
 /* gather_all runs an allgather of len bytes per rank on the parent, blocking. */
 static tutti_status_t gather_all(tutti_comm_t *parent, const void *mine, void *all, size_t len)
 {
-    return tutti_allgather(mine, all, len, TUTTI_UINT8, parent, NULL);
+    tutti_status_t st = tutti_allgather(mine, all, len, TUTTI_UINT8, parent, NULL);
+    if (st == TUTTI_ERR_MISMATCH) { /* the allgather is this call's own, not the user's */
+        char was[TUTTI__ERRLEN];
+        snprintf(was, sizeof was, "%s", tutti__tls_error());
+        return tutti__comm_error(parent, st,
+                                 "%s (this rank's allgather of %zu uint8 was part of "
+                                 "tutti_comm_split or tutti_comm_create_group: every rank of the "
+                                 "parent calls them, in the same order as its other operations)",
+                                 was, len);
+    }
+    return st;
 }
 
 TUTTI_API tutti_status_t tutti_comm_split(tutti_comm_t *parent, int color, int key,
@@ -313,6 +323,10 @@ TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *parent, const int
         return tutti__set_error(TUTTI_ERR_INVALID_COMM,
                                 "tutti_comm_create_group: the parent %p is not a live communicator%s",
                                 (void *)parent, tutti__comm_why_not(parent));
+    if (out == NULL)
+        return tutti__comm_error(parent, TUTTI_ERR_INVALID_ARG,
+                                 "tutti_comm_create_group: newcomm is NULL; pass where the new "
+                                 "communicator goes");
     if (n < 1 || n > parent->size || ranks == NULL)
         return tutti__comm_error(parent, TUTTI_ERR_INVALID_ARG,
                                  "tutti_comm_create_group: %d rank(s) listed (ranks %p); list 1..%d "

@@ -4,7 +4,8 @@
  * SUM vs MAX, fp32 vs int32, allreduce vs barrier, flagged lines vs a barrier, a mismatched
  * broadcast followed by correct allreduces, the ring's length mismatch (shm and ofi), alltoallv
  * pair counts that disagree (direct, cma, and the message path), fingerprints that differ only
- * above the 10 bits an ofi tag holds (TUTTI_FAULT_TAG_XOR; ofi and shm), and a waiting rank
+ * above the 10 bits an ofi tag holds (TUTTI_FAULT_TAG_XOR; ofi and shm), allreduce_coalesced
+ * whose buffers split one total differently, and a waiting rank
  * told of the mismatch by a rank that then exits at once. The communicator is failed
  * afterwards: the next call returns TUTTI_ERR_COMM_FAILED. */
 #include <check.h>
@@ -39,7 +40,7 @@ typedef struct mcase {
 } mcase_t;
 
 enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS, WIN_VS_MSG,
-       TAG_HIGH, EMPTY_THEN_WIN };
+       TAG_HIGH, EMPTY_THEN_WIN, COALESCED, COALESCED_NBUFS };
 
 static const mcase_t cases[] = {
     {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0},
@@ -90,6 +91,15 @@ static const mcase_t cases[] = {
      {"expected tag", NULL}, 0, 0, 0},
     {"fingerprint differs above bit 9 (ring, shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, TAG_HIGH,
      {"fingerprint", NULL}, 0, 0, 0},
+    /* allreduce_coalesced whose buffers split the same total differently ({4, 4} against
+     * {2, 6}; {4, 4} against {8}): only the total was compared, and each rank's buffers were
+     * reduced against the other's, OK on both */
+    {"coalesced layouts (direct)", "shm", NULL, 2, 1, COALESCED,
+     {"allreduce_coalesced", "layout"}, 0, 0, 0},
+    {"coalesced buffer counts (direct)", "shm", NULL, 2, 1, COALESCED_NBUFS,
+     {"allreduce_coalesced", "layout"}, 0, 0, 0},
+    {"coalesced layouts (ring, ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COALESCED,
+     {"allreduce_coalesced", NULL}, 1, 0, 0},
 };
 
 /* post runs the call rank posts in case mc; returns its status. */
@@ -126,6 +136,18 @@ static tutti_status_t post(const mcase_t *mc, int rank, tutti_comm_t *comm, floa
         return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
     case TAG_HIGH: /* the fingerprint was changed at creation (body) */
         return tutti_allreduce(x, y, 1000, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    case COALESCED:
+    case COALESCED_NBUFS: {
+        const void *sb[2] = {x, x + 100};
+        void *rb[2] = {y, y + 100};
+        size_t c[2] = {4, 4};
+        if (odd && mc->kind == COALESCED)
+            c[0] = 2, c[1] = 6;
+        if (odd && mc->kind == COALESCED_NBUFS)
+            c[0] = 8;
+        return tutti_allreduce_coalesced(sb, rb, c, odd && mc->kind == COALESCED_NBUFS ? 1 : 2,
+                                         TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    }
     case VCOUNTS: {
         size_t sc[2] = {5, 5}, sd[2] = {0, 8}, rc[2] = {5, 5}, rd[2] = {0, 8};
         if (odd)

@@ -76,6 +76,9 @@ typedef struct tutti__coll {
     size_t esize;         /* bytes per element */
     tutti_op_t op;
     int root;             /* bcast, reduce */
+    uint32_t layout;      /* allreduce_coalesced: a hash of its buffers' counts, which its
+                             fingerprint carries where others carry the root (ranks whose
+                             buffers split the same total otherwise reduced across them) */
     const size_t *counts;  /* allgatherv: recvcounts; alltoallv: recvcounts */
     const size_t *displs;  /* allgatherv, alltoallv: recv displacements (never NULL here) */
     const size_t *scounts; /* alltoallv: sendcounts */

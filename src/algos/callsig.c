@@ -76,13 +76,13 @@ void tutti__sig_make(tutti__coll_t *c, int nsplit)
     c->sig_info = (uint32_t)c->kind | var << 4 | ((uint32_t)c->dtype & 0x1fu) << 6 |
                   ((uint32_t)c->op & 0xfu) << 11 | ((uint32_t)algo_index(c) & 0x3fu) << 15 |
                   ((uint32_t)nsplit & 0x1fu) << 21;
-    uint64_t info = c->sig_info | (uint64_t)(uint32_t)c->root << 32;
-    c->fp = hash_desc(c->seq, count, info);
+    c->fp = hash_desc(c->seq, count, tutti__sig_desc(c).info);
 }
 
 tutti__calldesc_t tutti__sig_desc(const tutti__coll_t *c)
 {
-    return (tutti__calldesc_t){c->seq, c->sig_count, c->sig_info | (uint64_t)(uint32_t)c->root << 32,
+    uint32_t upper = SIG_VAR(c->sig_info) == 2 ? c->layout : (uint32_t)c->root;
+    return (tutti__calldesc_t){c->seq, c->sig_count, c->sig_info | (uint64_t)upper << 32,
                                c->wcall};
 }
 
@@ -113,6 +113,9 @@ int tutti__sig_describe(char *buf, size_t cap, const tutti__calldesc_t *d)
                      (unsigned long long)d->seq, dt, (unsigned long long)(d->count & 0xffffffffu));
     else if (SIG_VAR(i) == 1)
         n = snprintf(buf, cap, "%s #%llu of %s", name, (unsigned long long)d->seq, dt);
+    else if (SIG_VAR(i) == 2)
+        n = snprintf(buf, cap, "%s #%llu of %llu %s in buffers of layout %08x", name,
+                     (unsigned long long)d->seq, (unsigned long long)d->count, dt, (unsigned)root);
     else
         n = snprintf(buf, cap, "%s #%llu of %llu %s", name, (unsigned long long)d->seq,
                      (unsigned long long)d->count, dt);

@@ -247,8 +247,7 @@ static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nspli
         c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
     tutti__sig_make(c, nsplit);
     /* for a peer's waiter that asks which call this rank posted with this number (prims.c) */
-    tutti__live_note_call(comm->calls, c->seq, c->sig_count,
-                          c->sig_info | (uint64_t)(uint32_t)c->root << 32); /* tutti__sig_desc */
+    tutti__live_note_call(comm->calls, c->seq, c->sig_count, tutti__sig_desc(c).info);
 }
 
 /* The inline path is claimed with a CAS, so that a blocking call can take it without the exec

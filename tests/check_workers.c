@@ -540,10 +540,29 @@ static int abort_rank(int rank, int size, void *arg)
     /* rank 1 stays until rank 0 is done: its leaving would end rank 0's pending op by itself
      * (PEER_FAILED a second after its goodbye, where rank 0 was descheduled that long) */
     th_shared_t *sh = th_shared();
-    if (rank == 0)
+    if (rank == 0) {
         __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE);
-    else if (th_await_slot(0, 60) != 0)
+        if (th_await_slot(1, 60) != 0) /* and rank 0 stays until rank 1 has posted */
+            rc = 1;
+    } else if (th_await_slot(0, 60) != 0)
         rc = 1;
+    else {
+        /* Rank 1 now posts the call rank 0 aborted. Rank 0 had put all its data in the window
+         * before it gave up, so this call found everything and returned OK, while rank 0's
+         * returned ABORTED: the ranks disagreed on whether it happened. It must fail here too,
+         * by what rank 0 left in the window, not by its destroy (it has not destroyed yet). */
+        double t0 = th_now();
+        tutti_status_t st = tutti_allreduce(x, x, 4, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+        if (st == TUTTI_OK)
+            rc = th_fail("the call rank 0 aborted returned OK here: %g %g %g %g", x[0], x[1],
+                         x[2], x[3]);
+        else if (th_now() - t0 > 10)
+            rc = th_fail("the call rank 0 aborted failed here only after %.1f s: %s",
+                         th_now() - t0, tutti_comm_last_error(comm));
+        fprintf(stderr, "[abort] rank 1, the call rank 0 aborted: %s after %.2f s: %s\n",
+                tutti_strerror(st), th_now() - t0, tutti_comm_last_error(comm));
+        __atomic_store_n(&sh->slots[1], 1, __ATOMIC_RELEASE);
+    }
     tutti_comm_destroy(comm);
     return rc;
 }

@@ -122,8 +122,11 @@ static tutti_status_t settle(tutti_comm_t *comm, tutti__coll_t *c, tutti_status_
     if (c->declined)
         return tutti__comm_error(comm, st, "%s", c->err);
     /* Peers on this node learn it from the windows: a wait for this rank fails, and one that
-     * was stopped cannot complete the call with data this rank had already written. */
-    if (st != TUTTI_ERR_ABORTED && __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
+     * was stopped cannot complete the call with data this rank had already written. So too for
+     * a call an abort (or a shrink, or a destroy) ended midway, although the end itself failed
+     * the communicator first: a peer that came to it later found all of this rank's data there
+     * and returned OK, where this rank returned ABORTED. */
+    if (st == TUTTI_ERR_ABORTED || __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
         tutti__win_describe(c); /* a late peer with another call can name both */
         tutti__win_fail(&comm->net, st, c->seq, c->relayed);
         /* and every peer, by message */

@@ -30,7 +30,7 @@
 #                                    job works; a full /dev/shm, where the job works; 1% packet
 #                                    loss on every link: exact results, and a SIGKILL and a
 #                                    SIGSTOP under that loss found and named as above.
-#                                    TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY (e.g.
+#                                    TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY[,UNRESPONSIVE] (e.g.
 #                                    stop,reduce,4096,1,0.39) runs that trial only,
 #                                    TUTTI_FAULT_REPEAT times.
 #   multinode.sh BUILD_DIR shrink    tutti_comm_shrink on 2 hosts x 2 ranks (multinode_shrink.c):
@@ -330,11 +330,12 @@ part_train() {
     fi
 }
 
-# fault_trial DESC FAMILY COUNT KIND VICTIM DELAY: one run of multinode_faults on the cluster
-# (2 hosts x 2 ranks) with KIND (kill, stop, cut) injected DELAY seconds after every rank is
-# ready; VICTIM: the rank killed or stopped, or the host whose link is cut.
+# fault_trial DESC FAMILY COUNT KIND VICTIM DELAY [UNRESPONSIVE]: one run of multinode_faults on
+# the cluster (2 hosts x 2 ranks) with KIND (kill, stop, cut) injected DELAY seconds after every
+# rank is ready; VICTIM: the rank killed or stopped, or the host whose link is cut;
+# TUTTI_UNRESPONSIVE 2 s unless given.
 fault_trial() {
-    local desc=$1 fam=$2 count=$3 kind=$4 victim=$5 delay=$6
+    local desc=$1 fam=$2 count=$3 kind=$4 victim=$5 delay=$6 unresp=${7:-2}
     local d="$tmp/trial$n" cause victims want=4 i pid="" lp rc
     rm -rf "$d" && mkdir -p "$d"
     case $kind in
@@ -342,7 +343,7 @@ fault_trial() {
     stop) cause=unresponsive victims=$victim ;;
     cut) cause=unreachable victims="0,1|2,3" ;;
     esac
-    launch env -- env TUTTI_TIMEOUT=20 TUTTI_UNRESPONSIVE=2 \
+    launch env -- env TUTTI_TIMEOUT=20 TUTTI_UNRESPONSIVE="$unresp" \
         "$faults" "$fam" "$count" "$d" "$cause" "$victims" &
     lp=$!
     for ((i = 0; i < 600; i++)); do # up to 30 s for the job to be set up
@@ -389,11 +390,12 @@ part_faults() {
     RANDOM=$seed
     up 2 --ranks-per-host 2
     state_dir="${TUTTI_CLUSTER_STATE:-/run/tutti-cluster}/$name"
-    if [ -n "${TUTTI_FAULT_TRIAL:-}" ]; then # KIND,FAMILY,COUNT,VICTIM,DELAY: that trial only
-        IFS=, read -r kind fam count victim delay <<<"$TUTTI_FAULT_TRIAL"
+    if [ -n "${TUTTI_FAULT_TRIAL:-}" ]; then # KIND,FAMILY,COUNT,VICTIM,DELAY[,UNRESPONSIVE]
+        local unresp
+        IFS=, read -r kind fam count victim delay unresp <<<"$TUTTI_FAULT_TRIAL"
         for ((i = 0; i < ${TUTTI_FAULT_REPEAT:-1}; i++)); do
             fault_trial "$kind rank $victim of $fam ($count fp32) after ${delay}s, try $((i + 1))" \
-                "$fam" "$count" "$kind" "$victim" "$delay"
+                "$fam" "$count" "$kind" "$victim" "$delay" "${unresp:-2}"
         done
         return
     fi

@@ -154,6 +154,23 @@ fail_silent(tutti__coll_t *c, int first, double silent, double limit)
     } while (tutti__live_silent(net->live, limit, r + 1, &r, &s));
     if (n > SHOW && len < sizeof list)
         snprintf(list + len, sizeof list - len, " and %d more", n - SHOW);
+    /* Peers cut off with it fell silent at the same moment, but their last heartbeats came up to
+     * a beat apart, so one may still be short of the limit: name those silent for half of it as
+     * well (a host's link cut named one of its two ranks). */
+    char also[200] = "";
+    size_t alen = 0;
+    int na = 0;
+    for (int q = 0; tutti__live_silent(net->live, limit / 2, q, &r, &s); q = r + 1) {
+        if (s > limit)
+            continue; /* listed above */
+        if (na < SHOW && alen < sizeof also)
+            alen += (size_t)snprintf(also + alen, sizeof also - alen, "%s%d (pid %d, %.1f s)",
+                                     na ? ", " : "; silent too: rank", r,
+                                     tutti__live_pid(net->live, r), s);
+        na++;
+    }
+    if (na > SHOW && alen < sizeof also)
+        snprintf(also + alen, sizeof also - alen, " and %d more", na - SHOW);
     /* A rank that was itself stopped hears nobody for that long: say so. */
     double self = tutti__live_stalled(net->live);
     char mine[160] = "";
@@ -163,13 +180,13 @@ fail_silent(tutti__coll_t *c, int first, double silent, double limit)
     tutti__top(c)->blame = first;
     return fail(c, TUTTI_ERR_PEER_FAILED,
                 "rank%s %s %s unresponsive: no heartbeat for %.1f s (limit %.1f s, "
-                "TUTTI_UNRESPONSIVE): %s%s; the communicator is now failed: destroy it and "
+                "TUTTI_UNRESPONSIVE): %s%s%s; the communicator is now failed: destroy it and "
                 "create a new one",
                 n > 1 ? "s" : "", list, n > 1 ? "are" : "is", silent, limit,
                 local ? "stopped (SIGSTOP, a debugger) or frozen"
                       : "unreachable from this node (a link or host down), or stopped (SIGSTOP, "
                         "a debugger) or frozen",
-                mine);
+                mine, also);
 }
 
 /* check_notices fails c when a peer's communicator failed (its notice came over the liveness

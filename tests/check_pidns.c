@@ -75,6 +75,12 @@ static int refused(int rank, int size)
                           strstr(tutti_last_error(), "TUTTI_JOB_TOKEN") == NULL))
         return th_fail("the refusal should name the PID namespaces and the token: %s",
                        tutti_last_error());
+    /* rank 0 waited for it to its deadline and blamed the launch ("check that all ranks were
+     * started with the same WORLD_SIZE/MASTER_ADDR/MASTER_PORT"): it must point there too */
+    if (rank == 0 && (strstr(tutti_last_error(), "PID namespace") == NULL ||
+                      strstr(tutti_last_error(), "TUTTI_JOB_TOKEN") == NULL))
+        return th_fail("rank 0's error should point to the ranks that hung up and the token: %s",
+                       tutti_last_error());
     return 0;
 }
 

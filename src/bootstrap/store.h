@@ -59,6 +59,10 @@ bool tutti__store_secret(const tutti__store_t *s, uint8_t key[TUTTI__AUTH_KEY]);
  * (default 2 s; the deadline still bounds it). */
 void tutti__store_linger(tutti__store_t *s, double seconds);
 
+/* tutti__store_unproven (rank 0: its server's count, tutti__store_server_unproven; others: 0):
+ * for rank 0's error when ranks never arrived. */
+unsigned tutti__store_unproven(const tutti__store_t *s);
+
 /* tutti__store_close disconnects; on rank 0 it also stops the server once every rank has
  * called tutti__store_close (or the deadline given to open has passed). It keeps the calling
  * thread's last-error text as it was (it often runs on an error path). */
@@ -92,6 +96,10 @@ void tutti__store_server_linger(tutti__store_server_t *sv, double seconds);
 
 /* tutti__store_server_port is the port the server listens on. */
 int tutti__store_server_port(const tutti__store_server_t *sv);
+
+/* tutti__store_server_unproven counts the clients of this host that hung up before their hello
+ * (0 for NULL). */
+unsigned tutti__store_server_unproven(const tutti__store_server_t *sv);
 
 /* tutti__store_server_stop waits for the server's thread to end (stopping it at once when now
  * is true) and frees sv (NULL is fine). */

@@ -802,6 +802,8 @@ void tutti__store_linger(tutti__store_t *s, double seconds)
     tutti__store_server_linger(s->srv, seconds);
 }
 
+unsigned tutti__store_unproven(const tutti__store_t *s) { return tutti__store_server_unproven(s->srv); }
+
 void tutti__store_close_now(tutti__store_t *s) { close_store(s, true, TUTTI_OK); }
 
 void tutti__store_close_failed(tutti__store_t *s, tutti_status_t st)

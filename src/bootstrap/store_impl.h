@@ -38,6 +38,9 @@ typedef struct tutti__store_core {
     int ndone;
     int nadmitted;         /* ranks whose hello passed */
     unsigned refused;      /* refused hellos, for rate-limited logging */
+    unsigned unproven;     /* clients of this host that hung up before their hello (a rank that
+                              could not confirm the store is its job's); atomic: rank 0's
+                              creation reads it from another thread */
     bool warned_remote;    /* logged that a rank joined without proof */
     bool doomed;           /* the rendezvous can no longer end (store_proto.c's doom) */
     double doomed_at;      /* when, tutti__now() clock */

@@ -278,6 +278,8 @@ static void *serve(void *arg)
                 ok = on_writable(c);
             if (ok && c->drop && c->olen == 0)
                 ok = false;
+            if (!ok && c->rank < 0 && !c->drop && c->peer_local)
+                __atomic_add_fetch(&sv->core.unproven, 1, __ATOMIC_RELAXED);
             if (!ok)
                 conn_free(sv, c);
         }
@@ -422,6 +424,11 @@ fail:
 }
 
 int tutti__store_server_port(const server_t *sv) { return sv->core.port; }
+
+unsigned tutti__store_server_unproven(const server_t *sv)
+{
+    return sv != NULL ? __atomic_load_n(&sv->core.unproven, __ATOMIC_RELAXED) : 0;
+}
 
 void tutti__store_server_linger(server_t *sv, double seconds)
 {

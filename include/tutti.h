@@ -503,7 +503,9 @@ TUTTI_API const char *tutti_work_error(const tutti_work_t *work);
  * wait for the very thread it runs on), and so does a blocking collective call on it
  * (work == NULL), always, before anything is posted. The same holds where the callback runs
  * at once in the calling thread: the rules do not depend on timing, which differs between
- * ranks.
+ * ranks. The handle is marked complete before its callback runs: tutti_work_wait and
+ * tutti_work_test may return while the callback still runs on the other thread (tutti_work_free
+ * waits for it).
  */
 TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *work,
                                                 void (*fn)(tutti_work_t *work, void *arg),

@@ -504,8 +504,8 @@ TUTTI_API const char *tutti_work_error(const tutti_work_t *work);
  * (work == NULL), always, before anything is posted. The same holds where the callback runs
  * at once in the calling thread: the rules do not depend on timing, which differs between
  * ranks. The handle is marked complete before its callback runs: tutti_work_wait and
- * tutti_work_test may return while the callback still runs on the other thread (tutti_work_free
- * waits for it).
+ * tutti_work_test may return while the callback still runs on the other thread (the handle's
+ * memory lives until it is done, as tutti_work_free says).
  */
 TUTTI_API tutti_status_t tutti_work_on_complete(tutti_work_t *work,
                                                 void (*fn)(tutti_work_t *work, void *arg),

@@ -215,9 +215,11 @@ TUTTI_API tutti_status_t tutti_comm_destroy(tutti_comm_t *comm);
 
 /**
  * Abort: every operation still queued or running on comm, and every later one, fails fast with
- * TUTTI_ERR_ABORTED. Other ranks are not told; their operations with this rank fail by their
- * deadline or when it destroys the communicator or exits. Safe from any thread, and from a
- * completion callback. The handle must still be destroyed.
+ * TUTTI_ERR_ABORTED. A collective the abort ends while it runs fails on the other ranks too
+ * (TUTTI_ERR_PEER_FAILED, "... failed (operation aborted) in its call #N"), where they are in it
+ * or come to it later; their later operations with this rank fail by their deadline or when it
+ * destroys the communicator or exits. Safe from any thread, and from a completion callback. The
+ * handle must still be destroyed.
  */
 TUTTI_API tutti_status_t tutti_comm_abort(tutti_comm_t *comm);
 

@@ -764,8 +764,9 @@ START_TEST(test_master_addr_unset)
 END_TEST
 
 /* Rank 1 started with another WORLD_SIZE: the store refuses it at once, and the ranks already
- * waiting learn from the store that the rendezvous cannot end (TUTTI_ERR_BOOTSTRAP, naming
- * the cause; it was TUTTI_ERR_PEER_FAILED, which says a peer failed and invites a shrink) instead of waiting for their timeout (60 s here, past the harness's 40 s). */
+ * waiting learn from the store that the rendezvous cannot end (TUTTI_ERR_BOOTSTRAP, naming the
+ * cause; it was TUTTI_ERR_PEER_FAILED, which says a peer failed and invites a shrink) instead of
+ * waiting for their timeout (60 s here, past the harness's 40 s). */
 static int size_differs_rank(int rank, int size, void *arg)
 {
     (void)arg;

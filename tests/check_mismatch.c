@@ -95,9 +95,9 @@ static const mcase_t cases[] = {
      * {2, 6}; {4, 4} against {8}): only the total was compared, and each rank's buffers were
      * reduced against the other's, OK on both */
     {"coalesced layouts (direct)", "shm", NULL, 2, 1, COALESCED,
-     {"allreduce_coalesced", "layout"}, 0, 0, 0},
+     {"allreduce_coalesced", "split the total alike"}, 0, 0, 0},
     {"coalesced buffer counts (direct)", "shm", NULL, 2, 1, COALESCED_NBUFS,
-     {"allreduce_coalesced", "layout"}, 0, 0, 0},
+     {"allreduce_coalesced", "split the total alike"}, 0, 0, 0},
     {"coalesced layouts (ring, ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COALESCED,
      {"allreduce_coalesced", NULL}, 1, 0, 0},
 };

@@ -467,7 +467,7 @@ static int user_b(int rank, bool named)
     if (st != TUTTI_ERR_BOOTSTRAP || strstr(tutti_last_error(), want) == NULL)
         return th_fail("job B rank %d: %d (%s), expected TUTTI_ERR_BOOTSTRAP saying \"%s\"", rank,
                        st, tutti_strerror(st), want);
-    /* its TUTTI_TIMEOUT is 120 s; it gives up 20 s after A's store went (none: at once) */
+    /* its TUTTI_TIMEOUT is 120 s; it gives up 20 s after it met A's store (named: at once) */
     if (dt > (named || rank == 0 ? 3.0 : 60.0))
         return th_fail("job B rank %d: failing took %.1f s", rank, dt);
     return 0;

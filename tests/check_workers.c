@@ -544,9 +544,10 @@ static int abort_rank(int rank, int size, void *arg)
         __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE);
         if (th_await_slot(1, 60) != 0) /* and rank 0 stays until rank 1 has posted */
             rc = 1;
-    } else if (th_await_slot(0, 60) != 0)
+    } else if (th_await_slot(0, 60) != 0) {
         rc = 1;
-    else {
+        __atomic_store_n(&sh->slots[1], 1, __ATOMIC_RELEASE); /* rank 0 need not wait then */
+    } else {
         /* Rank 1 now posts the call rank 0 aborted. Rank 0 had put all its data in the window
          * before it gave up, so this call found everything and returned OK, while rank 0's
          * returned ABORTED: the ranks disagreed on whether it happened. It must fail here too,

@@ -30,8 +30,9 @@
 #                                    job works; a full /dev/shm, where the job works; 1% packet
 #                                    loss on every link: exact results, and a SIGKILL and a
 #                                    SIGSTOP under that loss found and named as above.
-#                                    TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY[,UNRESPONSIVE] (e.g.
-#                                    stop,reduce,4096,1,0.39) runs that trial only,
+#                                    TUTTI_FAULT_TRIAL=KIND,FAMILY,COUNT,VICTIM,DELAY[,UNRESP]
+#                                    (e.g. stop,reduce,4096,1,0.39) runs that trial only (UNRESP:
+#                                    its TUTTI_UNRESPONSIVE, 2 s unless given),
 #                                    TUTTI_FAULT_REPEAT times.
 #   multinode.sh BUILD_DIR shrink    tutti_comm_shrink on 2 hosts x 2 ranks (multinode_shrink.c):
 #                                    a rank SIGKILLed in a stream of allreduces (rank 0, the

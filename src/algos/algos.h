@@ -46,7 +46,8 @@ typedef struct tutti__coll {
 
     /* The call's fingerprint (callsig.c), the same on every rank that posted the same call:
      * what peers compare before they use each other's data. */
-    uint64_t fp;          /* hash of seq, sig_count, sig_info and root */
+    uint64_t fp;          /* hash of seq, sig_count, sig_info and root (allreduce_coalesced:
+                             its layout) */
     uint64_t sig_count;   /* the whole call's count (not a slice's); allgatherv: a hash of the
                              layout; alltoallv: 0 (its counts differ between ranks) */
     uint32_t sig_info;    /* kind, variant, dtype, op, algorithm, slices (TUTTI__SIG_*) */
@@ -122,7 +123,8 @@ static inline int tutti__avg_div(const tutti__coll_t *c) { return c->avg_n > 0 ?
 /* A call as its fingerprint describes it: what a rank publishes in its window and what a
  * mismatch message names. */
 typedef struct tutti__calldesc {
-    uint64_t seq, count, info; /* info: sig_info | (uint32_t)root << 32 */
+    uint64_t seq, count, info; /* info: sig_info | (uint32_t)root << 32 (allreduce_coalesced:
+                                  its layout in place of the root) */
     uint64_t wcall;
 } tutti__calldesc_t;
 

@@ -114,8 +114,9 @@ int tutti__sig_describe(char *buf, size_t cap, const tutti__calldesc_t *d)
     else if (SIG_VAR(i) == 1)
         n = snprintf(buf, cap, "%s #%llu of %s", name, (unsigned long long)d->seq, dt);
     else if (SIG_VAR(i) == 2)
-        n = snprintf(buf, cap, "%s #%llu of %llu %s in buffers of layout %08x", name,
-                     (unsigned long long)d->seq, (unsigned long long)d->count, dt, (unsigned)root);
+        n = snprintf(buf, cap, "%s #%llu of %llu %s (buffers' counts hashed to %08x: the ranks "
+                     "must split the total alike)", name, (unsigned long long)d->seq,
+                     (unsigned long long)d->count, dt, (unsigned)root);
     else
         n = snprintf(buf, cap, "%s #%llu of %llu %s", name, (unsigned long long)d->seq,
                      (unsigned long long)d->count, dt);

@@ -140,37 +140,44 @@ fail_silent(tutti__coll_t *c, int first, double silent, double limit)
     enum { SHOW = 8 };
     tutti__net_t *net = c->net;
     const int *node_of = net->topo.node_of;
-    int n = 0, r = first;
+    /* One pass over the peers silent for half the limit: those past it are the unresponsive
+     * ones (first among them), the rest are named as silent too. Peers cut off with them fell
+     * silent at the same moment, but their last heartbeats came up to a beat apart, so one may
+     * still be short of the limit (a host's link cut named one of its two ranks). */
+    int n = 0, na = 0, r = -1;
     bool local = false;
-    char list[400] = "";
-    size_t len = 0;
-    double s;
-    do {
-        local |= node_of == NULL || node_of[r] == net->topo.node;
-        if (n < SHOW && len < sizeof list)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d (pid %d)", n ? ", " : "",
-                                    r, tutti__live_pid(net->live, r));
-        n++;
-    } while (tutti__live_silent(net->live, limit, r + 1, &r, &s));
+    char list[400] = "", also[240] = "";
+    size_t len = 0, alen = 0;
+    double s = silent;
+    for (int q = 0;; q = r + 1) {
+        bool more = tutti__live_silent(net->live, limit / 2, q, &r, &s);
+        if (q <= first && (!more || r > first)) { /* first, whatever a re-read says */
+            r = first;
+            s = silent;
+            more = true;
+        }
+        if (!more)
+            break;
+        if (r == first || s > limit) {
+            local |= node_of == NULL || node_of[r] == net->topo.node;
+            if (n < SHOW && len < sizeof list)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%d (pid %d)",
+                                        n ? ", " : "", r, tutti__live_pid(net->live, r));
+            n++;
+        } else {
+            if (na < SHOW && alen < sizeof also)
+                alen += (size_t)snprintf(also + alen, sizeof also - alen, "%s%d (pid %d, %.1f s)",
+                                         na ? ", " : "", r, tutti__live_pid(net->live, r), s);
+            na++;
+        }
+    }
     if (n > SHOW && len < sizeof list)
         snprintf(list + len, sizeof list - len, " and %d more", n - SHOW);
-    /* Peers cut off with it fell silent at the same moment, but their last heartbeats came up to
-     * a beat apart, so one may still be short of the limit: name those silent for half of it as
-     * well (a host's link cut named one of its two ranks). */
-    char also[200] = "";
-    size_t alen = 0;
-    int na = 0;
-    for (int q = 0; tutti__live_silent(net->live, limit / 2, q, &r, &s); q = r + 1) {
-        if (s > limit)
-            continue; /* listed above */
-        if (na < SHOW && alen < sizeof also)
-            alen += (size_t)snprintf(also + alen, sizeof also - alen, "%s%d (pid %d, %.1f s)",
-                                     na ? ", " : "; silent too: rank", r,
-                                     tutti__live_pid(net->live, r), s);
-        na++;
-    }
     if (na > SHOW && alen < sizeof also)
         snprintf(also + alen, sizeof also - alen, " and %d more", na - SHOW);
+    char too[300] = "";
+    if (na > 0)
+        snprintf(too, sizeof too, "; silent too: rank%s %s", na > 1 ? "s" : "", also);
     /* A rank that was itself stopped hears nobody for that long: say so. */
     double self = tutti__live_stalled(net->live);
     char mine[160] = "";
@@ -186,7 +193,7 @@ fail_silent(tutti__coll_t *c, int first, double silent, double limit)
                 local ? "stopped (SIGSTOP, a debugger) or frozen"
                       : "unreachable from this node (a link or host down), or stopped (SIGSTOP, "
                         "a debugger) or frozen",
-                mine, also);
+                mine, too);
 }
 
 /* check_notices fails c when a peer's communicator failed (its notice came over the liveness

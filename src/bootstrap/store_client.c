@@ -28,6 +28,7 @@ struct tutti__store {
     bool remote;        /* a HOST job's store found on another host by a handshake that had to
                            let its connection go to tell (handshake) */
     double no_secret_at; /* when a store on this host was first found without its secret file */
+    bool own_store;     /* that store said it serves this job, whose launcher names it */
     uint8_t mixer[32];  /* keys travel as HMAC(mixer, key) */
     pthread_mutex_t mu; /* one request at a time on fd */
     tutti__store_server_t *srv; /* rank 0 only */
@@ -266,12 +267,34 @@ static void lowercase_first(char *s)
         s[0] = (char)(s[0] - 'A' + 'a');
 }
 
+/* The last store this process joined (addr, port): a store without this job's secret file met at
+ * the same place later is most likely that one's, its rendezvous ending. */
+static pthread_mutex_t joined_mu = PTHREAD_MUTEX_INITIALIZER;
+static char joined_addr[256];
+static int joined_port = -1;
+
+static void note_joined(const char *addr, int port)
+{
+    pthread_mutex_lock(&joined_mu);
+    snprintf(joined_addr, sizeof joined_addr, "%s", addr);
+    joined_port = port;
+    pthread_mutex_unlock(&joined_mu);
+}
+
+static bool joined_before(const char *addr, int port)
+{
+    pthread_mutex_lock(&joined_mu);
+    bool same = joined_port == port && strcmp(joined_addr, addr) == 0;
+    pthread_mutex_unlock(&joined_mu);
+    return same;
+}
+
 /* another_job asks the store on s->fd, whose challenge was read, whether it serves this rank's
- * job (HELLO with TUTTI__WIRE_ASK_JOB; it admits no one). True, with the error set, when it
- * answers that it serves another: the launchers' job ids differ. False when it is this job's
- * store, or it cannot tell (the same job id: no launcher ids on either side), or the question
- * failed; the caller then looks again for the secret file, as before. */
-static bool another_job(tutti__store_t *s, double deadline)
+ * job (HELLO with TUTTI__WIRE_ASK_JOB; it admits no one): 1, with the error set, when it answers
+ * that it serves another (the launchers' job ids differ); 0 when it answers that the job ids
+ * match (this job's store where the launcher names the job; without launcher ids it cannot
+ * tell); -1 when the question failed or the answer is another (a store of an older tutti). */
+static int another_job(tutti__store_t *s, double deadline)
 {
     uint8_t hdr[TUTTI__WIRE_HDR], body[TUTTI__WIRE_HELLO_BODY];
     uint32_t w[4];
@@ -281,22 +304,25 @@ static bool another_job(tutti__store_t *s, double deadline)
     tutti__wire_put_hdr(hdr, TUTTI__REQ_HELLO, (uint32_t)s->rank, (uint32_t)s->size);
     struct iovec iov[2] = {{hdr, sizeof hdr}, {body, sizeof body}};
     double d = tutti__now() + 2.0 < deadline ? tutti__now() + 2.0 : deadline;
-    if (tutti__sock_sendv(s->fd, iov, 2, d) != 0 || tutti__sock_recv(s->fd, hdr, sizeof hdr, d) != 0)
-        return false;
+    if (tutti__sock_sendv(s->fd, iov, 2, d) != 0 ||
+        tutti__sock_recv(s->fd, hdr, sizeof hdr, d) != 0)
+        return -1;
     tutti__wire_get_hdr(hdr, w);
     char text[TUTTI__WIRE_ERRTEXT_MAX];
     if (w[0] != TUTTI__WIRE_MAGIC || w[1] != TUTTI__REP_ERROR || w[3] == 0 ||
         w[3] >= sizeof text || tutti__sock_recv(s->fd, text, w[3], d) != 0)
-        return false;
+        return -1;
     text[w[3]] = '\0';
     if (strcmp(text, TUTTI__WIRE_SAME_JOB) == 0)
-        return false;
+        return 0;
+    if (strstr(text, "serves another job") == NULL)
+        return -1; /* an older store's refusal of a hello without proof, say */
     printable(text);
     tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                      "rank %d found no secret of its job for the rendezvous store at %s:%d, and "
                      "that store says: %s",
                      s->rank, s->addr, s->port, text);
-    return true;
+    return 1;
 }
 
 /* handshake answers the store's challenge on s->fd (wire.h). *retry is set when the store hung
@@ -395,10 +421,14 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
                     /* Where the launchers name their jobs, the store can tell at once. */
                     char keep[TUTTI__ERRLEN];
                     snprintf(keep, sizeof keep, "%s", tutti__tls_error());
-                    if (another_job(s, deadline)) {
+                    int other = another_job(s, deadline);
+                    if (other == 1) {
                         *retry = false;
                         return TUTTI_ERR_BOOTSTRAP;
                     }
+                    /* the same launcher id: this job's own store, saying goodbye */
+                    if (other == 0 && s->auth.launcher_id)
+                        s->own_store = true;
                     snprintf(tutti__tls_error(), TUTTI__ERRLEN, "%s", keep);
                 }
                 return st;
@@ -630,7 +660,12 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
     /* A HOST job's rank on rank 0's host: a secret directory rank 0 cannot use made rank 0
      * fail before its store served; so it fails here too, in rank 0's words. */
     const bool host_dir = rank != 0 && s->auth.mode == TUTTI__AUTH_HOST && addr_is_local(addr);
-    bool seen = false; /* a store without this job's secret file answered here */
+    /* A store without this job's secret file answered here; unless it said it is this job's
+     * (a launcher's id) or this process joined a store here before (its own job's previous
+     * creation, saying goodbye: its rank 0 may come to the next one much later), the rank gives
+     * up FOREIGN_GONE_S after, once nothing listens. */
+    bool seen = false;
+    const bool joined_here = joined_before(addr, port);
     for (;;) {
         bool fatal = false, retry = false;
         s->fd = try_connect(addr, port, srcp, deadline, why, sizeof why, &fatal);
@@ -655,7 +690,7 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
             if (!retry)
                 goto fail;
             snprintf(why, sizeof why, "%s", tutti__tls_error());
-            seen = s->no_secret_at != 0.0;
+            seen = s->no_secret_at != 0.0 && !s->own_store && !joined_here;
         }
         lowercase_first(why);
         if (fatal) {
@@ -670,13 +705,12 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         double left = deadline - tutti__now();
         if (!reached && seen && (left <= 0 || tutti__now() - s->no_secret_at >= FOREIGN_GONE_S)) {
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
-                                  "rank %d could not reach its job's rendezvous store at %s:%d: "
-                                  "%.0f s ago a store answered there for which this rank found "
-                                  "no secret file of its job (another job's), and since then "
-                                  "nothing listens there: that other job most likely held the "
-                                  "port when this job's rank 0 started, and rank 0 failed "
-                                  "(\"address already in use\"); give each job a MASTER_PORT of "
-                                  "its own, or TUTTI_JOB_TOKEN",
+                                  "rank %d finds no store of its job at %s:%d: %.0f s ago a "
+                                  "store answered there for which this rank found no secret file "
+                                  "of its job (another job's), and now nothing listens there: "
+                                  "that other job most likely held the port when this job's rank "
+                                  "0 started, and rank 0 failed (\"address already in use\"); "
+                                  "give each job a MASTER_PORT of its own, or TUTTI_JOB_TOKEN",
                                   rank, addr, port, tutti__now() - s->no_secret_at);
             goto fail;
         }
@@ -707,6 +741,7 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         pause_ms = pause_ms < 50 ? pause_ms + 10 : 50;
     }
     note_local_ip(s);
+    note_joined(addr, port);
     TUTTI__LOG(TUTTI__LOG_DEBUG, "rank %d: joined the rendezvous store at %s:%d from %s (%s)",
                rank, addr, port, s->local_ip,
                s->auth.have_key ? "proved the job's secret" : "without proof, from another host");
@@ -802,7 +837,10 @@ void tutti__store_linger(tutti__store_t *s, double seconds)
     tutti__store_server_linger(s->srv, seconds);
 }
 
-unsigned tutti__store_unproven(const tutti__store_t *s) { return tutti__store_server_unproven(s->srv); }
+unsigned tutti__store_unproven(const tutti__store_t *s)
+{
+    return tutti__store_server_unproven(s->srv);
+}
 
 void tutti__store_close_now(tutti__store_t *s) { close_store(s, true, TUTTI_OK); }
 

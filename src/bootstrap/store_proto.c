@@ -305,8 +305,9 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
         refuse(k, c, "the rendezvous store on port %d serves a job of %d ranks, but rank %d was "
                      "started with a world size of %d: WORLD_SIZE differs between ranks",
                k->port, k->size, r, n);
-        doom(k, TUTTI_ERR_BOOTSTRAP, "rank %d of this job was started with a world size of %d, rank 0 with %d: "
-                "WORLD_SIZE differs between ranks",
+        doom(k, TUTTI_ERR_BOOTSTRAP,
+             "rank %d of this job was started with a world size of %d, rank 0 with %d: "
+             "WORLD_SIZE differs between ranks",
              r, n, k->size);
     }
     else if (r < 0 || r >= k->size)

@@ -478,10 +478,10 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
      * themselves; rank 0 waited for them to its deadline and blamed the launch. */
     unsigned unproven = st == TUTTI_ERR_BOOTSTRAP && rank == 0 ? tutti__store_unproven(store) : 0;
     if (unproven > 0 && strstr(tutti__tls_error(), "never arrived") != NULL)
-        tutti__append_error("; meanwhile %u client(s) of this host connected to the store and "
+        tutti__append_error("; meanwhile %u connection(s) from this host reached the store and "
                             "hung up before saying which rank they were: ranks that could not "
-                            "confirm it is their job's (in another PID namespace or container "
-                            "they cannot tell; their own errors say why) give up so: set "
+                            "confirm it is their job's give up so (in another PID namespace or "
+                            "container they cannot tell; their own errors say why): if so, set "
                             "TUTTI_JOB_TOKEN to the same random value for every rank",
                             unproven);
     /* A failure is recorded in the store, rank 0's too: the others' waits ask for it and fail

@@ -123,10 +123,12 @@ static tutti_status_t settle(tutti_comm_t *comm, tutti__coll_t *c, tutti_status_
         return tutti__comm_error(comm, st, "%s", c->err);
     /* Peers on this node learn it from the windows: a wait for this rank fails, and one that
      * was stopped cannot complete the call with data this rank had already written. So too for
-     * a call an abort (or a shrink, or a destroy) ended midway, although the end itself failed
-     * the communicator first: a peer that came to it later found all of this rank's data there
-     * and returned OK, where this rank returned ABORTED. */
-    if (st == TUTTI_ERR_ABORTED || __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE) == TUTTI_OK) {
+     * a call an abort (or a shrink) ended midway, although the end itself failed the
+     * communicator first: a peer that came to it later found all of this rank's data there and
+     * returned OK, where this rank returned ABORTED. Only where the abort is the communicator's
+     * first failure: an earlier one's word, the truer cause, stays. */
+    tutti_status_t failed = __atomic_load_n(&comm->failed, __ATOMIC_ACQUIRE);
+    if (failed == TUTTI_OK || (st == TUTTI_ERR_ABORTED && failed == TUTTI_ERR_ABORTED)) {
         tutti__win_describe(c); /* a late peer with another call can name both */
         tutti__win_fail(&comm->net, st, c->seq, c->relayed);
         /* and every peer, by message */

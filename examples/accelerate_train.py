@@ -134,7 +134,9 @@ def main():
               "mixed precision %s, DDP over the default group: %s" %
               (size, torch.__version__, sys.modules["accelerate"].__version__,
                dist.get_backend(), type(backend).__name__, accelerator.mixed_precision,
-               "yes" if on_group else "NO"))
+               "none: ONE process, not distributed (accelerate launch --cpu --num_processes N, or "
+               "a MULTI_CPU config without a hostfile, starts one)" if size == 1
+               else "yes" if on_group else "NO"))
         print("accelerate_train.py: loss %.4f -> %.4f in %d steps; weights identical on every "
               "rank: %s" % (first, last, len(losses), "yes" if ok.item() else "NO"), flush=True)
     dist.destroy_process_group()

@@ -151,7 +151,8 @@ def main():
               "DDP over the default group: %s" %
               (size, torch.__version__, transformers.__version__, dist.get_backend(),
                type(backend).__name__, "fp32" if a.no_bf16 else "bf16",
-               "yes" if on_group else "NO"))
+               "none: ONE process, not distributed" if size == 1
+               else "yes" if on_group else "NO"))
         print("hf_trainer.py: loss %s; %d steps in %.1f s; weights identical on every rank: %s"
               % (" ".join("%.3f" % v for v in losses), result.global_step,
                  result.metrics["train_runtime"], "yes" if ok.item() else "NO"), flush=True)

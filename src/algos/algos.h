@@ -132,6 +132,10 @@ typedef struct tutti__calldesc {
  * slices it runs as (the executor calls it once per call, after numbering it). */
 void tutti__sig_make(tutti__coll_t *c, int nsplit);
 
+/* tutti__sig_layout hashes an allreduce_coalesced's n buffer counts for its fingerprint
+ * (tutti__coll_t.layout), as the fingerprint hashes an allgatherv's layout. */
+uint32_t tutti__sig_layout(const size_t *counts, int n);
+
 /* tutti__sig_desc is c's call as a descriptor (wcall: c's window call). */
 tutti__calldesc_t tutti__sig_desc(const tutti__coll_t *c);
 

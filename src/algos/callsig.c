@@ -56,6 +56,20 @@ static int algo_index(const tutti__coll_t *c)
     return 0;
 }
 
+/* layout_hash folds n counts (and displacements, where given) into one word. */
+static uint64_t layout_hash(const size_t *counts, const size_t *displs, int n)
+{
+    uint64_t h = 0x6c61796f7574ull;
+    for (int i = 0; i < n; i++)
+        h = mix64(h ^ counts[i]) + (displs != NULL ? displs[i] : 0);
+    return h;
+}
+
+uint32_t tutti__sig_layout(const size_t *counts, int n)
+{
+    return (uint32_t)mix64(layout_hash(counts, NULL, n) ^ (uint64_t)(unsigned)n);
+}
+
 void tutti__sig_make(tutti__coll_t *c, int nsplit)
 {
     uint32_t var = 0;
@@ -65,9 +79,7 @@ void tutti__sig_make(tutti__coll_t *c, int nsplit)
         count = 0; /* alltoallv: each pair's lengths are checked by its messages */
     } else if (c->counts != NULL) {
         var = 1;   /* allgatherv: every rank passes the same layout */
-        count = 0x6c61796f7574ull;
-        for (int i = 0; i < c->size; i++)
-            count = mix64(count ^ c->counts[i]) + c->displs[i];
+        count = layout_hash(c->counts, c->displs, c->size);
     } else if (c->kind == TUTTI_COLL_ALLREDUCE && c->recvbuf == c->sendbuf && c->name != NULL &&
                strcmp(c->name, "allreduce_coalesced") == 0) {
         var = 2; /* (coalesced calls are in place: most allreduces skip the compare) */

@@ -131,50 +131,50 @@ static tutti_status_t progress_all(tutti__coll_t *c)
     return TUTTI_OK;
 }
 
+/* name_rank appends "r (pid p)", or "r (pid p, s s)" for s >= 0, to a list of k names so far
+ * (up to SILENT_SHOW: the caller counts the rest). */
+enum { SILENT_SHOW = 8 };
+static void name_rank(char *buf, size_t cap, size_t *len, int k, int r, int pid, double s)
+{
+    if (k >= SILENT_SHOW || *len >= cap)
+        return;
+    *len += (size_t)snprintf(buf + *len, cap - *len, s >= 0 ? "%s%d (pid %d, %.1f s)"
+                                                            : "%s%d (pid %d)",
+                             k ? ", " : "", r, pid, s);
+}
+
 /* fail_silent fails c naming every silent peer (first is the lowest). Peers silent on other
  * nodes only may be cut off (a link or their host down, which looks the same from both sides)
  * as well as stopped; a silent peer on this node has stopped or frozen. */
 static tutti_status_t __attribute__((noinline, cold))
 fail_silent(tutti__coll_t *c, int first, double silent, double limit)
 {
-    enum { SHOW = 8 };
     tutti__net_t *net = c->net;
     const int *node_of = net->topo.node_of;
-    /* One pass over the peers silent for half the limit: those past it are the unresponsive
-     * ones (first among them), the rest are named as silent too. Peers cut off with them fell
-     * silent at the same moment, but their last heartbeats came up to a beat apart, so one may
-     * still be short of the limit (a host's link cut named one of its two ranks). */
-    int n = 0, na = 0, r = -1;
+    /* The unresponsive ranks (first, the lowest, then the others past the limit), and as silent
+     * too those silent for half of it: peers cut off with them fell silent at the same moment,
+     * but their last heartbeats came up to a beat apart, so one may still be short of the limit
+     * (a host's link cut named one of its two ranks). */
+    int n = 0, na = 0, r = first;
     bool local = false;
     char list[400] = "", also[240] = "";
     size_t len = 0, alen = 0;
     double s = silent;
     for (int q = 0;; q = r + 1) {
         bool more = tutti__live_silent(net->live, limit / 2, q, &r, &s);
-        if (q <= first && (!more || r > first)) { /* first, whatever a re-read says */
-            r = first;
-            s = silent;
-            more = true;
-        }
-        if (!more)
+        if (q <= first && (!more || r >= first))
+            r = first, s = silent; /* its turn, as the caller found it */
+        else if (!more)
             break;
-        if (r == first || s > limit) {
-            local |= node_of == NULL || node_of[r] == net->topo.node;
-            if (n < SHOW && len < sizeof list)
-                len += (size_t)snprintf(list + len, sizeof list - len, "%s%d (pid %d)",
-                                        n ? ", " : "", r, tutti__live_pid(net->live, r));
-            n++;
-        } else {
-            if (na < SHOW && alen < sizeof also)
-                alen += (size_t)snprintf(also + alen, sizeof also - alen, "%s%d (pid %d, %.1f s)",
-                                         na ? ", " : "", r, tutti__live_pid(net->live, r), s);
-            na++;
-        }
+        bool past = r == first || s > limit;
+        local |= past && (node_of == NULL || node_of[r] == net->topo.node);
+        name_rank(past ? list : also, past ? sizeof list : sizeof also, past ? &len : &alen,
+                  past ? n++ : na++, r, tutti__live_pid(net->live, r), past ? -1 : s);
     }
-    if (n > SHOW && len < sizeof list)
-        snprintf(list + len, sizeof list - len, " and %d more", n - SHOW);
-    if (na > SHOW && alen < sizeof also)
-        snprintf(also + alen, sizeof also - alen, " and %d more", na - SHOW);
+    if (n > SILENT_SHOW && len < sizeof list)
+        snprintf(list + len, sizeof list - len, " and %d more", n - SILENT_SHOW);
+    if (na > SILENT_SHOW && alen < sizeof also)
+        snprintf(also + alen, sizeof also - alen, " and %d more", na - SILENT_SHOW);
     char too[300] = "";
     if (na > 0)
         snprintf(too, sizeof too, "; silent too: rank%s %s", na > 1 ? "s" : "", also);

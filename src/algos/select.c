@@ -106,6 +106,10 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
  *   allgather, 4 ranks: MPICH's 1 MiB 832 vs 767, 4 MiB 3466 vs 2648, 16 MiB 21510 vs 19603,
  *                       64 MiB 85097 vs 92938; env launch 2 MiB 1737 vs 1401, 16 MiB 22492 vs
  *                       21414, 32 MiB 45651 vs 48671
+ *   Open MPI's mpirun (--oversubscribe), 4 ranks: bcast 1 MiB 212 vs 328, 2 MiB 496 vs 321,
+ *                       4 MiB 903 vs 597, 16 MiB 3227 vs 2427, 32 MiB 8627 vs 8662, 64 MiB 19180
+ *                       vs 19595; allgather 1 MiB 1032 vs 922, 4 MiB 3348 vs 2712, 16 MiB 23702
+ *                       vs 20486, 64 MiB 97009 vs 102195
  * So broadcast takes single copy below 32 MiB at 2 ranks and from 2 MiB to below 32 MiB at more,
  * allgather below 32 MiB per rank at more ranks (at 2 ranks broadcast and at more ranks allgather
  * stopped at 4 MiB; broadcast at more ranks never took it). Around 32-64 MiB the two are about

@@ -318,14 +318,7 @@ TUTTI_API tutti_status_t tutti_allreduce_coalesced(const void *const *sendbufs,
     tutti__coll_t c;
     init_coll(&c, comm, TUTTI_COLL_ALLREDUCE, "allreduce_coalesced");
     c.sendbuf = k->data, c.recvbuf = k->data, c.count = total / es, c.dtype = dtype, c.op = op;
-    /* the buffers' counts, not only their total, must agree between ranks (FNV-1a) */
-    uint32_t layout = 2166136261u;
-    for (int i = -1; i < nbufs; i++) {
-        uint64_t v = i < 0 ? (uint64_t)nbufs : (uint64_t)counts[i];
-        for (int b = 0; b < 8; b++)
-            layout = (layout ^ (uint32_t)((v >> (8 * b)) & 0xffu)) * 16777619u;
-    }
-    c.layout = layout;
+    c.layout = tutti__sig_layout(counts, nbufs); /* the counts, not only their total, must agree */
     return run_then(comm, &c, work, total == 0, k, unpack);
 }
 

@@ -442,11 +442,11 @@ static tutti_status_t parse_decide(shrink_t *s, int q, size_t len, bool later, i
 
 /* left_out reads the DECIDE mail that came since the last look from every other rank (one
  * that left or died since too: its mail came before its goodbye or its death): one that leaves
- * this rank out ends the call (s->final, the error set); true then. The others stay in the mailboxes. A decision of a
- * later call counts too: this rank was stopped through a shrink the others gave up on, and
- * they have since shrunk again without it (it would otherwise find them all gone and make a
- * communicator of its own: the job in two). So does a coordinator's note that it gave up on
- * this call waiting for this rank (attempt 0, itself the only member). */
+ * this rank out ends the call (s->final, the error set); true then. The others stay in the
+ * mailboxes. A decision of a later call counts too: this rank was stopped through a shrink the
+ * others gave up on, and they have since shrunk again without it (it would otherwise find them
+ * all gone and make a communicator of its own: the job in two). So does a coordinator's note
+ * that it gave up on this call waiting for this rank (attempt 0, itself the only member). */
 static bool left_out(shrink_t *s)
 {
     for (int q = 0; q < s->size; q++) {

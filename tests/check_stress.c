@@ -2,14 +2,17 @@
  * stalling at different moments, every result checked exactly. The small-message paths reuse
  * their shared-memory areas without a closing barrier (two halves, flagged lines), so a rank
  * racing ahead while another is still reading is exactly what this provokes; the sizes also
- * cross from the flagged-line paths to the barrier paths and to the sliced large path. */
+ * cross from the flagged-line paths to the barrier paths and to the sliced large path. Then
+ * the rooted collectives' flow control over ofi (test_flow). */
 #include <check.h>
 #include "check_main.h"
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "tutti.h"
@@ -150,4 +153,99 @@ START_TEST(test_stress)
 }
 END_TEST
 
-TH_CHECK_MAIN_ONE("stress", "mixed", 600, test_stress)
+/*
+ * Flow control (algos.h): over ofi a broadcast's root never waits for its leaves and a reduce's
+ * leaves never wait for their root, and the provider keeps whatever comes early. The side
+ * that could not go on (a broadcast's leaves, a reduce's root) sleeps first; the other side
+ * must still stay within two blocks of TUTTI__FLOW_EVERY (64) calls per tree edge of it, all
+ * the while (before: all FLOW_CALLS calls at once, gigabytes held by a leaf). Every result is
+ * checked exactly.
+ */
+enum { FLOW_CALLS = 3000, FLOW_LEAD = 2 * 64 + 1 };
+
+static int flow_rank(int rank, int size, void *arg)
+{
+    const bool reduce = *(const int *)arg;
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = NULL;
+    if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
+        return th_fail("init: %s", tutti_last_error());
+    if (tutti_barrier(comm, NULL) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_comm_last_error(comm));
+    int depth = 0;
+    while ((1 << depth) < size)
+        depth++;
+    const long bound = (long)depth * FLOW_LEAD;
+    const bool waits = reduce ? rank == 0 : rank != 0; /* the side the other could outrun */
+    if (waits)
+        usleep(500000);
+    int rc = 0;
+    long worst = 0;
+    for (int k = 0; k < FLOW_CALLS && rc == 0; k++) {
+        int32_t x[3], y[3] = {0, 0, 0};
+        tutti_status_t st;
+        for (int i = 0; i < 3; i++)
+            x[i] = val(reduce ? rank : 0, (size_t)i, k);
+        if (reduce) {
+            st = tutti_reduce(x, y, 3, TUTTI_INT32, TUTTI_SUM, 0, comm, NULL);
+        } else {
+            if (rank == 0)
+                memcpy(y, x, sizeof y);
+            st = tutti_broadcast(y, 3, TUTTI_INT32, 0, comm, NULL);
+        }
+        if (st != TUTTI_OK)
+            return th_fail("%s #%d: %s", reduce ? "reduce" : "broadcast", k,
+                           tutti_comm_last_error(comm));
+        for (int i = 0; i < 3 && (!reduce || rank == 0); i++) {
+            int64_t want = val(0, (size_t)i, k);
+            if (reduce)
+                for (int r = 1; r < size; r++)
+                    want += val(r, (size_t)i, k);
+            if (y[i] != (int32_t)want)
+                rc = th_fail("%s #%d: [%d] = %d, want %d", reduce ? "reduce" : "broadcast", k, i,
+                             y[i], (int32_t)want);
+        }
+        __atomic_store_n(&sh->slots[rank], (long)k + 1, __ATOMIC_RELEASE);
+        for (int r = 0; waits && r < size; r++) {
+            long lead = __atomic_load_n(&sh->slots[r], __ATOMIC_ACQUIRE) - k;
+            if (r != rank && lead > worst)
+                worst = lead;
+        }
+    }
+    if (rc == 0 && worst > bound)
+        rc = th_fail("a %s ran up to %ld calls ahead of rank %d (at most %ld over %d tree "
+                     "level%s): nothing held it back", reduce ? "reduce's leaf" : "broadcast's root",
+                     worst, rank, bound, depth, depth > 1 ? "s" : "");
+    if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)
+        rc = th_fail("destroy: %s", tutti_last_error());
+    return rc;
+}
+
+START_TEST(test_flow)
+{
+    for (int reduce = 0; reduce < 2; reduce++)
+        for (int n = 2; n <= 3; n++) {
+            th_opts_t o = TH_OPTS_INIT;
+            o.transport = "ofi";
+            o.timeout_s = 120;
+            ck_assert_msg(th_run_opts(n, &o, flow_rank, &reduce) == 0, "%s, %d ranks",
+                          reduce ? "reduce" : "broadcast", n);
+        }
+}
+END_TEST
+
+static Suite *stress_suite(void)
+{
+    Suite *s = suite_create("stress");
+    TCase *tc = tcase_create("mixed");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_stress);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("flow");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_flow);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+TH_CHECK_MAIN(stress_suite)

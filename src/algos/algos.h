@@ -63,6 +63,8 @@ typedef struct tutti__coll {
     int blame;            /* the other rank of a mismatch's pair, or the rank found dead or
                              silent (communicator rank, told to every peer with the failure
                              notice); -1: none */
+    bool flow;            /* a broadcast or reduce whose message edges hold the sending side
+                             back this time (TUTTI__FLOW_EVERY): the same calls on every rank */
     struct tutti__coll *top; /* a part of a call (hierarchical, or tree's reduce + broadcast):
                              the whole call, whose relayed and blame its failure sets
                              (tutti__top); NULL: this is the whole call */
@@ -114,6 +116,22 @@ static inline double tutti__coll_timeout(const tutti__coll_t *c)
 {
     return c->timeout_s > 0 ? c->timeout_s : tutti__net_timeout(c->net);
 }
+
+/*
+ * Flow control for the rooted collectives over messages. A broadcast's data only flows down
+ * its tree and a reduce's only up, so over ofi nothing holds the sending side back: the
+ * provider keeps whatever arrives before its receive is posted (a 16 KiB buffer a message), and
+ * a loop of 3-element broadcasts at 3 ranks ran the root 200000 calls ahead of a leaf that
+ * grew to 4.7 GB and then crawled, while a reduce's root, calls behind its leaves, saw a
+ * stopped leaf only after its backlog. shm's rings are bounded and need none of this. Once in
+ * every TUTTI__FLOW_EVERY call numbers (the first broadcast, and the first reduce, of each
+ * block: exec.c sets c->flow), the receiving end of each ofi edge answers the sending end with
+ * an empty message once it has the data, and the sender waits for it: no rank runs more than
+ * two blocks ahead of the one it feeds, for one round trip a block (Open MPI's coll/sync does
+ * this with a barrier). tutti__flow_edge tells whether the edge to member does it in c.
+ */
+#define TUTTI__FLOW_EVERY 64
+bool tutti__flow_edge(const tutti__coll_t *c, int member);
 
 /* tutti__avg_div is what AVG divides by when the last step of c's reduction rounds. */
 static inline int tutti__avg_div(const tutti__coll_t *c) { return c->avg_n > 0 ? c->avg_n : c->size; }

@@ -4,6 +4,8 @@
  * forwards it to its children, largest subtree first, while the next segment is already on its
  * way in. Cost: ceil(log2 n) steps plus one per extra segment; the root sends log2 n copies.
  * Wins for small and medium messages; for large ones the pipelining hides most of the depth.
+ * Over ofi, one call in TUTTI__FLOW_EVERY also has each child answer its parent with an empty
+ * message (algos.h).
  */
 #include "algos.h"
 #include "patterns/tree.h"
@@ -45,9 +47,23 @@ static tutti_status_t run(tutti__coll_t *c)
             TUTTI__CHECK(tutti__isend(c, kids[i], buf + off * es, m * es, &sreq[b][i]));
         sending[b] = nk > 0;
     }
+    /* Flow control (algos.h): every segment is in, so answer the parent now, before this rank
+     * waits for its own children's answers: the edges do not chain. */
+    tutti__req_t ack, back[TUTTI__TREE_MAX_CHILDREN];
+    const bool answer = parent >= 0 && tutti__flow_edge(c, parent);
+    if (answer)
+        TUTTI__CHECK(tutti__isend(c, parent, NULL, 0, &ack));
+    int nback = 0;
+    for (int i = 0; i < nk; i++)
+        if (tutti__flow_edge(c, kids[i]))
+            TUTTI__CHECK(tutti__irecv(c, kids[i], NULL, 0, &back[nback++]));
     for (int b = 0; b < 2; b++)
         if (sending[b])
             TUTTI__CHECK(tutti__waitall(c, sreq[b], nk));
+    if (nback > 0)
+        TUTTI__CHECK(tutti__waitall(c, back, nback));
+    if (answer)
+        TUTTI__CHECK(tutti__waitall(c, &ack, 1));
     return TUTTI_OK;
 }
 

@@ -76,8 +76,9 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *b
                            tutti__req_t *req)
 {
     /* A rank that never has to wait sees a peer's failure only when it waits: a reduce's root on
-     * a message path, whose leaves run calls ahead of it, could work through a backlog of
-     * seconds first. Every 1024 posts it looks at the peers as a wait would. */
+     * a message path, whose leaves run calls ahead of it (up to two blocks of flow control:
+     * algos.h), works through that backlog first. Every 1024 posts it looks at the peers as a
+     * wait would. */
     if (__builtin_expect((++c->net->slices[c->slice].posts & 1023u) == 0, 0)) {
         tutti_status_t st = check_time(c, NULL, 0);
         if (st < 0) {
@@ -105,6 +106,12 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *b
                     kind == TUTTI__REQ_SEND ? "send" : "receive", bytes,
                     kind == TUTTI__REQ_SEND ? "to" : "from", peer, TUTTI__TP_ERR(tp));
     return TUTTI_OK;
+}
+
+bool tutti__flow_edge(const tutti__coll_t *c, int member)
+{
+    const tutti__links_t *l = &c->net->links;
+    return c->flow && l->ofi != NULL && l->peer_tp[global(c, member)] == l->ofi;
 }
 
 tutti_status_t tutti__isend(tutti__coll_t *c, int peer, const void *buf, size_t bytes,

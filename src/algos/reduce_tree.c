@@ -6,7 +6,8 @@
  * SEG_BYTES flow up the tree one behind the other: a rank receives segment s+1 from its
  * children while it reduces segment s and its parent takes it. Cost: ceil(log2 n) steps plus
  * one per extra segment, the root receiving log2 n times the data: wins for small messages
- * and many ranks, where the ring's 2(n-1) steps dominate. Non-roots accumulate in scratch
+ * and many ranks, where the ring's 2(n-1) steps dominate. Over ofi, one call in
+ * TUTTI__FLOW_EVERY also answers each child with an empty message (algos.h). Non-roots accumulate in scratch
  * (their recvbuf may be NULL); leaves send straight from their input.
  */
 #include "algos.h"
@@ -77,9 +78,23 @@ static tutti_status_t run(tutti__coll_t *c)
             sending[b] = true;
         }
     }
+    /* Flow control (algos.h): every segment from the children is in, so answer them now,
+     * before this rank waits for its own parent's answer: the edges do not chain. */
+    tutti__req_t ack[TUTTI__TREE_MAX_CHILDREN], back;
+    int nack = 0;
+    for (int i = 0; i < nk; i++)
+        if (tutti__flow_edge(c, kids[i]))
+            TUTTI__CHECK(tutti__isend(c, kids[i], NULL, 0, &ack[nack++]));
+    const bool wait_back = parent >= 0 && tutti__flow_edge(c, parent);
+    if (wait_back)
+        TUTTI__CHECK(tutti__irecv(c, parent, NULL, 0, &back));
     for (int b = 0; b < 2; b++)
         if (sending[b])
             TUTTI__CHECK(tutti__waitall(c, &sreq[b], 1));
+    if (wait_back)
+        TUTTI__CHECK(tutti__waitall(c, &back, 1));
+    if (nack > 0)
+        TUTTI__CHECK(tutti__waitall(c, ack, nack));
     return TUTTI_OK;
 }
 

@@ -251,6 +251,15 @@ static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nspli
     if (c->algo == NULL)
         c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
     tutti__sig_make(c, nsplit);
+    /* The first broadcast, and the first reduce, of each block of numbers holds its senders
+     * back (algos.h): from the numbers alone, so every rank flags the same calls. */
+    c->flow = false;
+    if (c->kind == TUTTI_COLL_BCAST || c->kind == TUTTI_COLL_REDUCE) {
+        uint64_t *last = &comm->flow_block[c->kind == TUTTI_COLL_REDUCE];
+        const uint64_t block = c->seq / TUTTI__FLOW_EVERY + 1;
+        c->flow = *last != block;
+        *last = block;
+    }
     /* for a peer's waiter that asks which call this rank posted with this number (prims.c) */
     tutti__live_note_call(comm->calls, c->seq, c->sig_count, tutti__sig_desc(c).info);
 }

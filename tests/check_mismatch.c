@@ -5,7 +5,8 @@
  * broadcast followed by correct allreduces, the ring's length mismatch (shm and ofi), alltoallv
  * pair counts that disagree (direct, cma, and the message path), fingerprints that differ only
  * above the 10 bits an ofi tag holds (TUTTI_FAULT_TAG_XOR; ofi and shm), allreduce_coalesced
- * whose buffers split one total differently, and a waiting rank
+ * whose buffers split one total differently, an empty call on one rank only (the text says
+ * what numbers that differ mean), and a waiting rank
  * told of the mismatch by a rank that then exits at once. The communicator is failed
  * afterwards: the next call returns TUTTI_ERR_COMM_FAILED. */
 #include <check.h>
@@ -25,8 +26,8 @@ typedef struct mcase {
     int nranks;
     int odd;              /* the rank that posts the other call */
     int kind;             /* what differs, see post() */
-    const char *want[2];  /* what the text must hold: [0] the call of the others, [1] the odd
-                             rank's (NULL: nothing) */
+    const char *want[3];  /* what the text must hold: [0] the call of the others, [1] the odd
+                             rank's, [2] more that every rank's must (NULL: nothing) */
     int own_only;         /* 1, message paths: a rank that read the other call's message knows
                              only its own call fully (the other's by length and fingerprint);
                              2: only rank 0 (the receiver of the odd block) holds want[1] */
@@ -50,7 +51,7 @@ static const mcase_t cases[] = {
     {"allreduce lines vs barrier", "shm", NULL, 2, 1, LL_VS_BARRIER, {"of 8 fp32", "of 64 fp32"}, 0, 0, 0},
     {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0, 0, 0},
     {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0},
-    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 "}, 0, 0, 0},
+    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 ", "0 elements"}, 0, 0, 0},
     /* The others' call goes by messages (the ring), the odd rank's empty one meets no one and
      * its next one waits in the window: both waited out the timeout, each for a call the other
      * was not in, until a message wait looked for a peer already in a later window call. */
@@ -206,7 +207,7 @@ static int body(int rank, int size, void *arg)
      * part of the pair that met names the pair it was told about. */
     if (!th_mentions_rank(msg, mc->odd))
         bad = th_fail("%s: the text does not name rank %d: \"%s\"", mc->name, mc->odd, msg);
-    for (int i = 0; i < 2 && !early; i++)
+    for (int i = 0; i < 3 && !early; i++)
         if (mc->want[i] != NULL &&
             (!mc->own_only || (mc->own_only == 1 ? i == (rank == mc->odd) : i == 0 || rank == 0)) &&
             strstr(msg, mc->want[i]) == NULL)

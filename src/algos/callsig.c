@@ -155,6 +155,11 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
         tutti__sig_describe(theirs, sizeof theirs, d);
     else
         snprintf(theirs, sizeof theirs, "a different call (%s)", how);
+    /* Numbers that differ mean one rank posted a call the other did not: most often an empty
+     * one (0 elements), which returns at once without its peers. */
+    if (d != NULL && d->seq != md.seq && how[0] == '\0')
+        how = "(the numbers differ: the rank ahead posted a call the other did not, or an empty "
+              "one, 0 elements, which ran without its peers)";
     const int me = c->net->rank;
     const bool first = me < peer;
     tutti__top(c)->blame = peer;

@@ -869,6 +869,78 @@ START_TEST(test_left)
 }
 END_TEST
 
+/* A peer that exits right after its send returned, without destroying its communicator (as a
+ * program may end): its eager message (inline, 4000 B, 16 KiB: one per run, as shm's ring for
+ * point-to-point holds two pieces) is still received 1 s later, whole (shm lost the larger ones,
+ * and ofi reported the 16 KiB one failed with its data there: the receive failed "died"
+ * without reading what had come); then a receive for what it never sent, one from any rank, and
+ * a send to it fail with TUTTI_ERR_PEER_FAILED, in seconds. */
+static const size_t exit_sizes[3] = {3, 4000, 16384};
+
+static int exited_body(int rank, int n, void *arg)
+{
+    (void)n;
+    const size_t len = exit_sizes[*(const int *)arg];
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    int bad = 0;
+    if (tutti_barrier(comm, NULL) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_last_error());
+    unsigned char *b = malloc(len);
+    if (rank == 1) {
+        fill(b, len, 1, 0, 960);
+        if (tutti_send(b, len, TUTTI_UINT8, 0, 40, comm, NULL) != TUTTI_OK)
+            return th_fail("send before exiting: %s", tutti_last_error());
+        __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE);
+        fflush(NULL);
+        _exit(0);
+    }
+    if (th_await_slot(0, 30) != 0)
+        return 1;
+    sleep(1); /* rank 1 has exited, and the liveness mesh has seen it */
+    memset(b, 0, len);
+    tutti_status_t st = tutti_recv(b, len, TUTTI_UINT8, 1, 40, comm, NULL);
+    if (st != TUTTI_OK)
+        bad |= th_fail("the %zu-byte message rank 1 sent before it exited: %d (%s): %s", len, st,
+                       tutti_strerror(st), tutti_last_error());
+    else
+        bad |= check(b, len, 1, 0, 960, "sent before exiting");
+    static const char *const what[3] = {"a receive from it", "a receive from any rank",
+                                        "a send to it"};
+    for (int k = 0; k < 3; k++) {
+        unsigned char small[8] = {0};
+        double t0 = th_now();
+        st = k == 2 ? tutti_send(small, 8, TUTTI_UINT8, 1, 44, comm, NULL)
+                    : tutti_recv(small, 8, TUTTI_UINT8, k == 0 ? 1 : TUTTI_ANY_SOURCE, 45, comm,
+                                 NULL);
+        const char *msg = tutti_comm_last_error(comm);
+        if (st != TUTTI_ERR_PEER_FAILED || th_now() - t0 > 5 ||
+            (k != 1 && !th_mentions_rank(msg, 1))) /* any rank: "every one has failed" */
+            bad |= th_fail("%s after rank 1 exited: %d (%s) after %.1f s: %s", what[k], st,
+                           tutti_strerror(st), th_now() - t0, msg);
+        fprintf(stderr, "[exited] %s: %.2f s: %s\n", what[k], th_now() - t0, msg);
+    }
+    free(b);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_exited)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    o.rank_timeout_s = 60;
+    for (int k = 0; k < 3; k++)
+        ck_assert_msg(th_run_opts(2, &o, exited_body, &k) == 0,
+                      "a %zu-byte message from a peer that exited without destroy, on %s: see "
+                      "stderr", exit_sizes[k], tps[_i]);
+}
+END_TEST
+
 /* A pause between calls is no silence of the peers': nothing reads the liveness links then.
  * After 3 s without a call, a receive from a rank that left still ends in about a second (the
  * long grace is for data from a peer that was silent lately), and a destroy whose timeout is 2 s
@@ -1238,6 +1310,7 @@ static void add_tcases(Suite *s)
     tcase_add_loop_test(tc, test_dead_peer, 0, (int)(sizeof dead_cases / sizeof dead_cases[0]));
     tcase_add_loop_test(tc, test_timeout, 0, 2);
     tcase_add_loop_test(tc, test_left, 0, 2);
+    tcase_add_loop_test(tc, test_exited, 0, 2);
     tcase_add_loop_test(tc, test_pause, 0, 2);
     tcase_add_loop_test(tc, test_stopped_peer, 0, 2);
     tcase_add_loop_test(tc, test_abort, 0, 2);

@@ -182,6 +182,13 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
         tutti__p2p_fail(e, op, q->broken_status, "%s", q->why);
         return;
     }
+    /* Not broken yet while what it sent before it died may still be read (p2p_fail.c), but
+     * nothing sent to it now can arrive. */
+    if (tutti__live_dead(e->net->live, p)) {
+        tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED, "rank %d (pid %d) died or lost its connection",
+                        p, tutti__live_pid(e->net->live, p));
+        return;
+    }
     op->mseq = ++q->tx_seq;
     tutti__p2p_env_t *env = &op->env[0];
     if (op->len > TUTTI__P2P_EAGER_MAX) { /* announce it; the data goes once it is matched */

@@ -8,6 +8,8 @@
 
 /* How often the liveness mesh is asked (as for collectives). */
 #define LIVE_PERIOD 0.05
+/* How long a dead peer's ops wait for what it sent before it died, once nothing more comes. */
+#define DEAD_GRACE_S 0.25
 
 static bool req_done(const tutti__req_t *r) { return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE); }
 
@@ -251,9 +253,11 @@ static void fail_orphaned_any(tutti__p2p_t *e, double now)
         return; /* a peer just failed: the sweep tells such receives so, and why */
     for (int p = 0; p < e->size; p++) {
         const tutti__p2p_peer_t *q = &e->peers[p];
-        if (p != e->rank && !q->broken &&
-            (!tutti__live_left(e->net->live, p) || q->left_seen == 0.0 ||
-             now - q->left_seen <= tutti__live_left_grace(e->net->live, p)))
+        if (p == e->rank || q->broken)
+            continue;
+        const bool died = tutti__live_dead(e->net->live, p);
+        if ((!died && !tutti__live_left(e->net->live, p)) || q->left_seen == 0.0 ||
+            now - q->left_seen <= (died ? DEAD_GRACE_S : tutti__live_left_grace(e->net->live, p)))
             return;
     }
     tutti__p2p_op_t *next;
@@ -310,26 +314,34 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
     if (net->live != NULL && now >= e->next_live) {
         e->next_live = now + LIVE_PERIOD;
         int dead = -1;
-        if (tutti__live_check(net->live, &dead) < 0)
-            for (int p = 0; p < e->size; p++)
-                if (p != e->rank && !e->peers[p].broken && tutti__live_dead(net->live, p))
-                    tutti__p2p_break(e, p, TUTTI_ERR_PEER_FAILED,
-                                     "rank %d (pid %d) died or lost its connection",
-                                     p, tutti__live_pid(net->live, p));
+        (void)tutti__live_check(net->live, &dead);
+        /* A rank that died or left may have sent, before it went, what this rank has not read
+         * yet (its ring, its endpoint's buffers: a program that exits right after its last
+         * send returned, without destroying its communicator, lost that message): its ops fail
+         * only once nothing more has come from it for a grace, counted again from each
+         * receive posted for it (p2p.c). Sends to it fail at once (post_send). */
         for (int p = 0; p < e->size; p++) {
             tutti__p2p_peer_t *q = &e->peers[p];
-            if (p == e->rank || q->broken || !tutti__live_left(net->live, p))
+            if (p == e->rank || q->broken)
+                continue;
+            const bool died = tutti__live_dead(net->live, p);
+            if (!died && !tutti__live_left(net->live, p))
                 continue;
             if (q->left_seen == 0.0 || q->nrx != q->nrx_seen) { /* its data still comes */
                 q->left_seen = now;
                 q->nrx_seen = q->nrx;
-            } else if (q->nops > 0 &&
-                       now - q->left_seen > tutti__live_left_grace(net->live, p))
+            } else if ((q->nops > 0 || e->nany > 0) && died && now - q->left_seen > DEAD_GRACE_S) {
+                tutti__p2p_break(e, p, TUTTI_ERR_PEER_FAILED,
+                                 "rank %d (pid %d) died or lost its connection", p,
+                                 tutti__live_pid(net->live, p));
+            } else if (q->nops > 0 && !died &&
+                       now - q->left_seen > tutti__live_left_grace(net->live, p)) {
                 peer_left(e, p,
                           "rank %d destroyed its communicator while this rank still had "
                           "point-to-point operations with it: a rank must finish its sends and "
                           "receives before it destroys the communicator",
                           p);
+            }
         }
         fail_orphaned_any(e, now);
         fail_silent(e);

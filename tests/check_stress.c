@@ -157,24 +157,35 @@ END_TEST
  * Flow control (algos.h): over ofi a broadcast's root never waits for its leaves and a reduce's
  * leaves never wait for their root, and the provider keeps whatever comes early. The side
  * that could not go on (a broadcast's leaves, a reduce's root) sleeps first; the other side
- * must still stay within two blocks of TUTTI__FLOW_EVERY (64) calls per tree edge of it, all
- * the while (before: all FLOW_CALLS calls at once, gigabytes held by a leaf). Every result is
- * checked exactly.
+ * must still stay within TUTTI__FLOW_EVERY (64) calls a tree level of it, all the while
+ * (before: all FLOW_CALLS calls at once, gigabytes held by a leaf), also where an empty call of
+ * the same kind comes before each (which meets no one: flagged, it had let every other call
+ * go unchecked). Every result is checked exactly.
  */
-enum { FLOW_CALLS = 3000, FLOW_LEAD = 2 * 64 + 1 };
+enum { FLOW_CALLS = 3000, FLOW_LEAD = 64 + 1 };
+
+typedef struct flow_case {
+    int reduce; /* else broadcast */
+    int empties; /* an empty call of the same kind before each */
+} flow_case_t;
 
 static int flow_rank(int rank, int size, void *arg)
 {
-    const bool reduce = *(const int *)arg;
+    const flow_case_t *fc = arg;
+    const bool reduce = fc->reduce;
     th_shared_t *sh = th_shared();
     tutti_comm_t *comm = NULL;
     if (tutti_comm_init_env(NULL, &comm) != TUTTI_OK)
         return th_fail("init: %s", tutti_last_error());
-    if (tutti_barrier(comm, NULL) != TUTTI_OK)
-        return th_fail("barrier: %s", tutti_comm_last_error(comm));
-    int depth = 0;
-    while ((1 << depth) < size)
-        depth++;
+    /* Two barriers, so that the empty calls take the even numbers, where blocks of 64 numbers
+     * begin (flagging the first call of each block let an empty one take every flag). */
+    for (int b = 0; b < 2; b++)
+        if (tutti_barrier(comm, NULL) != TUTTI_OK)
+            return th_fail("barrier: %s", tutti_comm_last_error(comm));
+    int depth = 0; /* of the binomial tree rooted at 0: the most set bits of a rank below size */
+    for (int v = 1; v < size; v++)
+        if (__builtin_popcount((unsigned)v) > depth)
+            depth = __builtin_popcount((unsigned)v);
     const long bound = (long)depth * FLOW_LEAD;
     const bool waits = reduce ? rank == 0 : rank != 0; /* the side the other could outrun */
     if (waits)
@@ -183,15 +194,21 @@ static int flow_rank(int rank, int size, void *arg)
     long worst = 0;
     for (int k = 0; k < FLOW_CALLS && rc == 0; k++) {
         int32_t x[3], y[3] = {0, 0, 0};
-        tutti_status_t st;
+        tutti_status_t st = TUTTI_OK;
         for (int i = 0; i < 3; i++)
             x[i] = val(reduce ? rank : 0, (size_t)i, k);
         if (reduce) {
-            st = tutti_reduce(x, y, 3, TUTTI_INT32, TUTTI_SUM, 0, comm, NULL);
+            if (fc->empties)
+                st = tutti_reduce(x, y, 0, TUTTI_INT32, TUTTI_SUM, 0, comm, NULL);
+            if (st == TUTTI_OK)
+                st = tutti_reduce(x, y, 3, TUTTI_INT32, TUTTI_SUM, 0, comm, NULL);
         } else {
             if (rank == 0)
                 memcpy(y, x, sizeof y);
-            st = tutti_broadcast(y, 3, TUTTI_INT32, 0, comm, NULL);
+            if (fc->empties)
+                st = tutti_broadcast(y, 0, TUTTI_INT32, 0, comm, NULL);
+            if (st == TUTTI_OK)
+                st = tutti_broadcast(y, 3, TUTTI_INT32, 0, comm, NULL);
         }
         if (st != TUTTI_OK)
             return th_fail("%s #%d: %s", reduce ? "reduce" : "broadcast", k,
@@ -214,8 +231,9 @@ static int flow_rank(int rank, int size, void *arg)
     }
     if (rc == 0 && worst > bound)
         rc = th_fail("a %s ran up to %ld calls ahead of rank %d (at most %ld over %d tree "
-                     "level%s): nothing held it back", reduce ? "reduce's leaf" : "broadcast's root",
-                     worst, rank, bound, depth, depth > 1 ? "s" : "");
+                     "level%s%s): nothing held it back", reduce ? "reduce's leaf" : "broadcast's root",
+                     worst, rank, bound, depth, depth > 1 ? "s" : "",
+                     fc->empties ? ", an empty call before each" : "");
     if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)
         rc = th_fail("destroy: %s", tutti_last_error());
     return rc;
@@ -224,13 +242,16 @@ static int flow_rank(int rank, int size, void *arg)
 START_TEST(test_flow)
 {
     for (int reduce = 0; reduce < 2; reduce++)
-        for (int n = 2; n <= 3; n++) {
-            th_opts_t o = TH_OPTS_INIT;
-            o.transport = "ofi";
-            o.timeout_s = 120;
-            ck_assert_msg(th_run_opts(n, &o, flow_rank, &reduce) == 0, "%s, %d ranks",
-                          reduce ? "reduce" : "broadcast", n);
-        }
+        for (int empties = 0; empties < 2; empties++)
+            for (int n = 2; n <= 4; n++) {
+                flow_case_t fc = {reduce, empties};
+                th_opts_t o = TH_OPTS_INIT;
+                o.transport = "ofi";
+                o.timeout_s = 120;
+                ck_assert_msg(th_run_opts(n, &o, flow_rank, &fc) == 0, "%s%s, %d ranks",
+                              reduce ? "reduce" : "broadcast",
+                              empties ? " with an empty call before each" : "", n);
+            }
 }
 END_TEST
 

@@ -40,6 +40,7 @@ typedef struct tutti__coll {
                              posted again (prims.c); 0: not asked in this call */
     double left_seen;     /* when a wait first saw peer left_rank, which it needs, gone */
     int left_rank;        /* (destroyed its communicator); left_seen 0: none seen */
+    double dead_seen;     /* when a wait first needed a rank found dead (prims.c); 0: none */
     char *err;            /* TUTTI__ERRLEN bytes: where the failure text goes */
     bool declined;        /* it failed before posting or writing anything, alike on every rank
                              (tutti__decline): the communicator stays usable */
@@ -63,8 +64,8 @@ typedef struct tutti__coll {
     int blame;            /* the other rank of a mismatch's pair, or the rank found dead or
                              silent (communicator rank, told to every peer with the failure
                              notice); -1: none */
-    bool flow;            /* a broadcast or reduce whose message edges hold the sending side
-                             back this time (TUTTI__FLOW_EVERY): the same calls on every rank */
+    bool flow;            /* a broadcast or reduce whose ofi edges hold the sending side back
+                             this time (TUTTI__FLOW_EVERY): the same calls on every rank */
     struct tutti__coll *top; /* a part of a call (hierarchical, or tree's reduce + broadcast):
                              the whole call, whose relayed and blame its failure sets
                              (tutti__top); NULL: this is the whole call */
@@ -123,12 +124,13 @@ static inline double tutti__coll_timeout(const tutti__coll_t *c)
  * provider keeps whatever arrives before its receive is posted (a 16 KiB buffer a message), and
  * a loop of 3-element broadcasts at 3 ranks ran the root 200000 calls ahead of a leaf that
  * grew to 4.7 GB and then crawled, while a reduce's root, calls behind its leaves, saw a
- * stopped leaf only after its backlog. shm's rings are bounded and need none of this. Once in
- * every TUTTI__FLOW_EVERY call numbers (the first broadcast, and the first reduce, of each
- * block: exec.c sets c->flow), the receiving end of each ofi edge answers the sending end with
- * an empty message once it has the data, and the sender waits for it: no rank runs more than
- * two blocks ahead of the one it feeds, for one round trip a block (Open MPI's coll/sync does
- * this with a barrier). tutti__flow_edge tells whether the edge to member does it in c.
+ * stopped leaf only after its backlog. shm's rings are bounded and need none of this. Every
+ * TUTTI__FLOW_EVERY-th broadcast, and reduce, with data (exec.c sets c->flow; the first one
+ * too), the receiving end of each edge over ofi answers the sending end with an empty message
+ * once it has the data, and the sender waits for it: no rank gets more than TUTTI__FLOW_EVERY
+ * such calls ahead of its neighbour in the tree (so a leaf of depth d, d times that of the
+ * root), for one round trip per TUTTI__FLOW_EVERY calls (Open MPI's coll/sync does this with a
+ * barrier). tutti__flow_edge tells whether the edge to member does it in c.
  */
 #define TUTTI__FLOW_EVERY 64
 bool tutti__flow_edge(const tutti__coll_t *c, int member);

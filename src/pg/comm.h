@@ -53,8 +53,8 @@ struct tutti_comm {
     tutti__net_t net;     /* what the algorithms run on: transports, windows, slices, liveness */
 
     uint64_t seq;              /* collectives posted so far (atomic) */
-    uint64_t flow_block[2];    /* 1 + the block of TUTTI__FLOW_EVERY numbers of the last
-                                  broadcast [0] and reduce [1] (exec.c's number); 0: none */
+    uint64_t flow_calls[2];    /* broadcasts [0] and reduces [1] with data so far, for flow
+                                  control (exec.c's number) */
     tutti__live_calls_t *calls; /* the ring of posted calls in net.live (tutti__live_note_call) */
     uint64_t p2p_seq;          /* send/recv calls so far, for messages (atomic) */
     uint32_t shrinks;          /* tutti_comm_shrink calls so far (atomic; shrink.c) */

@@ -101,6 +101,7 @@ static tutti_status_t run_coll(tutti_comm_t *comm, tutti__coll_t *c, bool trivia
     }
     c->deadline = 0.0; /* from the start (its first wait), not from the post */
     c->next_ask = 0.0;
+    c->dead_seen = 0.0;
     tutti__colo_note(c);
     tutti_status_t st = c->algo->run(c);
     tutti__colo_ring(c); /* its last writes may be what a sleeping peer waits for */
@@ -251,15 +252,13 @@ static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nspli
     if (c->algo == NULL)
         c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
     tutti__sig_make(c, nsplit);
-    /* The first broadcast, and the first reduce, of each block of numbers holds its senders
-     * back (algos.h): from the numbers alone, so every rank flags the same calls. */
+    /* Every TUTTI__FLOW_EVERY-th broadcast, and reduce, that runs with peers (not an empty
+     * one, which meets no one) holds its senders back (algos.h): counted from the calls
+     * alone, so every rank flags the same ones. */
     c->flow = false;
-    if (c->kind == TUTTI_COLL_BCAST || c->kind == TUTTI_COLL_REDUCE) {
-        uint64_t *last = &comm->flow_block[c->kind == TUTTI_COLL_REDUCE];
-        const uint64_t block = c->seq / TUTTI__FLOW_EVERY + 1;
-        c->flow = *last != block;
-        *last = block;
-    }
+    if ((c->kind == TUTTI_COLL_BCAST || c->kind == TUTTI_COLL_REDUCE) && bytes > 0 &&
+        comm->size > 1)
+        c->flow = comm->flow_calls[c->kind == TUTTI_COLL_REDUCE]++ % TUTTI__FLOW_EVERY == 0;
     /* for a peer's waiter that asks which call this rank posted with this number (prims.c) */
     tutti__live_note_call(comm->calls, c->seq, c->sig_count, tutti__sig_desc(c).info);
 }

@@ -57,10 +57,12 @@ tutti_status_t tutti__p2p_env_check(const tutti__p2p_env_t *env, int src, int ds
                        env->flags, env->tag, (unsigned long long)env->len, TUTTI__P2P_EAGER_MAX);
         return TUTTI_OK;
     case TUTTI__P2P_RTS:
-        if (env->flags != 0 || env->tag < 0 || env->len <= TUTTI__P2P_EAGER_MAX ||
+        if ((env->flags & ~(uint16_t)TUTTI__P2P_SYNC) != 0 || env->tag < 0 ||
+            (env->len <= TUTTI__P2P_EAGER_MAX && !(env->flags & TUTTI__P2P_SYNC)) ||
             env->len > (uint64_t)PTRDIFF_MAX)
             return BAD("a request to send with flags %u, tag %d and %llu bytes (only messages "
-                       "over %zu bytes and within the address space are announced so)",
+                       "over %zu bytes and within the address space are announced so, or any "
+                       "flagged for flow control)",
                        env->flags, env->tag, (unsigned long long)env->len, TUTTI__P2P_EAGER_MAX);
         return TUTTI_OK;
     case TUTTI__P2P_CTS:

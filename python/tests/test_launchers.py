@@ -55,6 +55,46 @@ def w_launched(expect_launcher):
                                                        os.environ["MASTER_PORT"]))
 
 
+def w_restart():
+    """One rank of a torchrun job with --max-restarts 1: rank 1 of the first attempt exits once
+    the groups are made; the restarted attempt (new processes, torchrun's agent store still
+    holding the first one's keys) makes its groups again and finishes. Then, in the same
+    process, a new default group and a group "1" of both ranks, where the last group "1" had
+    rank 0 only (rank 1, not in it, had counted none)."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    import tutti_torch  # noqa: F401
+
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    timeout = datetime.timedelta(seconds=40)
+    dist.init_process_group("tutti", timeout=timeout)
+    rank, size = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert t[0].item() == size, t
+    only0 = dist.new_group([0])
+    if rank == 0:
+        dist.all_reduce(t, group=only0)
+    dist.barrier()
+    if attempt == 0:
+        if rank == 1:
+            print("rank 1 of attempt 0 exits", flush=True)
+            os._exit(1)
+        time.sleep(60)  # torchrun's agent ends it and starts the next attempt
+        os._exit(2)
+    dist.destroy_process_group()
+    dist.init_process_group("tutti", timeout=timeout)
+    both = dist.new_group([0, 1])
+    t = torch.ones(4)
+    dist.all_reduce(t, group=both)
+    assert t[0].item() == 2, t
+    dist.destroy_process_group()
+    print("rank %d of attempt %d: ok" % (rank, attempt), flush=True)
+
+
 class TestLaunchers(unittest.TestCase):
     script = os.path.abspath(__file__)
 
@@ -71,6 +111,20 @@ class TestLaunchers(unittest.TestCase):
                self.script, "--worker", "launched", "torchrun"]
         res = self.launch(cmd, clean_env())
         self.assertEqual(res.out.count("under torchrun"), 2, harness.report([res]))
+
+    def test_torchrun_restart(self):
+        """torchrun --max-restarts 1 with a worker that exits: the restarted workers meet again.
+        Its agent's store outlives the attempt, and the new processes read the first attempt's
+        keys (2 restarts in 8 came up, in a helper's probe; some waited out the group's
+        timeout): their keys are the attempt's own now (TORCHELASTIC_RESTART_COUNT)."""
+        port = harness.free_port()
+        cmd = [harness.PY, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--max-restarts", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+               self.script, "--worker", "restart"]
+        res = self.launch(cmd, clean_env(), timeout=240)
+        self.assertIn("rank 1 of attempt 0 exits", res.out, harness.report([res]))
+        for r in (0, 1):
+            self.assertIn("rank %d of attempt 1: ok" % r, res.out, harness.report([res]))
 
     def test_torchrun_c_program(self):
         """A C program under torchrun (--no-python): torchrun's agent serves torch's store at
@@ -597,6 +651,9 @@ if __name__ == "__main__":
         i = sys.argv.index("--worker")
         if sys.argv[i + 1] == "step":
             w_step()
+        if sys.argv[i + 1] == "restart":
+            w_restart()
+            sys.exit(0)
         w_launched(sys.argv[i + 2])
         sys.exit(0)
     unittest.main()

@@ -393,8 +393,32 @@ def _store_address(store):
     return None, None
 
 
-_generations = {}  # group name: groups of that name this process made (_create)
+_generations = {}  # (group name, its global ranks): such groups this process made (_create)
 _generations_lock = threading.Lock()
+
+
+def _key_prefix(name, ranks):
+    """Where a group's keys go in its store, the same on every rank of the group and unused by
+    any group before it. torch names groups "0", "1", ... again after destroy_process_group, and
+    a store that outlives them keeps the last ones' keys: torchrun's agent store outlives even a
+    restart (its workers are new processes, which count from 0 again), and a group named like an
+    earlier one may have other ranks (a rank that was not in the earlier one counts 0). So: the
+    restart, from TORCHELASTIC_RESTART_COUNT where the workers use the agent's store (torch's
+    own rendezvous keyed its store by it once); the group's ranks; and the count of groups of
+    this name with these ranks this process made, which every member made alike."""
+    with _generations_lock:
+        gen = _generations.get((name, ranks), 0)
+        _generations[(name, ranks)] = gen + 1
+    attempt = 0
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        try:
+            attempt = max(0, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+        except ValueError:
+            attempt = 0
+    digest = 0
+    for r in ranks:  # FNV-1a over the ranks: short, and the same in every process
+        digest = ((digest ^ (r & 0xFFFFFFFF)) * 0x01000193) & 0xFFFFFFFF
+    return "tutti/a%d/r%08x-%d/g%d/" % (attempt, digest, len(ranks), gen), gen
 
 
 def _interface_from_gloo(env):
@@ -427,13 +451,10 @@ def _create(dist_opts, pg_options):
     options.group_name = dist_opts.group_id
     # init_process_group creates its group before it records it as the default one
     options._default_group = not dist.is_initialized()
-    # torch reuses group names after destroy_process_group; every rank of a group makes it the
-    # same number of times, so this count is the same on each (backend.cpp: keys of its own)
-    with _generations_lock:
-        options._generation = _generations.get(dist_opts.group_id, 0)
-        _generations[dist_opts.group_id] = options._generation + 1
     options.global_ranks_in_group = list(dist_opts.global_ranks_in_group)
-    if options._default_group and options._generation == 0:
+    options._key_prefix, generation = _key_prefix(dist_opts.group_id,
+                                                  tuple(options.global_ranks_in_group))
+    if options._default_group and generation == 0:
         _check_job(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
                    dist_opts.timeout)
     from_gloo = _interface_from_gloo(os.environ)

@@ -46,12 +46,11 @@ BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int ran
     if (!options_)
         options_ = c10::make_intrusive<Options>();
     // torch names the groups alike again after destroy_process_group ("0", "1", ...), and a
-    // store that outlives them (torchrun's agent store, a caller's own) still holds the keys
-    // of the last group of that name: each one made again in this process meets under keys of
-    // its own, or it would read the last one's addresses.
-    if (options_->generation > 0)
-        store_ = c10::make_intrusive<c10d::PrefixStore>(
-            "tutti/again" + std::to_string(options_->generation) + "/", store_);
+    // store that outlives them (torchrun's agent store across restarts, a caller's own) still
+    // holds the keys of the last group of that name: each group meets under keys of its own
+    // (tutti_torch's creator), or it would read the last one's addresses.
+    if (!options_->key_prefix.empty())
+        store_ = c10::make_intrusive<c10d::PrefixStore>(options_->key_prefix, store_);
     tutti_comm_config_t cfg = config_of(*options_);
     try {
         comm_ = make_comm(store_.get(), "tutti/coll/", rank, size, cfg);

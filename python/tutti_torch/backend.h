@@ -81,7 +81,10 @@ class BackendTutti : public c10d::Backend {
         int worker_count = 0;  // tutti's worker threads; 0: CCL_WORKER_COUNT or 1
         std::string transport; // "auto", "shm", "ofi"; "": TUTTI_TRANSPORT or auto
         bool default_group = false; // init_process_group's group (set by tutti_torch's creator)
-        long generation = 0; // groups of this name this process made before (tutti_torch's creator)
+        // where its keys go in the group's store ("": the store itself); tutti_torch's creator
+        // makes one that no earlier group (of this name, before a destroy_process_group; of an
+        // earlier torchrun attempt) has used
+        std::string key_prefix;
     };
 
     // A group of size ranks that meets through store (init_process_group, new_group).

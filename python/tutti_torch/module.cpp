@@ -37,8 +37,8 @@ PYBIND11_MODULE(_C, m)
                        "tutti's worker threads per communicator; 0: CCL_WORKER_COUNT or 1")
         .def_readwrite("_default_group", &BackendTutti::Options::default_group,
                        "set by tutti_torch's creator for init_process_group's group")
-        .def_readwrite("_generation", &BackendTutti::Options::generation,
-                       "set by tutti_torch's creator: groups of this name made before")
+        .def_readwrite("_key_prefix", &BackendTutti::Options::key_prefix,
+                       "set by tutti_torch's creator: where the group's keys go in its store")
         .def_readwrite("transport", &BackendTutti::Options::transport,
                        "\"auto\", \"shm\" or \"ofi\"; \"\": TUTTI_TRANSPORT or auto");
 

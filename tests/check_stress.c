@@ -231,7 +231,8 @@ static int flow_rank(int rank, int size, void *arg)
     }
     if (rc == 0 && worst > bound)
         rc = th_fail("a %s ran up to %ld calls ahead of rank %d (at most %ld over %d tree "
-                     "level%s%s): nothing held it back", reduce ? "reduce's leaf" : "broadcast's root",
+                     "level%s%s): nothing held it back",
+                     reduce ? "reduce's leaf" : "broadcast's root",
                      worst, rank, bound, depth, depth > 1 ? "s" : "",
                      fc->empties ? ", an empty call before each" : "");
     if (tutti_comm_destroy(comm) != TUTTI_OK && rc == 0)

@@ -185,8 +185,9 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
     /* Not broken yet while what it sent before it died may still be read (p2p_fail.c), but
      * nothing sent to it now can arrive. */
     if (tutti__live_dead(e->net->live, p)) {
-        tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED, "rank %d (pid %d) died or lost its connection",
-                        p, tutti__live_pid(e->net->live, p));
+        tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
+                        "rank %d (pid %d) died or lost its connection", p,
+                        tutti__live_pid(e->net->live, p));
         return;
     }
     op->mseq = ++q->tx_seq;

@@ -330,7 +330,8 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
             if (q->left_seen == 0.0 || q->nrx != q->nrx_seen) { /* its data still comes */
                 q->left_seen = now;
                 q->nrx_seen = q->nrx;
-            } else if ((q->nops > 0 || e->nany > 0) && died && now - q->left_seen > DEAD_GRACE_S) {
+            } else if ((q->nops > 0 || e->nany > 0) && died &&
+                       now - q->left_seen > DEAD_GRACE_S) {
                 tutti__p2p_break(e, p, TUTTI_ERR_PEER_FAILED,
                                  "rank %d (pid %d) died or lost its connection", p,
                                  tutti__live_pid(net->live, p));

@@ -77,8 +77,8 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *b
 {
     /* A rank that never has to wait sees a peer's failure only when it waits: a reduce's root on
      * a message path, whose leaves run calls ahead of it (up to TUTTI__FLOW_EVERY a level of
-     * the tree: algos.h), works through that backlog first. Every 1024 posts it looks at the peers as a
-     * wait would. */
+     * the tree: algos.h), works through that backlog first. Every 1024 posts it looks at the
+     * peers as a wait would. */
     if (__builtin_expect((++c->net->slices[c->slice].posts & 1023u) == 0, 0)) {
         tutti_status_t st = check_time(c, NULL, 0);
         if (st < 0) {
@@ -264,24 +264,26 @@ static tutti_status_t check_peers(tutti__coll_t *c)
 #define DEAD_GRACE_S 0.25
 
 /*
- * dead_fails tells whether rank dead (died: its connections closed without a goodbye) fails
- * c's wait for missing[0..nmissing). A program may exit right after its last call returned,
- * without destroying its communicator, with what it sent this rank still in a ring or the
- * endpoint, unread (an alltoall's block over ofi: 1 run in 6 failed "died" on a peer whose
- * call had returned OK): so only a wait that still lacks its data fails, once that has not
- * come for DEAD_GRACE_S; a later wait that needs it fails then. A list cut short at 64 may
- * hide it: fail.
+ * dead_needed returns the rank, found dead (its connections closed without a goodbye), that
+ * fails c's wait for missing[0..nmissing), or -1. A program may exit right after its last call
+ * returned, without destroying its communicator, with what it sent this rank still in a ring
+ * or the endpoint, unread (an alltoall's block over ofi: 1 run in 6 failed "died" on a peer
+ * whose call had returned OK): so only a wait that still lacks a dead rank's data fails, once
+ * that has not come for DEAD_GRACE_S; a later wait that needs it fails then. Each missing rank
+ * is asked, not only the lowest dead one (which this wait may not need while it needs another);
+ * a list cut short at 64 may hide it: then lowest, the lowest dead rank, counts.
  */
-static bool dead_fails(tutti__coll_t *c, int dead, const int *missing, int nmissing, double now)
+static int dead_needed(tutti__coll_t *c, int lowest, const int *missing, int nmissing, double now)
 {
-    bool needed = nmissing >= 64;
-    for (int i = 0; i < nmissing && !needed; i++)
-        needed = missing[i] == dead; /* communicator ranks, as the liveness mesh numbers them */
-    if (!needed)
-        return false;
+    int found = nmissing >= 64 ? lowest : -1;
+    for (int i = 0; i < nmissing && found < 0; i++)
+        if (tutti__live_dead(c->net->live, missing[i])) /* communicator ranks, as the mesh's */
+            found = missing[i];
+    if (found < 0)
+        return -1;
     if (c->dead_seen == 0.0)
         c->dead_seen = now;
-    return now - c->dead_seen > DEAD_GRACE_S;
+    return now - c->dead_seen > DEAD_GRACE_S ? found : -1;
 }
 
 /* check_time runs the slow checks of a wait: the deadline and the liveness mesh. missing[] are
@@ -307,12 +309,13 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
             if ((tutti__live_failed(net->live, &r, &nst, &seq) && nst == TUTTI_ERR_MISMATCH) ||
                 tutti__live_told(net->live, dead))
                 return check_notices(c);
-            if (dead_fails(c, dead, missing, nmissing, now)) {
-                tutti__top(c)->blame = dead;
+            const int gone = dead_needed(c, dead, missing, nmissing, now);
+            if (gone >= 0) {
+                tutti__top(c)->blame = gone;
                 return fail(c, TUTTI_ERR_PEER_FAILED,
                             "rank %d (pid %d) died or lost its connection; the communicator is "
                             "now failed: destroy it and create a new one",
-                            dead, tutti__live_pid(net->live, dead));
+                            gone, tutti__live_pid(net->live, gone));
             }
         }
         TUTTI__CHECK(check_peers(c));

@@ -7,8 +7,8 @@
  * children while it reduces segment s and its parent takes it. Cost: ceil(log2 n) steps plus
  * one per extra segment, the root receiving log2 n times the data: wins for small messages
  * and many ranks, where the ring's 2(n-1) steps dominate. Over ofi, one call in
- * TUTTI__FLOW_EVERY also answers each child with an empty message (algos.h). Non-roots accumulate in scratch
- * (their recvbuf may be NULL); leaves send straight from their input.
+ * TUTTI__FLOW_EVERY also answers each child with an empty message (algos.h). Non-roots
+ * accumulate in scratch (their recvbuf may be NULL); leaves send straight from their input.
  */
 #include "algos.h"
 #include "patterns/tree.h"

@@ -192,13 +192,8 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
     }
     op->mseq = ++q->tx_seq;
     tutti__p2p_env_t *env = &op->env[0];
-    /* Flow control (p2p.h): one message in TUTTI__P2P_SYNC_EVERY to a peer over ofi waits to be
-     * matched, whatever its length. */
-    const bool sync = op->mseq % TUTTI__P2P_SYNC_EVERY == 0 && q->tp == e->net->links.ofi &&
-                      q->tp != NULL;
-    if (op->len > TUTTI__P2P_EAGER_MAX || sync) { /* announce it; the data goes once matched */
-        env_init(env, TUTTI__P2P_RTS, op->len > TUTTI__P2P_EAGER_MAX ? 0 : TUTTI__P2P_SYNC,
-                 op->tag, op->len, op->mseq);
+    if (op->len > TUTTI__P2P_EAGER_MAX) { /* announce it; the data goes once it is matched */
+        env_init(env, TUTTI__P2P_RTS, 0, op->tag, op->len, op->mseq);
         tutti__p2p_env_seal(env, e->rank, p);
         op->state = S_RTS;
         wait_on(e, op);

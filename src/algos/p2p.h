@@ -13,8 +13,7 @@
  *
  *   EAGER  tag, length, sequence number; up to TUTTI__P2P_INLINE bytes ride in the envelope,
  *          up to TUTTI__P2P_EAGER_MAX follow it as one payload message
- *   RTS    a larger message (or, flagged TUTTI__P2P_SYNC, any one: flow control, below): tag,
- *          length, sequence number, and no data yet ...
+ *   RTS    a larger message: tag, length, sequence number, and no data yet ...
  *   CTS    ... until the receiver has matched it and answers "clear to send" (or refuses it,
  *          when the lengths differ) ...
  *   DATA   ... and the sender sends the payload behind a DATA envelope (or DATA "withdrawn" if
@@ -32,22 +31,13 @@
 #define TUTTI__P2P_EAGER_MAX ((size_t)16 << 10)
 
 enum { TUTTI__P2P_EAGER = 1, TUTTI__P2P_RTS, TUTTI__P2P_CTS, TUTTI__P2P_DATA };
-enum { TUTTI__P2P_REFUSED = 1 /* CTS */, TUTTI__P2P_WITHDRAWN = 1 /* DATA */,
-       TUTTI__P2P_SYNC = 1 /* RTS: a message of any length announced for flow control */ };
-
-/* Flow control over ofi, where the provider keeps every eager message that comes before its
- * receive without bound (a 16 KiB buffer each: a receiver grew to 4.8 GB under 300000 blocking
- * sends of 12 bytes): every TUTTI__P2P_SYNC_EVERY-th message to a peer reached over ofi goes as
- * an RTS (flag TUTTI__P2P_SYNC), whatever its length, so that a sender's blocking sends get at
- * most that many messages ahead of what the receiver has matched. shm's rings are bounded. */
-#define TUTTI__P2P_SYNC_EVERY 64
+enum { TUTTI__P2P_REFUSED = 1 /* CTS */, TUTTI__P2P_WITHDRAWN = 1 /* DATA */ };
 
 /* The envelope, as it travels (both ends are the same machine kind, so host order). */
 typedef struct tutti__p2p_env {
     uint32_t magic;
     uint16_t kind;   /* TUTTI__P2P_EAGER ... */
-    uint16_t flags;  /* TUTTI__P2P_REFUSED (CTS), TUTTI__P2P_WITHDRAWN (DATA),
-                        TUTTI__P2P_SYNC (RTS) */
+    uint16_t flags;  /* TUTTI__P2P_REFUSED (CTS), TUTTI__P2P_WITHDRAWN (DATA) */
     int32_t tag;     /* EAGER, RTS: the user's tag */
     uint32_t check;  /* a hash of the fields above and below and of both ranks */
     uint64_t len;    /* EAGER, RTS, DATA: payload bytes */

@@ -57,12 +57,10 @@ tutti_status_t tutti__p2p_env_check(const tutti__p2p_env_t *env, int src, int ds
                        env->flags, env->tag, (unsigned long long)env->len, TUTTI__P2P_EAGER_MAX);
         return TUTTI_OK;
     case TUTTI__P2P_RTS:
-        if ((env->flags & ~(uint16_t)TUTTI__P2P_SYNC) != 0 || env->tag < 0 ||
-            (env->len <= TUTTI__P2P_EAGER_MAX && !(env->flags & TUTTI__P2P_SYNC)) ||
+        if (env->flags != 0 || env->tag < 0 || env->len <= TUTTI__P2P_EAGER_MAX ||
             env->len > (uint64_t)PTRDIFF_MAX)
             return BAD("a request to send with flags %u, tag %d and %llu bytes (only messages "
-                       "over %zu bytes and within the address space are announced so, or any "
-                       "flagged for flow control)",
+                       "over %zu bytes and within the address space are announced so)",
                        env->flags, env->tag, (unsigned long long)env->len, TUTTI__P2P_EAGER_MAX);
         return TUTTI_OK;
     case TUTTI__P2P_CTS:

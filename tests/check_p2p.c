@@ -927,6 +927,60 @@ static int exited_body(int rank, int n, void *arg)
     return bad;
 }
 
+/* A receive from any rank posted after a peer's death was seen never waited for that peer: it
+ * gets a live rank's message, even where the dead peer's end (once nothing more came from it)
+ * falls while it waits (3 ranks: rank 1 exits, rank 2 sends late). It failed "rank 1 failed
+ * while this receive from any rank waited" after the grace for a dead peer's data came in. */
+static int any_after_death_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    if (tutti_barrier(comm, NULL) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_last_error());
+    unsigned char b[8];
+    int bad = 0;
+    if (rank == 1) {
+        __atomic_store_n(&sh->slots[1], 1, __ATOMIC_RELEASE);
+        fflush(NULL);
+        _exit(0);
+    }
+    if (th_await_slot(1, 30) != 0)
+        return 1;
+    if (rank == 2) {
+        usleep(500000);
+        fill(b, sizeof b, 2, 0, 970);
+        bad |= tutti_send(b, sizeof b, TUTTI_UINT8, 0, 1, comm, NULL) != TUTTI_OK;
+        usleep(800000);
+        fill(b, sizeof b, 2, 0, 971);
+        bad |= tutti_send(b, sizeof b, TUTTI_UINT8, 0, 2, comm, NULL) != TUTTI_OK;
+        if (bad)
+            th_fail("rank 2's sends: %s", tutti_last_error());
+    } else {
+        /* while this waits, its engine sees rank 1 dead */
+        tutti_status_t st = tutti_recv(b, sizeof b, TUTTI_UINT8, 2, 1, comm, NULL);
+        if (st != TUTTI_OK)
+            bad |= th_fail("the receive from rank 2: %s", tutti_last_error());
+        tutti_work_t *w = NULL;
+        st = tutti_recv(b, sizeof b, TUTTI_UINT8, TUTTI_ANY_SOURCE, 2, comm, &w);
+        if (st == TUTTI_OK)
+            st = tutti_work_wait(w, 20.0);
+        if (st != TUTTI_OK)
+            bad |= th_fail("a receive from any rank posted after rank 1's death was seen: %d "
+                           "(%s): %s", st, tutti_strerror(st),
+                           w ? tutti_work_error(w) : tutti_last_error());
+        else if (tutti_work_source(w) != 2)
+            bad |= th_fail("it came from rank %d, not 2", tutti_work_source(w));
+        else
+            bad |= check(b, sizeof b, 2, 0, 971, "from any rank after a death");
+        tutti_work_free(w);
+    }
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
 START_TEST(test_exited)
 {
     static const char *const tps[] = {"shm", "ofi"};
@@ -938,6 +992,8 @@ START_TEST(test_exited)
         ck_assert_msg(th_run_opts(2, &o, exited_body, &k) == 0,
                       "a %zu-byte message from a peer that exited without destroy, on %s: see "
                       "stderr", exit_sizes[k], tps[_i]);
+    ck_assert_msg(th_run_opts(3, &o, any_after_death_body, NULL) == 0,
+                  "a receive from any rank after a death, on %s: see stderr", tps[_i]);
 }
 END_TEST
 

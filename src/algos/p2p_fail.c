@@ -229,6 +229,22 @@ void tutti__p2p_sweep(tutti__p2p_t *e)
     }
 }
 
+/* engine_owes tells whether the engine itself still has business with peer p: a withdrawn
+ * send's CTS to answer, a control message to it not yet gone, a payload from it still coming
+ * into an engine buffer. Its death must end those too, or the engine stays busy for good. */
+static bool engine_owes(const tutti__p2p_t *e, int p)
+{
+    if (e->peers[p].nwithdrawn > 0)
+        return true;
+    for (const tutti__p2p_ctrl_t *k = e->ctrl; k; k = k->next)
+        if (k->peer == p)
+            return true;
+    for (const tutti__p2p_unexp_t *u = e->ux; u; u = u->next)
+        if (u->peer == p && u->arriving)
+            return true;
+    return false;
+}
+
 /* waiting_for says, for a timeout's text, what op was still waiting for. */
 static const char *waiting_for(const tutti__p2p_op_t *op)
 {
@@ -327,14 +343,20 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
             const bool died = tutti__live_dead(net->live, p);
             if (!died && !tutti__live_left(net->live, p))
                 continue;
+            if (died && q->dead_gen == 0)
+                q->dead_gen = ++e->gen;
             if (q->left_seen == 0.0 || q->nrx != q->nrx_seen) { /* its data still comes */
                 q->left_seen = now;
                 q->nrx_seen = q->nrx;
-            } else if ((q->nops > 0 || e->nany > 0) && died &&
+            } else if ((q->nops > 0 || e->nany > 0 || engine_owes(e, p)) && died &&
                        now - q->left_seen > DEAD_GRACE_S) {
+                /* Receives from any rank posted before its death was seen may have waited for
+                 * its message and fail with it; those posted since never did. */
+                const uint64_t any_before = e->any_fail_gen;
                 tutti__p2p_break(e, p, TUTTI_ERR_PEER_FAILED,
                                  "rank %d (pid %d) died or lost its connection", p,
                                  tutti__live_pid(net->live, p));
+                e->any_fail_gen = any_before > q->dead_gen ? any_before : q->dead_gen;
             } else if (q->nops > 0 && !died &&
                        now - q->left_seen > tutti__live_left_grace(net->live, p)) {
                 peer_left(e, p,

@@ -53,6 +53,8 @@ typedef struct tutti__p2p_peer {
     double left_seen;         /* when it was seen gone (destroyed its communicator), or last
                                  brought anything after that */
     uint64_t nrx, nrx_seen;   /* envelopes and payloads it brought; as of the last check */
+    uint64_t dead_gen;        /* the engine's gen once its death was first seen (receives from
+                                 any source posted since then never waited for it); 0: not */
     char why[512];
 } tutti__p2p_peer_t;
 

@@ -78,7 +78,8 @@ static tutti_status_t post(tutti__coll_t *c, int kind, int member, const void *b
     /* A rank that never has to wait sees a peer's failure only when it waits: a reduce's root on
      * a message path, whose leaves run calls ahead of it (up to TUTTI__FLOW_EVERY a level of
      * the tree: algos.h), works through that backlog first. Every 1024 posts it looks at the
-     * peers as a wait would. */
+     * peers as a wait would (notices, silence, abort; a dead rank fails only a wait that needs
+     * it). */
     if (__builtin_expect((++c->net->slices[c->slice].posts & 1023u) == 0, 0)) {
         tutti_status_t st = check_time(c, NULL, 0);
         if (st < 0) {
@@ -268,8 +269,9 @@ static tutti_status_t check_peers(tutti__coll_t *c)
  * fails c's wait for missing[0..nmissing), or -1. A program may exit right after its last call
  * returned, without destroying its communicator, with what it sent this rank still in a ring
  * or the endpoint, unread (an alltoall's block over ofi: 1 run in 6 failed "died" on a peer
- * whose call had returned OK): so only a wait that still lacks a dead rank's data fails, once
- * that has not come for DEAD_GRACE_S; a later wait that needs it fails then. Each missing rank
+ * whose call had returned OK): so only a wait that still lacks a dead rank's data fails,
+ * DEAD_GRACE_S after a wait of the call first needed it (what had come by then is read in
+ * that time: the wait drives progress before each check); a later wait that needs it fails. Each missing rank
  * is asked, not only the lowest dead one (which this wait may not need while it needs another);
  * a list cut short at 64 may hide it: then lowest, the lowest dead rank, counts.
  */

@@ -42,24 +42,6 @@ static unsigned long long seed;
 enum { S_FAILED_SEQ = 0, S_STOPPED_AT = 1, S_SURVIVORS_DONE = 2, S_IN_CALL = 3, S_STOPPED_IN = 4,
        S_LAST_DONE = 5, S_STOPPED_DONE = 6 };
 
-/* stopped waits (up to 2 s) until /proc says pid is stopped. */
-static void wait_stopped(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    for (int i = 0; i < 2000; i++) {
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f)
-            fclose(f);
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')');
-        if (p != NULL && (p[2] == 'T' || p[2] == 't'))
-            return;
-        usleep(1000);
-    }
-}
-
 /* one runs call k of family fam with exact inputs and checks the result; returns the status,
  * or TUTTI_ERR_INTERNAL (after th_fail) for a wrong result reported as success. */
 static tutti_status_t one(const trial_t *t, tutti_comm_t *comm, int rank, int size, float *x,
@@ -130,7 +112,7 @@ static void *stopper(void *arg)
     usleep((useconds_t)(t->delay_s * 1e6));
     kill(sh->pids[VICTIM], SIGSTOP);
     sh->slots[S_STOPPED_AT] = (long)(th_now() * 1000);
-    wait_stopped(sh->pids[VICTIM]);
+    (void)th_await_proc_state(sh->pids[VICTIM], "tT", 2.0);
     __atomic_store_n(&sh->slots[S_STOPPED_DONE],
                      __atomic_load_n(&sh->slots[S_LAST_DONE], __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
     __atomic_store_n(&sh->slots[S_STOPPED_IN], __atomic_load_n(&sh->slots[S_IN_CALL],

@@ -951,19 +951,7 @@ static int any_after_death_body(int rank, int n, void *arg)
         return 1;
     /* until rank 1 is really gone (under ThreadSanitizer its exit took over 0.5 s, and rank 0's
      * receive from any rank came before its death was seen: that one fails with it, by design) */
-    char path[64], st_buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)sh->pids[1]);
-    for (int i = 0; i < 30000; i++) {
-        FILE *f = fopen(path, "r");
-        size_t got = f ? fread(st_buf, 1, sizeof st_buf - 1, f) : 0;
-        if (f)
-            fclose(f);
-        st_buf[got] = '\0';
-        const char *paren = strrchr(st_buf, ')');
-        if (f == NULL || (paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X')))
-            break;
-        usleep(1000);
-    }
+    (void)th_await_proc_state(sh->pids[1], "ZX", 30.0);
     if (rank == 2) {
         usleep(1000000);
         fill(b, sizeof b, 2, 0, 970);

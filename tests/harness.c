@@ -115,6 +115,30 @@ int th_await_slot(int i, double limit_s)
     return 0;
 }
 
+int th_await_proc_state(int pid, const char *states, double limit_s)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    for (double t0 = th_now();;) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        /* the state follows the command name, which may hold spaces and parentheses */
+        const char *p = strrchr(buf, ')');
+        if (f == NULL ? strchr(states, 'X') != NULL
+                      : p != NULL && p[1] == ' ' && p[2] != '\0' && strchr(states, p[2]) != NULL)
+            return 0;
+        if (th_now() - t0 > limit_s) {
+            fprintf(stderr, "harness: pid %d did not reach state [%s] within %.0f s\n", pid,
+                    states, limit_s);
+            return -1;
+        }
+        usleep(1000);
+    }
+}
+
 void th_kill_rank(int rank)
 {
     th_shared_t *s = th_shared();

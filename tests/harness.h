@@ -59,6 +59,11 @@ int th_free_port(void);
  * saying so (the rank that was to set it failed or left early: its own output says why). */
 int th_await_slot(int i, double limit_s);
 
+/* th_await_proc_state waits until /proc says pid is in one of states (stat's letters: "tT"
+ * stopped, "ZX" gone; X also when pid has no /proc entry any more), up to limit_s: 0, or -1
+ * after saying so. */
+int th_await_proc_state(int pid, const char *states, double limit_s);
+
 /* th_shared returns the shared page (valid in the parent and in every rank). */
 th_shared_t *th_shared(void);
 

@@ -343,6 +343,17 @@ START_TEST(test_call_timeout)
 }
 END_TEST
 
+/* left_said tells whether msg says that rank `who` left before posting call #seq (its goodbye
+ * carries how many calls it had posted), or, where the failure came on from a third rank's
+ * notice, names it there. */
+static bool left_said(const char *msg, int who, unsigned seq)
+{
+    char want[64];
+    snprintf(want, sizeof want, "without posting this one (#%u)", seq);
+    return th_mentions_rank(msg, who) &&
+           (strstr(msg, want) != NULL || strstr(msg, "named rank") != NULL);
+}
+
 /* A rank that destroys its communicator while a peer still waits for it in a collective (the
  * job posted different collectives on different ranks) makes the peer's call fail soon, naming
  * it, instead of at the deadline (60 s here, past the harness's 30 s: waiting for it fails).
@@ -366,10 +377,53 @@ static int leaver_body(int rank, int size, void *arg)
     if (st != TUTTI_ERR_PEER_FAILED)
         bad = th_fail("rank 1 destroyed its communicator: expected TUTTI_ERR_PEER_FAILED, got %d "
                       "(%s): %s", st, tutti_strerror(st), msg);
-    else if (!th_mentions_rank(msg, 1) ||
-             (strstr(msg, "destroyed") == NULL && strstr(msg, "named rank 1") == NULL))
-        bad = th_fail("the error does not say that rank 1 destroyed its communicator: \"%s\"", msg);
+    else if (!left_said(msg, 1, 1))
+        bad = th_fail("the error does not say that rank 1 destroyed its communicator before "
+                      "call #1: \"%s\"", msg);
     fprintf(stderr, "[left] rank %d: %s\n", rank, msg);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+/* After leaver_body's rank 1 had run the reduce that rank 0 joins 0.5 s late (so its goodbye
+ * comes before rank 0's call), and left: the reduce it had posted completes on rank 0, exact
+ * (what it sent gets its grace); the allreduce after it, which rank 1 never posted, fails
+ * naming rank 1 at once. */
+static int left_after_body(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = joined();
+    if (comm == NULL)
+        return 1;
+    float x[3], y[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++)
+        x[i] = (float)(10 * rank + i);
+    /* the first reduce of its block of numbers waits for the root (flow control): not this */
+    if (tutti_reduce(x, y, 3, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, NULL) != TUTTI_OK)
+        return th_fail("the first reduce: %s", tutti_comm_last_error(comm));
+    if (rank == 0)
+        usleep(500000);
+    tutti_status_t st = tutti_reduce(x, y, 3, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, NULL);
+    if (rank == 1) {
+        if (st != TUTTI_OK)
+            th_fail("rank 1's reduce: %s", tutti_comm_last_error(comm));
+        tutti_comm_destroy(comm);
+        return st != TUTTI_OK;
+    }
+    int bad = 0;
+    if (st != TUTTI_OK)
+        bad = th_fail("the reduce rank 1 had posted before it left: %d (%s): %s", st,
+                      tutti_strerror(st), tutti_comm_last_error(comm));
+    const int want0 = 10 * (size - 1) * size / 2;
+    for (int i = 0; i < 3 && st == TUTTI_OK && rank == 0; i++)
+        if (y[i] != (float)(want0 + size * i))
+            bad = th_fail("reduce: [%d] = %g, want %d", i, (double)y[i], want0 + size * i);
+    st = tutti_allreduce(x, y, 3, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    const char *msg = tutti_comm_last_error(comm);
+    if (st != TUTTI_ERR_PEER_FAILED || !left_said(msg, 1, 3))
+        bad = th_fail("the allreduce rank 1 never posted: %d (%s): \"%s\"", st,
+                      tutti_strerror(st), msg);
+    fprintf(stderr, "[left after] rank %d of %d: %s\n", rank, size, msg);
     tutti_comm_destroy(comm);
     return bad;
 }
@@ -384,6 +438,19 @@ START_TEST(test_left)
     o.rank_timeout_s = 60;
     ck_assert_msg(th_run_opts(3, &o, leaver_body, NULL) == 0, "left peer, 3 ranks, on %s: see "
                   "stderr", tps[_i]);
+}
+END_TEST
+
+START_TEST(test_left_after)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 30;
+    o.rank_timeout_s = 60;
+    for (int n = 2; n <= 3; n++)
+        ck_assert_msg(th_run_opts(n, &o, left_after_body, NULL) == 0, "left after its last call, "
+                      "%d ranks, on %s: see stderr", n, tps[_i]);
 }
 END_TEST
 
@@ -538,6 +605,7 @@ static Suite *failure_suite(void)
     tcase_set_timeout(tc, 40);
     tcase_add_loop_test(tc, test_timeout, 0, 3);
     tcase_add_loop_test(tc, test_left, 0, 2);
+    tcase_add_loop_test(tc, test_left_after, 0, 2);
     tcase_add_loop_test(tc, test_exited, 0, 3);
     tcase_add_loop_test(tc, test_rank0_fails, 0, 2);
     tcase_add_loop_test(tc, test_call_timeout, 0, 2);

@@ -2,7 +2,8 @@
 tutti's text, well before the group's timeout: in plain collectives (2 ranks) and inside DDP's
 backward pass, where the error arrives through Work.getFuture() (3 ranks). The group's timeout
 is 300 s and the test's deadline 90 s, so only tutti's detection of the dead peer can pass.
-A call with a timeout of its own (c10d's opts.timeout) fails at it, not at the group's.
+A call with a timeout of its own (c10d's opts.timeout) fails at it, not at the group's. A rank
+that raises between steps and ends its group fails its peers' next call, naming it.
 """
 import os
 import signal
@@ -235,6 +236,37 @@ def w_call_timeout():
     os._exit(0)
 
 
+def w_raised():
+    """Rank 1 raises between two steps and ends its group in a `finally` (as scripts do), while
+    rank 0 waits in the next step's all_reduce: rank 0's call fails naming rank 1 as one it
+    never posted (rank 1's goodbye carries how many calls it had posted), not after the grace a
+    departed rank's last data gets, and the traceback of rank 1 is its own."""
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init(timeout_s=GROUP_TIMEOUT_S)
+    t = torch.ones(1000)
+    try:
+        try:
+            for step in range(5):
+                if rank == 1 and step == 3:
+                    raise ValueError("rank 1 fails on purpose")
+                dist.all_reduce(t)
+        finally:
+            dist.destroy_process_group()
+        raise AssertionError("rank %d went on after rank 1 raised" % rank)
+    except ValueError as e:
+        assert rank == 1, e
+        print("rank 1 raised")
+    except RuntimeError as e:
+        text = str(e)
+        assert rank == 0, text
+        assert text.startswith("tutti allreduce: "), text
+        assert "rank 1 destroyed its communicator after 3 call(s), without posting this one " \
+               "(#3)" in text, text
+        print("rank 0: error: %s" % text)
+
+
 class TestFailure(harness.RankTest):
     script = os.path.abspath(__file__)
 
@@ -279,6 +311,11 @@ class TestFailure(harness.RankTest):
         res = self.ranks("call_timeout", 2, timeout=90)
         self.assertEqual(res[0].out.count("error after"), 2, harness.report(res))
 
+    def test_raised_rank_fails_peers_next_call(self):
+        res = self.ranks("raised", 2, timeout=90)
+        self.assertIn("rank 0: error", res[0].out, harness.report(res))
+        self.assertIn("rank 1 raised", res[1].out, harness.report(res))
+
     def test_destroy_with_operations_in_flight(self):
         res = self.ranks("teardown", 2, timeout=90)
         self.assertIn("teardown ok", res[0].out)
@@ -288,7 +325,8 @@ if __name__ == "__main__":
     if "--worker" in sys.argv:
         sys.exit(harness.worker_main({"collectives": w_collectives, "ddp": w_ddp,
                                          "shrink": w_shrink, "teardown": w_teardown,
-                                         "call_timeout": w_call_timeout}))
+                                         "call_timeout": w_call_timeout,
+                                         "raised": w_raised}))
     import unittest
 
     unittest.main()

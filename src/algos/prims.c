@@ -323,10 +323,25 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
         TUTTI__CHECK(check_peers(c));
     }
     /* A peer that destroyed its communicator will never come. Data it sent before it left gets
-     * a moment to arrive; then this fails now, not at the deadline. */
+     * a moment to arrive; then this fails now, not at the deadline. A peer that left before it
+     * numbered this call sent nothing for it: that fails at once (a rank that raised between
+     * two steps, while its peers wait in the next). */
     for (int i = 0; i < nmissing; i++) {
         if (!tutti__live_left(net->live, missing[i]))
             continue;
+        const uint64_t posted = tutti__live_left_calls(net->live, missing[i]);
+        if (posted <= c->seq) {
+            /* A rank whose call failed leaves too; its notice, read before its goodbye on the
+             * same link, says why (a third rank died, say). */
+            TUTTI__CHECK(check_notices(c));
+            tutti__top(c)->blame = missing[i];
+            return fail(c, TUTTI_ERR_PEER_FAILED,
+                        "rank %d destroyed its communicator after %llu call(s), without posting "
+                        "this one (#%llu): it failed or exited (its own output says why), or it "
+                        "finished without this call (every rank must post the same "
+                        "collectives, in the same order, before it destroys the communicator)",
+                        missing[i], (unsigned long long)posted, (unsigned long long)c->seq);
+        }
         if (c->left_seen == 0.0 || c->left_rank != missing[i]) {
             c->left_seen = now;
             c->left_rank = missing[i];

@@ -22,7 +22,10 @@
 #include "liveness.h"
 #include "sock.h"
 
-#define BYE 'G'
+#define BYE 'G'     /* a goodbye: BYE_REC bytes follow, how many collective calls the sender
+                        had numbered (tutti__live_note_call), so that a peer waiting in a later
+                        call knows at once that it will not come */
+#define BYE_REC 8
 #define HELLO_MAGIC 0x54544c32u /* "TTL2" */
 #define REC_LEN 96              /* one rank's published record: "ip port pid nonce" */
 #define LIST_MAX 16
@@ -48,6 +51,7 @@ typedef struct peer {
     int pid;
     unsigned char state; /* PEER_*; read without the lock by tutti__live_left */
     bool bye_sent;
+    uint64_t bye_calls;  /* its goodbye's count of calls; read after state (PEER_LEFT) */
     double heard;        /* when a byte from it was last read (tutti__live_silent) */
     double empty_at;     /* when a look at its link last found nothing to read */
     double resumed;      /* when it was heard again after a silence (tutti__live_resumed) */
@@ -89,6 +93,9 @@ struct tutti__liveness {
     pthread_cond_t beat_cv;
     struct tutti__liveness *next; /* in the registry that fork() walks */
     tutti__live_calls_t calls;    /* this rank's posted calls (tutti__live_note_call) */
+    bool bye_made;                /* bye holds this rank's goodbye record (made once, so that a
+                                     retried one says the same) */
+    unsigned char bye[1 + BYE_REC];
 };
 
 /* ---- fork: a child must not keep the parent's connections open ------------------------------ */
@@ -292,14 +299,29 @@ static void answer(const tutti__liveness_t *l, peer_t *p, uint64_t seq)
         send_whole(p->fd, rec, sizeof rec);
 }
 
-/* fix_byte takes the next byte of a question or an answer from p; false when the record is
- * malformed (then nothing after it on that stream can be read). */
+/* fix_len is how many bytes follow a record's kind byte, for the kinds fix_byte reads. */
+static int fix_len(unsigned char kind)
+{
+    return kind == ASK ? ASK_REC : kind == BYE ? BYE_REC : ANS_REC;
+}
+
+/* fix_byte takes the next byte of a goodbye, a question or an answer from p; false when the
+ * record is malformed (then nothing after it on that stream can be read). */
 static bool fix_byte(const tutti__liveness_t *l, peer_t *p, unsigned char b)
 {
-    const int len = p->fix_kind == ASK ? ASK_REC : ANS_REC;
+    const int len = fix_len(p->fix_kind);
     p->fix[len - p->fix_left--] = b;
     if (p->fix_left > 0)
         return true;
+    if (p->fix_kind == BYE) {
+        /* The count first, then the state that publishes it (tutti__live_left_calls). A second
+         * goodbye, or one from a rank found dead, changes nothing. */
+        if (p->state == PEER_ALIVE) {
+            p->bye_calls = get64(p->fix);
+            __atomic_store_n(&p->state, PEER_LEFT, __ATOMIC_RELEASE);
+        }
+        return true;
+    }
     if (p->fix_kind == ASK) {
         answer(l, p, get64(p->fix));
         return true;
@@ -382,16 +404,14 @@ static bool take(const tutti__liveness_t *l, peer_t *p, const unsigned char *b, 
                 int code = p->rec[0] & ~FAIL_RELAYED;
                 __atomic_store_n(&p->fail_status, code ? -code : -1, __ATOMIC_RELEASE);
             }
-        } else if (b[i] == BYE && p->state == PEER_ALIVE) {
-            __atomic_store_n(&p->state, PEER_LEFT, __ATOMIC_RELEASE);
         } else if (b[i] == FAIL) {
             p->rec_left = FAIL_REC;
         } else if (b[i] == MAIL) {
             p->in_mail = true;
             p->mhgot = 0;
-        } else if (b[i] == ASK || b[i] == ANSWER) {
+        } else if (b[i] == ASK || b[i] == ANSWER || b[i] == BYE) {
             p->fix_kind = b[i];
-            p->fix_left = b[i] == ASK ? ASK_REC : ANS_REC;
+            p->fix_left = (unsigned char)fix_len(b[i]);
         }
     }
     return true;
@@ -464,16 +484,28 @@ static void poll_peers(tutti__liveness_t *l, int ms, bool want_out)
     }
 }
 
+/* send_byes sends the goodbye to every peer that has not had it. It carries the number of
+ * calls this rank numbered, read once: the process group numbers no more once its end began.
+ * Holds l->mu. */
 static void send_byes(tutti__liveness_t *l)
 {
-    const char bye = BYE;
+    if (!l->bye_made) {
+        l->bye[0] = BYE;
+        put64(l->bye + 1, __atomic_load_n(&l->calls.next, __ATOMIC_ACQUIRE));
+        l->bye_made = true;
+    }
     for (int r = 0; r < l->size; r++) {
         peer_t *p = &l->peers[r];
         if (p->fd < 0 || p->bye_sent)
             continue;
-        ssize_t n = send(p->fd, &bye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-        /* EAGAIN: retried by the wait; any other error: the peer is gone, nothing to tell. */
-        if (n == 1 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        ssize_t n = send(p->fd, l->bye, sizeof l->bye, MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* EAGAIN: retried by the wait; any other error: the peer is gone, nothing to tell. A
+         * part sent is finished as send_whole finishes a record (or the link is shut). */
+        if (n > 0 && (size_t)n < sizeof l->bye &&
+            tutti__sock_send(p->fd, (const char *)l->bye + n, sizeof l->bye - (size_t)n,
+                             tutti__now() + 1.0) != 0)
+            shutdown(p->fd, SHUT_RDWR);
+        if (n > 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             p->bye_sent = true;
     }
 }
@@ -771,6 +803,13 @@ bool tutti__live_left(const tutti__liveness_t *l, int rank)
     if (l == NULL || rank < 0 || rank >= l->size)
         return false;
     return __atomic_load_n(&l->peers[rank].state, __ATOMIC_ACQUIRE) == PEER_LEFT;
+}
+
+uint64_t tutti__live_left_calls(const tutti__liveness_t *l, int rank)
+{
+    if (!tutti__live_left(l, rank)) /* an acquire: bye_calls was written before it */
+        return UINT64_MAX;
+    return l->peers[rank].bye_calls;
 }
 
 bool tutti__live_dead(const tutti__liveness_t *l, int rank)

@@ -32,6 +32,11 @@ tutti_status_t tutti__live_check_now(tutti__liveness_t *l, int *dead);
 /* tutti__live_left tells whether rank has said goodbye (destroyed its communicator). */
 bool tutti__live_left(const tutti__liveness_t *l, int rank);
 
+/* tutti__live_left_calls is how many collective calls rank had numbered (tutti__live_note_call)
+ * when it said goodbye, UINT64_MAX while it has not: a call of that number or later is one it
+ * never posted, so nothing of it will come. */
+uint64_t tutti__live_left_calls(const tutti__liveness_t *l, int rank);
+
 /* tutti__live_dead tells whether rank's connection closed without a goodbye (it died), as
  * found by the last tutti__live_check. */
 bool tutti__live_dead(const tutti__liveness_t *l, int rank);

@@ -4,7 +4,7 @@
  * written out of bounds, no mail box holds more than the cap, and a malformed record stops the
  * stream (the link is then closed). And where the input describes records instead of raw
  * bytes (first byte odd), they are encoded as the sender does and fed in pieces: every mail
- * kind's last record comes back whole, with its count, and a failure notice is seen.
+ * kind's last record comes back whole, with its count, and a failure notice and a goodbye (with its count of calls) are seen.
  *
  * The input: byte 0 picks the mode; then raw bytes, or records of [op, len, len bytes]; the
  * pieces' sizes come from the bytes themselves. */
@@ -24,6 +24,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void check_peer(const tutti__liveness_t *l, const peer_t *p)
 {
     FUZZ_ASSERT(p->rec_left <= FAIL_REC);
+    FUZZ_ASSERT(p->fix_left <= ANS_REC && BYE_REC <= ANS_REC && ASK_REC <= ANS_REC);
     FUZZ_ASSERT(p->mhgot <= MAIL_HDR);
     FUZZ_ASSERT(p->mgot <= p->mneed && p->mneed <= l->mail_cap);
     for (int k = 0; k < TUTTI__LIVE_MAIL_KINDS; k++)
@@ -76,13 +77,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *last[TUTTI__LIVE_MAIL_KINDS] = {NULL};
     size_t last_len[TUTTI__LIVE_MAIL_KINDS] = {0}, w = 0, nmail = 0;
     uint64_t count[TUTTI__LIVE_MAIL_KINDS] = {0};
-    bool notice = false;
+    bool notice = false, bye = false;
+    uint64_t bye_calls = 0; /* the first goodbye's: a second changes nothing */
     for (size_t i = 0; i + 1 < n && nmail < 64; i += 2) {
         uint8_t op = in[i] % 5, arg = in[i + 1];
         if (op == 0) {
             wire[w++] = BEAT;
         } else if (op == 1) {
+            uint64_t calls = (uint64_t)arg * 0x0101010101010101ull ^ i;
             wire[w++] = BYE;
+            put64(wire + w, calls);
+            w += BYE_REC;
+            if (!bye)
+                bye_calls = calls;
+            bye = true;
         } else if (op == 2) {
             wire[w++] = FAIL;
             for (int j = 0; j < FAIL_REC; j++)
@@ -113,6 +121,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     FUZZ_ASSERT(!p.in_mail && p.rec_left == 0);
     FUZZ_ASSERT(!notice || p.fail_status != 0);
+    FUZZ_ASSERT(p.fix_left == 0 && (p.state == PEER_LEFT) == bye);
+    FUZZ_ASSERT(!bye || p.bye_calls == bye_calls);
     free(wire);
     free_peer(&p);
     return 0;

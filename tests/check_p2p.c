@@ -1000,6 +1000,93 @@ START_TEST(test_exited)
 }
 END_TEST
 
+/* Flow control (p2p.h): over ofi the provider keeps every message that comes before its receive
+ * reads it. Rank 0 sends 3000 small blocking messages (three tags in turn, every fifth of 0
+ * bytes, one in four received from any source) to rank 1, which starts receiving only after
+ * 0.5 s: rank 0 must stay within the window (64 messages, and the one that waits) of what rank 1
+ * has received, all the while (before: all 3000 at once; 300000 of them grew the receiver to
+ * 4.8 GB). Every message exact, in order. Then both ranks send 40 messages to each other before
+ * either receives, and exchange 300 in lockstep (send, then receive): inside the window, neither
+ * waits for the other (a version that held every 64th message until matched deadlocked there). */
+enum { FLOW_MSGS = 3000, FLOW_AHEAD = 64 + 1, FLOW_BOTH = 40, FLOW_STEPS = 300 };
+
+static int flow_body(int rank, int n, void *arg)
+{
+    (void)n, (void)arg;
+    th_shared_t *sh = th_shared();
+    tutti_comm_t *comm = init_comm();
+    if (comm == NULL)
+        return 1;
+    if (tutti_barrier(comm, NULL) != TUTTI_OK)
+        return th_fail("barrier: %s", tutti_last_error());
+    int bad = 0;
+    long worst = 0;
+    if (rank == 1)
+        usleep(500000);
+    for (int k = 0; k < FLOW_MSGS && !bad; k++) {
+        unsigned char b[12];
+        const size_t len = k % 5 == 4 ? 0 : sizeof b;
+        tutti_status_t st;
+        if (rank == 0) {
+            fill(b, len, 0, 1, 2000u + (unsigned)k);
+            st = tutti_send(b, len, TUTTI_UINT8, 1, k % 3, comm, NULL);
+        } else {
+            st = tutti_recv(b, len, TUTTI_UINT8, k % 4 == 3 ? TUTTI_ANY_SOURCE : 0, k % 3,
+                            comm, NULL);
+            if (st == TUTTI_OK)
+                bad |= check(b, len, 0, 1, 2000u + (unsigned)k, "flow");
+            long lead = __atomic_load_n(&sh->slots[0], __ATOMIC_ACQUIRE) - k;
+            if (lead > worst)
+                worst = lead;
+        }
+        if (st != TUTTI_OK)
+            bad |= th_fail("message %d: %s", k, tutti_last_error());
+        __atomic_store_n(&sh->slots[rank], (long)k + 1, __ATOMIC_RELEASE);
+    }
+    if (!bad && rank == 1 && worst > FLOW_AHEAD && strcmp(th_transport, "ofi") == 0)
+        bad = th_fail("the sender got %ld messages ahead of the receiver (at most %d): nothing "
+                      "held it back", worst, FLOW_AHEAD);
+    fprintf(stderr, "[flow %s] rank %d: at most %ld ahead\n", th_transport, rank, worst);
+    const int other = 1 - rank;
+    /* shm's ring holds two messages a peer has not read: only ofi takes the 40 */
+    const int nboth = strcmp(th_transport, "ofi") == 0 ? FLOW_BOTH : 2;
+    for (int k = 0; k < nboth && !bad; k++) {
+        unsigned char b[12];
+        fill(b, sizeof b, rank, other, 5000u + (unsigned)k);
+        if (tutti_send(b, sizeof b, TUTTI_UINT8, other, 9, comm, NULL) != TUTTI_OK)
+            bad = th_fail("both ways, send %d: %s", k, tutti_last_error());
+    }
+    for (int k = 0; k < nboth && !bad; k++) {
+        unsigned char b[12];
+        if (tutti_recv(b, sizeof b, TUTTI_UINT8, other, 9, comm, NULL) != TUTTI_OK)
+            bad = th_fail("both ways, receive %d: %s", k, tutti_last_error());
+        else
+            bad |= check(b, sizeof b, other, rank, 5000u + (unsigned)k, "both ways");
+    }
+    for (int k = 0; k < FLOW_STEPS && !bad; k++) {
+        unsigned char b[12];
+        fill(b, sizeof b, rank, other, 9000u + (unsigned)k);
+        if (tutti_send(b, sizeof b, TUTTI_UINT8, other, 4, comm, NULL) != TUTTI_OK ||
+            tutti_recv(b, sizeof b, TUTTI_UINT8, other, 4, comm, NULL) != TUTTI_OK)
+            bad = th_fail("lockstep, step %d: %s", k, tutti_last_error());
+        else
+            bad |= check(b, sizeof b, other, rank, 9000u + (unsigned)k, "lockstep");
+    }
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_flow)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 60;
+    ck_assert_msg(th_run_opts(2, &o, flow_body, NULL) == 0, "flow control on %s: see stderr",
+                  tps[_i]);
+}
+END_TEST
+
 /* A pause between calls is no silence of the peers': nothing reads the liveness links then.
  * After 3 s without a call, a receive from a rank that left still ends in about a second (the
  * long grace is for data from a peer that was silent lately), and a destroy whose timeout is 2 s
@@ -1370,6 +1457,7 @@ static void add_tcases(Suite *s)
     tcase_add_loop_test(tc, test_timeout, 0, 2);
     tcase_add_loop_test(tc, test_left, 0, 2);
     tcase_add_loop_test(tc, test_exited, 0, 2);
+    tcase_add_loop_test(tc, test_flow, 0, 2);
     tcase_add_loop_test(tc, test_pause, 0, 2);
     tcase_add_loop_test(tc, test_stopped_peer, 0, 2);
     tcase_add_loop_test(tc, test_abort, 0, 2);

@@ -468,10 +468,44 @@ START_TEST(test_env_check)
             ck_assert_msg(tutti__p2p_env_check(&x, 1, 0, why, sizeof why) == TUTTI_ERR_TRANSPORT,
                           "a flipped bit %d of byte %zu passed", bit, byte);
         }
+    /* flow control's request to send (p2p.h): any length, only with its flag */
+    tutti__p2p_env_t sync = good_env(TUTTI__P2P_RTS, 1, 64, 1, 1, 0), sync0;
+    sync.flags = TUTTI__P2P_SYNC;
+    tutti__p2p_env_seal(&sync, 1, 0);
+    ck_assert_int_eq(tutti__p2p_env_check(&sync, 1, 0, why, sizeof why), TUTTI_OK);
+    sync0 = sync;
+    sync0.len = 0;
+    tutti__p2p_env_seal(&sync0, 1, 0);
+    ck_assert_int_eq(tutti__p2p_env_check(&sync0, 1, 0, why, sizeof why), TUTTI_OK);
+    tutti__p2p_env_t sync_odd = sync;
+    sync_odd.flags = TUTTI__P2P_SYNC | 2;
+    tutti__p2p_env_seal(&sync_odd, 1, 0);
+    /* and its credit: a count, nothing else */
+    tutti__p2p_env_t credit = good_env(TUTTI__P2P_CREDIT, 0, 0, 0, 1, 0), credit0;
+    credit.ack = 16;
+    tutti__p2p_env_seal(&credit, 1, 0);
+    ck_assert_int_eq(tutti__p2p_env_check(&credit, 1, 0, why, sizeof why), TUTTI_OK);
+    credit0 = credit;
+    credit0.ack = 0;
+    tutti__p2p_env_seal(&credit0, 1, 0);
+    tutti__p2p_env_t credit_seq = credit;
+    credit_seq.seq = 3;
+    tutti__p2p_env_seal(&credit_seq, 1, 0);
+    tutti__p2p_env_t acked = good_env(TUTTI__P2P_EAGER, 1, 8, 1, 1, 0);
+    acked.ack = 7; /* any kind carries the count, under the check word */
+    tutti__p2p_env_seal(&acked, 1, 0);
+    ck_assert_int_eq(tutti__p2p_env_check(&acked, 1, 0, why, sizeof why), TUTTI_OK);
+    acked.ack = 8;
+    ck_assert_int_eq(tutti__p2p_env_check(&acked, 1, 0, why, sizeof why), TUTTI_ERR_TRANSPORT);
     struct {
         tutti__p2p_env_t env;
         const char *says;
     } bad[] = {
+        {sync_odd, "request to send"},
+        {credit0, "credit"},
+        {credit_seq, "credit"},
+        {good_env(TUTTI__P2P_CREDIT, 3, 0, 0, 1, 0), "credit"},
+        {good_env(TUTTI__P2P_CREDIT, 0, 8, 0, 1, 0), "credit"},
         {good_env(9, 0, 0, 1, 1, 0), "kind is 9"},
         {good_env(TUTTI__P2P_EAGER, 1, TUTTI__P2P_EAGER_MAX + 1, 1, 1, 0), "eager"},
         {good_env(TUTTI__P2P_EAGER, -5, 8, 1, 1, 0), "tag -5"},

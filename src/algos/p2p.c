@@ -124,11 +124,18 @@ static bool post_op_req(tutti__p2p_t *e, tutti__p2p_op_t *op, int i, int kind, v
     return op->posted[i];
 }
 
+/* flow_link tells whether messages to and from q are under flow control (p2p.h): over ofi. */
+static bool flow_link(const tutti__p2p_t *e, const tutti__p2p_peer_t *q)
+{
+    return q->tp != NULL && q->tp == e->net->links.ofi;
+}
+
 bool tutti__p2p_need_env(const tutti__p2p_t *e, int p)
 {
     const tutti__p2p_peer_t *q = &e->peers[p];
     return p != e->rank && !q->broken &&
-           (q->nposted > 0 || q->nwait > 0 || e->nany > 0 || q->nwithdrawn > 0);
+           (q->nposted > 0 || q->nwait > 0 || e->nany > 0 || q->nwithdrawn > 0 ||
+            (flow_link(e, q) && q->tx_seq - q->acked >= TUTTI__P2P_WINDOW / 2));
 }
 
 void tutti__p2p_listen(tutti__p2p_t *e, int p)
@@ -149,6 +156,16 @@ static void env_init(tutti__p2p_env_t *env, int kind, int flags, int tag, size_t
     env->seq = seq;
 }
 
+/* seal finishes env for p: it carries how many of p's messages this rank has matched (flow
+ * control, p2p.h), which p now will have been told. */
+static void seal(tutti__p2p_t *e, tutti__p2p_env_t *env, int p)
+{
+    tutti__p2p_peer_t *q = &e->peers[p];
+    env->ack = q->nmatched;
+    q->credited = q->nmatched;
+    tutti__p2p_env_seal(env, e->rank, p);
+}
+
 void tutti__p2p_ctrl_send(tutti__p2p_t *e, int peer, int kind, int flags, uint64_t seq)
 {
     if (e->peers[peer].broken)
@@ -160,7 +177,7 @@ void tutti__p2p_ctrl_send(tutti__p2p_t *e, int peer, int kind, int flags, uint64
         return;
     }
     env_init(&k->env, kind, flags, 0, 0, seq);
-    tutti__p2p_env_seal(&k->env, e->rank, peer);
+    seal(e, &k->env, peer);
     k->peer = peer;
     if (!post_req(e, peer, &k->req, TUTTI__REQ_SEND, &k->env, sizeof k->env)) {
         free(k);
@@ -192,9 +209,12 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
     }
     op->mseq = ++q->tx_seq;
     tutti__p2p_env_t *env = &op->env[0];
-    if (op->len > TUTTI__P2P_EAGER_MAX) { /* announce it; the data goes once it is matched */
-        env_init(env, TUTTI__P2P_RTS, 0, op->tag, op->len, op->mseq);
-        tutti__p2p_env_seal(env, e->rank, p);
+    /* Flow control (p2p.h): past the window, a message of any length waits to be matched. */
+    const bool sync = flow_link(e, q) && q->tx_seq - q->acked > TUTTI__P2P_WINDOW;
+    if (op->len > TUTTI__P2P_EAGER_MAX || sync) { /* announce it; the data goes once matched */
+        env_init(env, TUTTI__P2P_RTS, op->len > TUTTI__P2P_EAGER_MAX ? 0 : TUTTI__P2P_SYNC,
+                 op->tag, op->len, op->mseq);
+        seal(e, env, p);
         op->state = S_RTS;
         wait_on(e, op);
         post_op_req(e, op, 0, TUTTI__REQ_SEND, env, sizeof *env);
@@ -205,13 +225,25 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
     env_init(env, TUTTI__P2P_EAGER, 0, op->tag, op->len, op->mseq);
     if (inl && op->len > 0)
         memcpy(env->data, op->buf, op->len);
-    tutti__p2p_env_seal(env, e->rank, p);
+    seal(e, env, p);
     op->state = S_EAGER;
     if (post_op_req(e, op, 0, TUTTI__REQ_SEND, env, sizeof *env) && !inl)
         post_op_req(e, op, 2, TUTTI__REQ_SEND, op->buf, op->len);
+    tutti__p2p_listen(e, p); /* for its credits, once the window is half used */
 }
 
 /* ---- receives ------------------------------------------------------------------------------- */
+
+/* matched counts a message from p that a receive here took (or refused on its length); where
+ * flow control holds (p2p.h) and TUTTI__P2P_CREDIT_EVERY of them went untold (no envelope to p
+ * carried the count), a CREDIT tells it. */
+static void matched(tutti__p2p_t *e, int p)
+{
+    tutti__p2p_peer_t *q = &e->peers[p];
+    q->nmatched++;
+    if (flow_link(e, q) && q->nmatched - q->credited >= TUTTI__P2P_CREDIT_EVERY)
+        tutti__p2p_ctrl_send(e, p, TUTTI__P2P_CREDIT, 0, 0);
+}
 
 /* mismatch fails receive op, whose message (len bytes, tag) from p differs in length. */
 static void mismatch(tutti__p2p_t *e, tutti__p2p_op_t *op, int p, int tag, size_t len)
@@ -229,7 +261,7 @@ static void send_cts(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     op->state = R_CTS;
     env_init(&op->env[0], TUTTI__P2P_CTS, 0, 0, 0, op->mseq);
-    tutti__p2p_env_seal(&op->env[0], e->rank, op->mpeer);
+    seal(e, &op->env[0], op->mpeer);
     wait_on(e, op);
     if (post_op_req(e, op, 0, TUTTI__REQ_SEND, &op->env[0], sizeof op->env[0]))
         tutti__p2p_listen(e, op->mpeer);
@@ -251,6 +283,7 @@ static void take(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti__p2p_unexp_t *u)
     int p = u->peer;
     u->matched = true;
     bind_source(e, op, p);
+    matched(e, p);
     if (u->len != op->len) {
         mismatch(e, op, p, u->tag, u->len);
         if (u->kind == TUTTI__P2P_RTS)
@@ -395,6 +428,7 @@ static void arrive_msg(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
     if (op != NULL) {
         tutti__p2p_unpost(e, op);
         bind_source(e, op, p);
+        matched(e, p);
         if (env->len != op->len) {
             mismatch(e, op, p, env->tag, env->len);
             consume_rest(e, p, env);
@@ -474,7 +508,7 @@ static void arrive_cts(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
     if (env->flags & TUTTI__P2P_REFUSED) /* the receive failed on the length: nothing to send */
         return;
     env_init(&op->env[1], TUTTI__P2P_DATA, 0, 0, op->len, op->mseq);
-    tutti__p2p_env_seal(&op->env[1], e->rank, p);
+    seal(e, &op->env[1], p);
     if (post_op_req(e, op, 1, TUTTI__REQ_SEND, &op->env[1], sizeof op->env[1]))
         post_op_req(e, op, 2, TUTTI__REQ_SEND, op->buf, op->len);
 }
@@ -517,7 +551,19 @@ void tutti__p2p_arrive(tutti__p2p_t *e, int p)
                          p, why);
         return;
     }
+    /* p's count of this rank's messages that it matched: never more than were sent (an older
+     * count, come late, says nothing new). */
+    if (env.ack > q->tx_seq) {
+        tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,
+                         "rank %d said it matched %llu of this rank's messages, of %llu sent: "
+                         "the streams are out of step, so nothing more is exchanged with rank %d",
+                         p, (unsigned long long)env.ack, (unsigned long long)q->tx_seq, p);
+        return;
+    }
+    if (env.ack > q->acked)
+        q->acked = env.ack;
     switch (env.kind) {
+    case TUTTI__P2P_CREDIT: break;
     case TUTTI__P2P_EAGER:
     case TUTTI__P2P_RTS:
         if (env.seq <= q->rx_seq) {

@@ -8,7 +8,7 @@
 #include "net.h"
 
 /*
- * The protocol. Every message of the P2P channel is preceded by a fixed 64-byte envelope, so
+ * The protocol. Every message of the P2P channel is preceded by a fixed 72-byte envelope, so
  * that a receiver reads a peer's stream one envelope at a time and knows what follows:
  *
  *   EAGER  tag, length, sequence number; up to TUTTI__P2P_INLINE bytes ride in the envelope,
@@ -18,6 +18,9 @@
  *          when the lengths differ) ...
  *   DATA   ... and the sender sends the payload behind a DATA envelope (or DATA "withdrawn" if
  *          its send failed meanwhile).
+ *   CREDIT over ofi, where no other envelope carries it soon: how many of the peer's messages
+ *          this rank has matched so far (flow control, below; every envelope carries that
+ *          count).
  *
  * A receiver keeps one envelope receive posted towards a peer only while it has something to
  * hear from it (a receive that peer could match, a send waiting for its CTS, a receive waiting
@@ -30,19 +33,41 @@
 #define TUTTI__P2P_INLINE 32
 #define TUTTI__P2P_EAGER_MAX ((size_t)16 << 10)
 
-enum { TUTTI__P2P_EAGER = 1, TUTTI__P2P_RTS, TUTTI__P2P_CTS, TUTTI__P2P_DATA };
-enum { TUTTI__P2P_REFUSED = 1 /* CTS */, TUTTI__P2P_WITHDRAWN = 1 /* DATA */ };
+enum { TUTTI__P2P_EAGER = 1, TUTTI__P2P_RTS, TUTTI__P2P_CTS, TUTTI__P2P_DATA, TUTTI__P2P_CREDIT };
+enum { TUTTI__P2P_REFUSED = 1 /* CTS */, TUTTI__P2P_WITHDRAWN = 1 /* DATA */,
+       TUTTI__P2P_SYNC = 1 /* RTS: a message of any length, announced for flow control */ };
+
+/*
+ * Flow control over ofi. The provider keeps every message that comes before the receiver reads
+ * it in a 16 KiB buffer of its own, without bound (300000 blocking 12-byte sends grew a slower
+ * receiver to 4.8 GB); shm's rings are bounded by their size. So a receiver tells each peer
+ * over ofi how many of its messages it has matched: in every envelope it sends it (a reply, a
+ * clear to send), and in a CREDIT of its own once TUTTI__P2P_CREDIT_EVERY matches went untold
+ * (a receiver that only receives); and a message to a peer that would have more than
+ * TUTTI__P2P_WINDOW
+ * messages not yet reported matched goes as an RTS flagged TUTTI__P2P_SYNC, whatever its
+ * length, which waits to be matched: a blocking sender stays within the window of its
+ * receiver. Counted by matches, not by the order of the messages (tags may be matched out of
+ * order). Two ranks that each send, then receive, stay far inside it; a program whose ranks
+ * each send more than TUTTI__P2P_WINDOW - TUTTI__P2P_CREDIT_EVERY messages to the other before
+ * either receives may wait there, as it waits at the third on shm.
+ */
+#define TUTTI__P2P_WINDOW 64
+#define TUTTI__P2P_CREDIT_EVERY 16
 
 /* The envelope, as it travels (both ends are the same machine kind, so host order). */
 typedef struct tutti__p2p_env {
     uint32_t magic;
     uint16_t kind;   /* TUTTI__P2P_EAGER ... */
-    uint16_t flags;  /* TUTTI__P2P_REFUSED (CTS), TUTTI__P2P_WITHDRAWN (DATA) */
+    uint16_t flags;  /* TUTTI__P2P_REFUSED (CTS), TUTTI__P2P_WITHDRAWN (DATA),
+                        TUTTI__P2P_SYNC (RTS) */
     int32_t tag;     /* EAGER, RTS: the user's tag */
     uint32_t check;  /* a hash of the fields above and below and of both ranks */
     uint64_t len;    /* EAGER, RTS, DATA: payload bytes */
     uint64_t seq;    /* EAGER, RTS: the sender's message number to this peer; CTS, DATA: the
                         RTS's */
+    uint64_t ack;    /* every kind: how many of the recipient's messages the sender has matched
+                        (flow control) */
     unsigned char data[TUTTI__P2P_INLINE]; /* EAGER of at most TUTTI__P2P_INLINE bytes */
 } tutti__p2p_env_t;
 

@@ -256,7 +256,12 @@ static const char *waiting_for(const tutti__p2p_op_t *op)
     case S_EAGER:
     case S_DATA: return "the receiver did not take the message (it posted no matching receive, "
                         "or is stuck)";
-    case S_RTS: return "the receiver posted no matching receive";
+    case S_RTS:
+        if (op->len <= TUTTI__P2P_EAGER_MAX) /* flagged TUTTI__P2P_SYNC: flow control */
+            return "the receiver posted no matching receive (over ofi a send waits to be "
+                   "matched once 64 messages to that rank are unmatched, its flow control: the "
+                   "receiver is far behind, or both ranks send before either receives)";
+        return "the receiver posted no matching receive";
     default: return "it did not finish";
     }
 }

@@ -42,6 +42,10 @@ typedef struct tutti__p2p_peer {
     tutti__p2p_env_t env_in;
     uint64_t tx_seq;          /* message numbers sent to it so far */
     uint64_t rx_seq;          /* the last one received from it (they only grow) */
+    uint64_t acked;           /* of the messages sent to it, how many it said it matched
+                                 (CREDIT: flow control over ofi, p2p.h) */
+    uint64_t nmatched;        /* its messages matched here */
+    uint64_t credited;        /* ... as last told it */
     int nposted;              /* unmatched receives that name it */
     int nwait;                /* ops on wait: sends waiting for its CTS, receives for its DATA */
     int nops;                 /* ops bound to it (its sends, receives that name or matched it) */

@@ -327,10 +327,8 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
      * numbered this call sent nothing for it: that fails at once (a rank that raised between
      * two steps, while its peers wait in the next). */
     for (int i = 0; i < nmissing; i++) {
-        if (!tutti__live_left(net->live, missing[i]))
-            continue;
         const uint64_t posted = tutti__live_left_calls(net->live, missing[i]);
-        if (posted <= c->seq) {
+        if (posted <= c->seq) { /* UINT64_MAX while it has not left */
             /* A rank whose call failed leaves too; its notice, read before its goodbye on the
              * same link, says why (a third rank died, say). */
             TUTTI__CHECK(check_notices(c));
@@ -342,6 +340,10 @@ static tutti_status_t check_time(tutti__coll_t *c, const int *missing, int nmiss
                         "collectives, in the same order, before it destroys the communicator)",
                         missing[i], (unsigned long long)posted, (unsigned long long)c->seq);
         }
+    }
+    for (int i = 0; i < nmissing; i++) {
+        if (!tutti__live_left(net->live, missing[i]))
+            continue;
         if (c->left_seen == 0.0 || c->left_rank != missing[i]) {
             c->left_seen = now;
             c->left_rank = missing[i];

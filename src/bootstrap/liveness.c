@@ -1,5 +1,6 @@
 /* liveness.c: the liveness mesh, one TCP connection between every pair of ranks that carries a
- * goodbye byte (so that a connection closed without one means a dead peer), heartbeats (so that
+ * goodbye (so that a connection closed without one means a dead peer; it says how many calls
+ * the rank had posted, so that a peer waiting in a later one fails at once), heartbeats (so that
  * a peer that stops answering, stopped or frozen, is found too) and failure notices (a rank
  * whose communicator failed tells every peer which call failed and why). */
 #include <arpa/inet.h>
@@ -26,7 +27,7 @@
                         had numbered (tutti__live_note_call), so that a peer waiting in a later
                         call knows at once that it will not come */
 #define BYE_REC 8
-#define HELLO_MAGIC 0x54544c32u /* "TTL2" */
+#define HELLO_MAGIC 0x54544c33u /* "TTL3": goodbyes carry a count of calls */
 #define REC_LEN 96              /* one rank's published record: "ip port pid nonce" */
 #define LIST_MAX 16
 #define BEAT 'H'     /* a heartbeat: the sender's process still runs */

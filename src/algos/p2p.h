@@ -44,13 +44,14 @@ enum { TUTTI__P2P_REFUSED = 1 /* CTS */, TUTTI__P2P_WITHDRAWN = 1 /* DATA */,
  * over ofi how many of its messages it has matched: in every envelope it sends it (a reply, a
  * clear to send), and in a CREDIT of its own once TUTTI__P2P_CREDIT_EVERY matches went untold
  * (a receiver that only receives); and a message to a peer that would have more than
- * TUTTI__P2P_WINDOW
- * messages not yet reported matched goes as an RTS flagged TUTTI__P2P_SYNC, whatever its
- * length, which waits to be matched: a blocking sender stays within the window of its
- * receiver. Counted by matches, not by the order of the messages (tags may be matched out of
- * order). Two ranks that each send, then receive, stay far inside it; a program whose ranks
- * each send more than TUTTI__P2P_WINDOW - TUTTI__P2P_CREDIT_EVERY messages to the other before
- * either receives may wait there, as it waits at the third on shm.
+ * TUTTI__P2P_WINDOW messages not yet reported matched goes as an RTS flagged TUTTI__P2P_SYNC,
+ * whatever its length, which waits to be matched (not for the earlier ones: a receive may
+ * match it first, by its tag): a blocking sender stays within the window of its receiver.
+ * Counted by matches, not by the order of the messages (tags may be matched out of order). Two
+ * ranks that each send, then receive, stay far inside it; ranks that each send more than
+ * TUTTI__P2P_WINDOW messages to the other before either receives wait there, as they wait at
+ * the third on shm. An asynchronous send past the window does not wait, but its RTS does sit
+ * in the receiver's buffers until read.
  */
 #define TUTTI__P2P_WINDOW 64
 #define TUTTI__P2P_CREDIT_EVERY 16

@@ -1003,12 +1003,15 @@ END_TEST
 /* Flow control (p2p.h): over ofi the provider keeps every message that comes before its receive
  * reads it. Rank 0 sends 3000 small blocking messages (three tags in turn, every fifth of 0
  * bytes, one in four received from any source) to rank 1, which starts receiving only after
- * 0.5 s: rank 0 must stay within the window (64 messages, and the one that waits) of what rank 1
- * has received, all the while (before: all 3000 at once; 300000 of them grew the receiver to
- * 4.8 GB). Every message exact, in order. Then both ranks send 40 messages to each other before
- * either receives, and exchange 300 in lockstep (send, then receive): inside the window, neither
- * waits for the other (a version that held every 64th message until matched deadlocked there). */
-enum { FLOW_MSGS = 3000, FLOW_AHEAD = 64 + 1, FLOW_BOTH = 40, FLOW_STEPS = 300 };
+ * 0.5 s: rank 0 must stay within the window (128 messages, and the one that waits) of what
+ * rank 1 has received, all the while (before: all 3000 at once; 300000 of them grew the
+ * receiver to 4.8 GB). Every message exact, in order. Then three rounds in which both ranks
+ * send 112 messages to each other before either receives (the most that never waits; a first
+ * version waited in the second round, on counts it had not read yet), and 300 exchanges in
+ * lockstep (send, then receive), which a version that held every 64th message until matched
+ * deadlocked. */
+enum { FLOW_MSGS = 3000, FLOW_AHEAD = 128 + 1, FLOW_BOTH = 112, FLOW_ROUNDS = 3,
+       FLOW_STEPS = 300 };
 
 static int flow_body(int rank, int n, void *arg)
 {
@@ -1048,20 +1051,24 @@ static int flow_body(int rank, int n, void *arg)
                       "held it back", worst, FLOW_AHEAD);
     fprintf(stderr, "[flow %s] rank %d: at most %ld ahead\n", th_transport, rank, worst);
     const int other = 1 - rank;
-    /* shm's ring holds two messages a peer has not read: only ofi takes the 40 */
+    /* shm's ring holds two messages a peer has not read: only ofi takes the 112 */
     const int nboth = strcmp(th_transport, "ofi") == 0 ? FLOW_BOTH : 2;
-    for (int k = 0; k < nboth && !bad; k++) {
-        unsigned char b[12];
-        fill(b, sizeof b, rank, other, 5000u + (unsigned)k);
-        if (tutti_send(b, sizeof b, TUTTI_UINT8, other, 9, comm, NULL) != TUTTI_OK)
-            bad = th_fail("both ways, send %d: %s", k, tutti_last_error());
-    }
-    for (int k = 0; k < nboth && !bad; k++) {
-        unsigned char b[12];
-        if (tutti_recv(b, sizeof b, TUTTI_UINT8, other, 9, comm, NULL) != TUTTI_OK)
-            bad = th_fail("both ways, receive %d: %s", k, tutti_last_error());
-        else
-            bad |= check(b, sizeof b, other, rank, 5000u + (unsigned)k, "both ways");
+    for (int round = 0; round < FLOW_ROUNDS && !bad; round++) {
+        const unsigned id = 5000u + 1000u * (unsigned)round;
+        for (int k = 0; k < nboth && !bad; k++) {
+            unsigned char b[12];
+            fill(b, sizeof b, rank, other, id + (unsigned)k);
+            if (tutti_send(b, sizeof b, TUTTI_UINT8, other, 9, comm, NULL) != TUTTI_OK)
+                bad = th_fail("both ways, round %d, send %d: %s", round, k, tutti_last_error());
+        }
+        for (int k = 0; k < nboth && !bad; k++) {
+            unsigned char b[12];
+            if (tutti_recv(b, sizeof b, TUTTI_UINT8, other, 9, comm, NULL) != TUTTI_OK)
+                bad = th_fail("both ways, round %d, receive %d: %s", round, k,
+                              tutti_last_error());
+            else
+                bad |= check(b, sizeof b, other, rank, id + (unsigned)k, "both ways");
+        }
     }
     for (int k = 0; k < FLOW_STEPS && !bad; k++) {
         unsigned char b[12];

@@ -130,12 +130,18 @@ static bool flow_link(const tutti__p2p_t *e, const tutti__p2p_peer_t *q)
     return q->tp != NULL && q->tp == e->net->links.ofi;
 }
 
+/* unreported is how many of the messages sent to q it has not said it matched. */
+static uint64_t unreported(const tutti__p2p_peer_t *q)
+{
+    return q->tx_seq - q->unsent - q->acked;
+}
+
 bool tutti__p2p_need_env(const tutti__p2p_t *e, int p)
 {
     const tutti__p2p_peer_t *q = &e->peers[p];
     return p != e->rank && !q->broken &&
            (q->nposted > 0 || q->nwait > 0 || e->nany > 0 || q->nwithdrawn > 0 ||
-            (flow_link(e, q) && q->tx_seq - q->acked >= TUTTI__P2P_WINDOW / 2));
+            (flow_link(e, q) && unreported(q) >= TUTTI__P2P_WINDOW / 2));
 }
 
 void tutti__p2p_listen(tutti__p2p_t *e, int p)
@@ -189,6 +195,32 @@ void tutti__p2p_ctrl_send(tutti__p2p_t *e, int peer, int kind, int flags, uint64
 
 /* ---- sends ---------------------------------------------------------------------------------- */
 
+/* catch_up reads the envelopes p has sent this rank that are here, before a send to p decides
+ * that it must wait: p's counts of matches come behind its own messages, and a send that
+ * waits on a count not yet read (two ranks that each sent 64, then received 64, at the first
+ * send of the next round) would wait for nothing, or for each other. */
+static void catch_up(tutti__p2p_t *e, int p)
+{
+    tutti__p2p_peer_t *q = &e->peers[p];
+    if (q->tp->ops->progress(q->tp) != TUTTI_OK) {
+        tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT, "%s", TUTTI__TP_ERR(q->tp));
+        return;
+    }
+    /* bounded: what p may have sent unread is its own window and their control messages */
+    for (int i = 0; i < 4 * TUTTI__P2P_WINDOW && !q->broken; i++) {
+        tutti__p2p_listen(e, p);
+        if (!q->env_posted || !__atomic_load_n(&q->env_req.done, __ATOMIC_ACQUIRE))
+            return;
+        if (q->env_req.status != TUTTI_OK) {
+            q->env_posted = false;
+            tutti__p2p_break(e, p, q->env_req.status, "%s", TUTTI__TP_ERR(q->tp));
+            return;
+        }
+        tutti__p2p_arrive(e, p);
+        (void)q->tp->ops->progress(q->tp);
+    }
+}
+
 static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     int p = op->peer;
@@ -207,10 +239,17 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
                         tutti__live_pid(e->net->live, p));
         return;
     }
+    /* Flow control (p2p.h): past the window, a message of any length waits to be matched. */
+    const bool flow = flow_link(e, q);
+    if (flow && unreported(q) + 1 > TUTTI__P2P_WINDOW)
+        catch_up(e, p);
+    if (q->broken) {
+        tutti__p2p_fail(e, op, q->broken_status, "%s", q->why);
+        return;
+    }
     op->mseq = ++q->tx_seq;
     tutti__p2p_env_t *env = &op->env[0];
-    /* Flow control (p2p.h): past the window, a message of any length waits to be matched. */
-    const bool sync = flow_link(e, q) && q->tx_seq - q->acked > TUTTI__P2P_WINDOW;
+    const bool sync = flow && unreported(q) > TUTTI__P2P_WINDOW;
     if (op->len > TUTTI__P2P_EAGER_MAX || sync) { /* announce it; the data goes once matched */
         env_init(env, TUTTI__P2P_RTS, op->len > TUTTI__P2P_EAGER_MAX ? 0 : TUTTI__P2P_SYNC,
                  op->tag, op->len, op->mseq);
@@ -236,12 +275,15 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
 
 /* matched counts a message from p that a receive here took (or refused on its length); where
  * flow control holds (p2p.h) and TUTTI__P2P_CREDIT_EVERY of them went untold (no envelope to p
- * carried the count), a CREDIT tells it. */
+ * carried the count), or p, by the numbers of its messages here, is near its window by the
+ * count it was told, a CREDIT tells it (each match then, until it is not). */
 static void matched(tutti__p2p_t *e, int p)
 {
     tutti__p2p_peer_t *q = &e->peers[p];
     q->nmatched++;
-    if (flow_link(e, q) && q->nmatched - q->credited >= TUTTI__P2P_CREDIT_EVERY)
+    if (flow_link(e, q) &&
+        (q->nmatched - q->credited >= TUTTI__P2P_CREDIT_EVERY ||
+         q->rx_seq - q->credited > TUTTI__P2P_WINDOW - TUTTI__P2P_CREDIT_EVERY))
         tutti__p2p_ctrl_send(e, p, TUTTI__P2P_CREDIT, 0, 0);
 }
 

@@ -47,13 +47,16 @@ enum { TUTTI__P2P_REFUSED = 1 /* CTS */, TUTTI__P2P_WITHDRAWN = 1 /* DATA */,
  * TUTTI__P2P_WINDOW messages not yet reported matched goes as an RTS flagged TUTTI__P2P_SYNC,
  * whatever its length, which waits to be matched (not for the earlier ones: a receive may
  * match it first, by its tag): a blocking sender stays within the window of its receiver.
- * Counted by matches, not by the order of the messages (tags may be matched out of order). Two
- * ranks that each send, then receive, stay far inside it; ranks that each send more than
- * TUTTI__P2P_WINDOW messages to the other before either receives wait there, as they wait at
- * the third on shm. An asynchronous send past the window does not wait, but its RTS does sit
- * in the receiver's buffers until read.
+ * Counted by matches, not by the order of the messages (tags may be matched out of order). A
+ * receiver may leave up to TUTTI__P2P_CREDIT_EVERY - 1 matches untold for good (a rank that
+ * only receives from the sender and sends to another), so ranks that each send up to
+ * TUTTI__P2P_WINDOW - TUTTI__P2P_CREDIT_EVERY messages to the next before receiving never wait
+ * (112: a ring, or two ranks in rounds); more may, and more than TUTTI__P2P_WINDOW do, as they
+ * wait at the third on shm. Two ranks that each send, then receive, stay far inside it. An
+ * asynchronous send past the window does not wait, but its RTS does sit in the receiver's
+ * buffers until read; and messages never received count against the window for good.
  */
-#define TUTTI__P2P_WINDOW 64
+#define TUTTI__P2P_WINDOW 128
 #define TUTTI__P2P_CREDIT_EVERY 16
 
 /* The envelope, as it travels (both ends are the same machine kind, so host order). */

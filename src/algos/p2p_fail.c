@@ -126,6 +126,8 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
                              op->err, p, (unsigned long long)op->mseq, p);
         break;
     case S_EAGER:
+        if (!sent[0] && p >= 0) /* never seen by the peer: not in its counts of matches */
+            e->peers[p].unsent++;
         if (ok && sent[0] && op->posted[2] && !sent[2])
             tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,
                              "a send to rank %d was withdrawn (%s) after its envelope had gone "
@@ -135,6 +137,8 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
         break;
     case S_RTS:
         tutti__p2p_unwait(e, op);
+        if (!sent[0] && p >= 0)
+            e->peers[p].unsent++;
         if (ok && sent[0])
             add_withdrawn(e, p, op->mseq);
         break;
@@ -259,8 +263,9 @@ static const char *waiting_for(const tutti__p2p_op_t *op)
     case S_RTS:
         if (op->len <= TUTTI__P2P_EAGER_MAX) /* flagged TUTTI__P2P_SYNC: flow control */
             return "the receiver posted no matching receive (over ofi a send waits to be "
-                   "matched once 64 messages to that rank are unmatched, its flow control: the "
-                   "receiver is far behind, or both ranks send before either receives)";
+                   "matched once more than 128 messages to that rank are not reported matched, "
+                   "its flow control: the receiver is far behind, or ranks send over 112 "
+                   "messages to each other before they receive)";
         return "the receiver posted no matching receive";
     default: return "it did not finish";
     }

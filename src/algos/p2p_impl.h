@@ -44,6 +44,8 @@ typedef struct tutti__p2p_peer {
     uint64_t rx_seq;          /* the last one received from it (they only grow) */
     uint64_t acked;           /* of the messages sent to it, how many it said it matched
                                  (CREDIT: flow control over ofi, p2p.h) */
+    uint64_t unsent;          /* of the messages numbered to it, how many were withdrawn
+                                 before their envelope went out (it never saw them) */
     uint64_t nmatched;        /* its messages matched here */
     uint64_t credited;        /* ... as last told it */
     int nposted;              /* unmatched receives that name it */

@@ -488,9 +488,13 @@ START_TEST(test_env_check)
     credit0 = credit;
     credit0.ack = 0;
     tutti__p2p_env_seal(&credit0, 1, 0);
-    tutti__p2p_env_t credit_seq = credit;
+    tutti__p2p_env_t credit_seq = credit, credit_tag = credit, credit_len = credit;
     credit_seq.seq = 3;
     tutti__p2p_env_seal(&credit_seq, 1, 0);
+    credit_tag.tag = 3;
+    tutti__p2p_env_seal(&credit_tag, 1, 0);
+    credit_len.len = 8;
+    tutti__p2p_env_seal(&credit_len, 1, 0);
     tutti__p2p_env_t acked = good_env(TUTTI__P2P_EAGER, 1, 8, 1, 1, 0);
     acked.ack = 7; /* any kind carries the count, under the check word */
     tutti__p2p_env_seal(&acked, 1, 0);
@@ -504,8 +508,8 @@ START_TEST(test_env_check)
         {sync_odd, "request to send"},
         {credit0, "credit"},
         {credit_seq, "credit"},
-        {good_env(TUTTI__P2P_CREDIT, 3, 0, 0, 1, 0), "credit"},
-        {good_env(TUTTI__P2P_CREDIT, 0, 8, 0, 1, 0), "credit"},
+        {credit_tag, "credit"},
+        {credit_len, "credit"},
         {good_env(9, 0, 0, 1, 1, 0), "kind is 9"},
         {good_env(TUTTI__P2P_EAGER, 1, TUTTI__P2P_EAGER_MAX + 1, 1, 1, 0), "eager"},
         {good_env(TUTTI__P2P_EAGER, -5, 8, 1, 1, 0), "tag -5"},

@@ -140,8 +140,7 @@ bool tutti__p2p_need_env(const tutti__p2p_t *e, int p)
 {
     const tutti__p2p_peer_t *q = &e->peers[p];
     return p != e->rank && !q->broken &&
-           (q->nposted > 0 || q->nwait > 0 || e->nany > 0 || q->nwithdrawn > 0 ||
-            (flow_link(e, q) && unreported(q) >= TUTTI__P2P_WINDOW / 2));
+           (q->nposted > 0 || q->nwait > 0 || e->nany > 0 || q->nwithdrawn > 0);
 }
 
 void tutti__p2p_listen(tutti__p2p_t *e, int p)
@@ -196,20 +195,26 @@ void tutti__p2p_ctrl_send(tutti__p2p_t *e, int peer, int kind, int flags, uint64
 /* ---- sends ---------------------------------------------------------------------------------- */
 
 /* catch_up reads the envelopes p has sent this rank that are here, before a send to p decides
- * that it must wait: p's counts of matches come behind its own messages, and a send that
- * waits on a count not yet read (two ranks that each sent 64, then received 64, at the first
- * send of the next round) would wait for nothing, or for each other. */
+ * that it must wait: p's counts of matches come behind its own messages, and nothing listens
+ * to p for them otherwise (an envelope receive kept posted for them kept the progress thread
+ * busy while the receiver lagged, or for good where it never received); a send that waited on
+ * a count not read yet (two ranks in rounds of sends, then receives, at the next round's first
+ * send) would wait for nothing, or for each other. An envelope receive left posted goes at the
+ * next progress's trim, if nothing else needs it. */
 static void catch_up(tutti__p2p_t *e, int p)
 {
     tutti__p2p_peer_t *q = &e->peers[p];
-    if (q->tp->ops->progress(q->tp) != TUTTI_OK) {
-        tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT, "%s", TUTTI__TP_ERR(q->tp));
-        return;
-    }
-    /* bounded: what p may have sent unread is its own window and their control messages */
+    /* bounded: what p may have sent unread is its own window and its control messages */
     for (int i = 0; i < 4 * TUTTI__P2P_WINDOW && !q->broken; i++) {
-        tutti__p2p_listen(e, p);
-        if (!q->env_posted || !__atomic_load_n(&q->env_req.done, __ATOMIC_ACQUIRE))
+        if (!q->env_posted &&
+            !(q->env_posted = post_req(e, p, &q->env_req, TUTTI__REQ_RECV, &q->env_in,
+                                       sizeof q->env_in)))
+            return;
+        if (q->tp->ops->progress(q->tp) != TUTTI_OK) {
+            tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT, "%s", TUTTI__TP_ERR(q->tp));
+            return;
+        }
+        if (!__atomic_load_n(&q->env_req.done, __ATOMIC_ACQUIRE))
             return;
         if (q->env_req.status != TUTTI_OK) {
             q->env_posted = false;
@@ -217,7 +222,6 @@ static void catch_up(tutti__p2p_t *e, int p)
             return;
         }
         tutti__p2p_arrive(e, p);
-        (void)q->tp->ops->progress(q->tp);
     }
 }
 
@@ -268,7 +272,6 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
     op->state = S_EAGER;
     if (post_op_req(e, op, 0, TUTTI__REQ_SEND, env, sizeof *env) && !inl)
         post_op_req(e, op, 2, TUTTI__REQ_SEND, op->buf, op->len);
-    tutti__p2p_listen(e, p); /* for its credits, once the window is half used */
 }
 
 /* ---- receives ------------------------------------------------------------------------------- */
@@ -276,14 +279,16 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
 /* matched counts a message from p that a receive here took (or refused on its length); where
  * flow control holds (p2p.h) and TUTTI__P2P_CREDIT_EVERY of them went untold (no envelope to p
  * carried the count), or p, by the numbers of its messages here, is near its window by the
- * count it was told, a CREDIT tells it (each match then, until it is not). */
+ * count it was told while what is really unmatched is not (so that telling it helps), a
+ * CREDIT tells it. */
 static void matched(tutti__p2p_t *e, int p)
 {
     tutti__p2p_peer_t *q = &e->peers[p];
     q->nmatched++;
+    const uint64_t near = TUTTI__P2P_WINDOW - TUTTI__P2P_CREDIT_EVERY;
     if (flow_link(e, q) &&
         (q->nmatched - q->credited >= TUTTI__P2P_CREDIT_EVERY ||
-         q->rx_seq - q->credited > TUTTI__P2P_WINDOW - TUTTI__P2P_CREDIT_EVERY))
+         (q->rx_seq - q->credited > near && q->rx_seq - q->nmatched <= near)))
         tutti__p2p_ctrl_send(e, p, TUTTI__P2P_CREDIT, 0, 0);
 }
 

@@ -13,7 +13,8 @@
  *
  *   EAGER  tag, length, sequence number; up to TUTTI__P2P_INLINE bytes ride in the envelope,
  *          up to TUTTI__P2P_EAGER_MAX follow it as one payload message
- *   RTS    a larger message: tag, length, sequence number, and no data yet ...
+ *   RTS    a larger message (or, flagged TUTTI__P2P_SYNC, any one: flow control, below): tag,
+ *          length, sequence number, and no data yet ...
  *   CTS    ... until the receiver has matched it and answers "clear to send" (or refuses it,
  *          when the lengths differ) ...
  *   DATA   ... and the sender sends the payload behind a DATA envelope (or DATA "withdrawn" if
@@ -50,11 +51,14 @@ enum { TUTTI__P2P_REFUSED = 1 /* CTS */, TUTTI__P2P_WITHDRAWN = 1 /* DATA */,
  * Counted by matches, not by the order of the messages (tags may be matched out of order). A
  * receiver may leave up to TUTTI__P2P_CREDIT_EVERY - 1 matches untold for good (a rank that
  * only receives from the sender and sends to another), so ranks that each send up to
- * TUTTI__P2P_WINDOW - TUTTI__P2P_CREDIT_EVERY messages to the next before receiving never wait
- * (112: a ring, or two ranks in rounds); more may, and more than TUTTI__P2P_WINDOW do, as they
- * wait at the third on shm. Two ranks that each send, then receive, stay far inside it. An
- * asynchronous send past the window does not wait, but its RTS does sit in the receiver's
- * buffers until read; and messages never received count against the window for good.
+ * TUTTI__P2P_WINDOW - TUTTI__P2P_CREDIT_EVERY messages to the next before receiving do not
+ * wait (112: a ring, or two ranks in rounds) once the counts have arrived (a count still on its
+ * way, across hosts, can make a send wait that need not); more than TUTTI__P2P_WINDOW wait, as
+ * they wait at the third on shm. Two ranks that each send, then receive, stay far inside it.
+ * The sender reads the counts only when it nears the window (catch_up), so that no envelope
+ * receive stays posted for them. An asynchronous send past the window does not wait, but its
+ * RTS does sit in the receiver's buffers until read; and messages never received count against
+ * the window for good.
  */
 #define TUTTI__P2P_WINDOW 128
 #define TUTTI__P2P_CREDIT_EVERY 16
@@ -164,6 +168,9 @@ void tutti__p2p_wake_nappers(tutti__p2p_t *e);
 /* tutti__p2p_busy tells whether anything is open: ops, or the engine's own requests (an
  * envelope receive, data still arriving, a control message still going out). */
 bool tutti__p2p_busy(const tutti__p2p_t *e);
+
+/* tutti__p2p_has_ops tells whether any op is open (busy, less the engine's own requests). */
+bool tutti__p2p_has_ops(const tutti__p2p_t *e);
 
 /* tutti__p2p_destroy withdraws the engine's own requests and frees it; every op must be done
  * (tutti__p2p_fail_all first). NULL is fine. */

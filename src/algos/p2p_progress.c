@@ -154,6 +154,8 @@ void tutti__p2p_nap_end(tutti__p2p_t *e, uint32_t bell, double timeout_s)
     tutti__shm_nap_end(e->net->links.shm, bell, timeout_s);
 }
 
+bool tutti__p2p_has_ops(const tutti__p2p_t *e) { return e->live != NULL; }
+
 bool tutti__p2p_busy(const tutti__p2p_t *e)
 {
     if (e->live != NULL || e->ctrl != NULL)

@@ -206,13 +206,20 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
         }
         /* Work of the engine's own left over (answering for a send that failed, draining a
          * message whose receive failed) must not wait for the next call: hand it to the
-         * progress thread. A plain send or receive leaves none. */
-        if (busy) {
+         * progress thread. A plain send or receive leaves at most a control message of flow
+         * control's (a credit, over ofi), which mostly goes within a few rounds of progress:
+         * driven here, where no op is open, rather than by a thread started for it. */
+        for (int i = 0; busy; i++) {
             pthread_mutex_lock(&pg->lock);
+            const bool ops = tutti__p2p_has_ops(pg->eng);
+            done = i < 16 && !ops ? engine_progress(pg) : NULL;
             busy = tutti__p2p_busy(pg->eng);
             pthread_mutex_unlock(&pg->lock);
-            if (busy)
+            finish(comm, done);
+            if (busy && (i >= 16 || ops)) {
                 kick(comm);
+                break;
+            }
         }
         if (op.status < 0)
             return tutti__comm_error(comm, op.status, "%s", err);

@@ -385,6 +385,25 @@ static int leaver_body(int rank, int size, void *arg)
     return bad;
 }
 
+/* reduced_once joins (joined) and runs a first 3-element tree reduce to rank 0 of x = 10 *
+ * rank + i into y: the first reduce of its block of numbers waits for the root (flow control),
+ * which the tests after it must not meet. NULL (reported) on failure. */
+static tutti_comm_t *reduced_once(int rank, float x[3], float y[3])
+{
+    tutti_comm_t *comm = joined();
+    if (comm == NULL)
+        return NULL;
+    for (int i = 0; i < 3; i++) {
+        x[i] = (float)(10 * rank + i);
+        y[i] = 0;
+    }
+    if (tutti_reduce(x, y, 3, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, NULL) != TUTTI_OK) {
+        th_fail("the first reduce: %s", tutti_comm_last_error(comm));
+        return NULL;
+    }
+    return comm;
+}
+
 /* After leaver_body's rank 1 had run the reduce that rank 0 joins 0.5 s late (so its goodbye
  * comes before rank 0's call), and left: the reduce it had posted completes on rank 0, exact
  * (what it sent gets its grace); the allreduce after it, which rank 1 never posted, fails
@@ -392,15 +411,10 @@ static int leaver_body(int rank, int size, void *arg)
 static int left_after_body(int rank, int size, void *arg)
 {
     (void)arg;
-    tutti_comm_t *comm = joined();
+    float x[3], y[3];
+    tutti_comm_t *comm = reduced_once(rank, x, y);
     if (comm == NULL)
         return 1;
-    float x[3], y[3] = {0, 0, 0};
-    for (int i = 0; i < 3; i++)
-        x[i] = (float)(10 * rank + i);
-    /* the first reduce of its block of numbers waits for the root (flow control): not this */
-    if (tutti_reduce(x, y, 3, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, NULL) != TUTTI_OK)
-        return th_fail("the first reduce: %s", tutti_comm_last_error(comm));
     if (rank == 0)
         usleep(500000);
     tutti_status_t st = tutti_reduce(x, y, 3, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, NULL);
@@ -462,15 +476,10 @@ END_TEST
 static int exiter_body(int rank, int size, void *arg)
 {
     (void)arg;
-    tutti_comm_t *comm = joined();
+    float x[3], y[3];
+    tutti_comm_t *comm = reduced_once(rank, x, y);
     if (comm == NULL)
         return 1;
-    float x[3], y[3] = {0, 0, 0};
-    for (int i = 0; i < 3; i++)
-        x[i] = (float)(10 * rank + i);
-    /* the first reduce of its block of numbers waits for the root (flow control): not this */
-    if (tutti_reduce(x, y, 3, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, NULL) != TUTTI_OK)
-        return th_fail("the first reduce: %s", tutti_comm_last_error(comm));
     if (rank == 1)
         sleep(1);
     tutti_status_t st = tutti_reduce(x, y, 3, TUTTI_FLOAT32, TUTTI_SUM, 0, comm, NULL);

@@ -161,6 +161,18 @@ static tutti_comm_t *init_comm(void)
     return comm;
 }
 
+/* joined_comm is init_comm and a barrier, so that every rank is there before the test's part
+ * starts; NULL (reported) if either fails. */
+static tutti_comm_t *joined_comm(void)
+{
+    tutti_comm_t *comm = init_comm();
+    if (comm != NULL && tutti_barrier(comm, NULL) != TUTTI_OK) {
+        th_fail("barrier: %s", tutti_last_error());
+        return NULL;
+    }
+    return comm;
+}
+
 static int wait_ok(tutti_work_t *w, const char *what)
 {
     tutti_status_t st = tutti_work_wait(w, -1.0);
@@ -882,12 +894,10 @@ static int exited_body(int rank, int n, void *arg)
     (void)n;
     const size_t len = exit_sizes[*(const int *)arg];
     th_shared_t *sh = th_shared();
-    tutti_comm_t *comm = init_comm();
+    tutti_comm_t *comm = joined_comm();
     if (comm == NULL)
         return 1;
     int bad = 0;
-    if (tutti_barrier(comm, NULL) != TUTTI_OK)
-        return th_fail("barrier: %s", tutti_last_error());
     unsigned char *b = malloc(len);
     if (rank == 1) {
         fill(b, len, 1, 0, 960);
@@ -935,11 +945,9 @@ static int any_after_death_body(int rank, int n, void *arg)
 {
     (void)n, (void)arg;
     th_shared_t *sh = th_shared();
-    tutti_comm_t *comm = init_comm();
+    tutti_comm_t *comm = joined_comm();
     if (comm == NULL)
         return 1;
-    if (tutti_barrier(comm, NULL) != TUTTI_OK)
-        return th_fail("barrier: %s", tutti_last_error());
     unsigned char b[8];
     int bad = 0;
     if (rank == 1) {
@@ -1017,11 +1025,9 @@ static int flow_body(int rank, int n, void *arg)
 {
     (void)n, (void)arg;
     th_shared_t *sh = th_shared();
-    tutti_comm_t *comm = init_comm();
+    tutti_comm_t *comm = joined_comm();
     if (comm == NULL)
         return 1;
-    if (tutti_barrier(comm, NULL) != TUTTI_OK)
-        return th_fail("barrier: %s", tutti_last_error());
     int bad = 0;
     long worst = 0;
     if (rank == 1)
@@ -1103,12 +1109,10 @@ static int pause_body(int rank, int n, void *arg)
 {
     (void)n;
     const int part = *(const int *)arg;
-    tutti_comm_t *comm = init_comm();
+    tutti_comm_t *comm = joined_comm();
     if (comm == NULL)
         return 1;
     int bad = 0;
-    if (tutti_barrier(comm, NULL) != TUTTI_OK)
-        return th_fail("barrier: %s", tutti_last_error());
     if (part == 0) {
         if (rank == 1)
             return tutti_comm_destroy(comm) != TUTTI_OK;
@@ -1155,12 +1159,10 @@ static int stopped_body(int rank, int n, void *arg)
 {
     (void)n, (void)arg;
     th_shared_t *sh = th_shared();
-    tutti_comm_t *comm = init_comm();
+    tutti_comm_t *comm = joined_comm();
     if (comm == NULL)
         return 1;
     int bad = 0;
-    if (tutti_barrier(comm, NULL) != TUTTI_OK)
-        return th_fail("barrier: %s", tutti_last_error());
     if (rank == 1) {
         /* rank 0 stops this rank here, and continues it after its errors (a fixed sleep let a
          * rank 0 descheduled that long find this rank gone, not stopped) */

@@ -214,14 +214,8 @@ static void catch_up(tutti__p2p_t *e, int p)
             tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT, "%s", TUTTI__TP_ERR(q->tp));
             return;
         }
-        if (!__atomic_load_n(&q->env_req.done, __ATOMIC_ACQUIRE))
+        if (!tutti__p2p_take_env(e, p))
             return;
-        if (q->env_req.status != TUTTI_OK) {
-            q->env_posted = false;
-            tutti__p2p_break(e, p, q->env_req.status, "%s", TUTTI__TP_ERR(q->tp));
-            return;
-        }
-        tutti__p2p_arrive(e, p);
     }
 }
 
@@ -245,11 +239,12 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
     }
     /* Flow control (p2p.h): past the window, a message of any length waits to be matched. */
     const bool flow = flow_link(e, q);
-    if (flow && unreported(q) + 1 > TUTTI__P2P_WINDOW)
+    if (flow && unreported(q) + 1 > TUTTI__P2P_WINDOW) {
         catch_up(e, p);
-    if (q->broken) {
-        tutti__p2p_fail(e, op, q->broken_status, "%s", q->why);
-        return;
+        if (q->broken) { /* what it read, or reading, failed the peer */
+            tutti__p2p_fail(e, op, q->broken_status, "%s", q->why);
+            return;
+        }
     }
     op->mseq = ++q->tx_seq;
     tutti__p2p_env_t *env = &op->env[0];

@@ -101,6 +101,9 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
         sent[i] = op->req[i].status == TUTTI_OK;
     }
     bool ok = p >= 0 && !e->peers[p].broken && !e->closing;
+    /* a send whose envelope never went out: the peer never saw it, so never counts it matched */
+    if ((op->state == S_EAGER || op->state == S_RTS) && !sent[0] && p >= 0)
+        e->peers[p].unsent++;
     switch (op->state) {
     case R_POSTED: tutti__p2p_unpost(e, op); break;
     case R_ARRIVING: /* its message drains into the entry, which then goes */
@@ -126,8 +129,6 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
                              op->err, p, (unsigned long long)op->mseq, p);
         break;
     case S_EAGER:
-        if (!sent[0] && p >= 0) /* never seen by the peer: not in its counts of matches */
-            e->peers[p].unsent++;
         if (ok && sent[0] && op->posted[2] && !sent[2])
             tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,
                              "a send to rank %d was withdrawn (%s) after its envelope had gone "
@@ -137,8 +138,6 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
         break;
     case S_RTS:
         tutti__p2p_unwait(e, op);
-        if (!sent[0] && p >= 0)
-            e->peers[p].unsent++;
         if (ok && sent[0])
             add_withdrawn(e, p, op->mseq);
         break;
@@ -248,6 +247,10 @@ static bool engine_owes(const tutti__p2p_t *e, int p)
             return true;
     return false;
 }
+
+_Static_assert(TUTTI__P2P_WINDOW == 128 && TUTTI__P2P_CREDIT_EVERY == 16,
+               "waiting_for's text names the flow-control window (128) and what never waits "
+               "(112)");
 
 /* waiting_for says, for a timeout's text, what op was still waiting for. */
 static const char *waiting_for(const tutti__p2p_op_t *op)

@@ -105,6 +105,11 @@ bool tutti__p2p_need_env(const tutti__p2p_t *e, int p);
  * TUTTI_OK), and listens to p again if something needs it. */
 void tutti__p2p_arrive(tutti__p2p_t *e, int p);
 
+/* tutti__p2p_take_env reads p's envelope receive if it is done (p2p_progress.c): the envelope
+ * is handled (tutti__p2p_arrive), or its failure fails p. False while it is not done, or none
+ * is posted. */
+bool tutti__p2p_take_env(tutti__p2p_t *e, int p);
+
 /* tutti__p2p_listen posts the envelope receive towards p if something needs it and none is
  * posted. */
 void tutti__p2p_listen(tutti__p2p_t *e, int p);

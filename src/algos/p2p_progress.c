@@ -31,20 +31,25 @@ static void check_reqs(tutti__p2p_t *e, tutti__p2p_op_t *op)
     tutti__p2p_complete(e, op, TUTTI_OK);
 }
 
+bool tutti__p2p_take_env(tutti__p2p_t *e, int p)
+{
+    tutti__p2p_peer_t *q = &e->peers[p];
+    if (!q->env_posted || !req_done(&q->env_req))
+        return false;
+    if (q->env_req.status == TUTTI_OK) {
+        tutti__p2p_arrive(e, p);
+    } else {
+        q->env_posted = false;
+        tutti__p2p_break(e, p, q->env_req.status, "%s", TUTTI__TP_ERR(q->tp));
+    }
+    return true;
+}
+
 /* arrivals reads every envelope, eager payload and control message that has come or gone. */
 static void arrivals(tutti__p2p_t *e)
 {
-    for (int p = 0; p < e->size; p++) {
-        tutti__p2p_peer_t *q = &e->peers[p];
-        if (!q->env_posted || !req_done(&q->env_req))
-            continue;
-        if (q->env_req.status == TUTTI_OK) {
-            tutti__p2p_arrive(e, p);
-        } else {
-            q->env_posted = false;
-            tutti__p2p_break(e, p, q->env_req.status, "%s", TUTTI__TP_ERR(q->tp));
-        }
-    }
+    for (int p = 0; p < e->size; p++)
+        (void)tutti__p2p_take_env(e, p);
     tutti__p2p_unexp_t *un;
     for (tutti__p2p_unexp_t *u = e->ux; u; u = un) {
         un = u->next;

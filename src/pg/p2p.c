@@ -165,6 +165,10 @@ static tutti_status_t kick(tutti_comm_t *comm)
     return st;
 }
 
+/* How many rounds of progress a blocking call drives itself for what the engine has left over
+ * when no op is open, before it hands the rest to the progress thread. */
+#define LEFTOVER_ROUNDS 16
+
 tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t len, int peer,
                                  int tag, tutti_work_t **work)
 {
@@ -209,18 +213,18 @@ tutti_status_t tutti__p2p_submit(tutti_comm_t *comm, int kind, void *buf, size_t
          * progress thread. A plain send or receive leaves at most a control message of flow
          * control's (a credit, over ofi), which mostly goes within a few rounds of progress:
          * driven here, where no op is open, rather than by a thread started for it. */
-        for (int i = 0; busy; i++) {
+        for (int i = 0; busy && i < LEFTOVER_ROUNDS; i++) {
             pthread_mutex_lock(&pg->lock);
             const bool ops = tutti__p2p_has_ops(pg->eng);
-            done = i < 16 && !ops ? engine_progress(pg) : NULL;
+            done = ops ? NULL : engine_progress(pg);
             busy = tutti__p2p_busy(pg->eng);
             pthread_mutex_unlock(&pg->lock);
             finish(comm, done);
-            if (busy && (i >= 16 || ops)) {
-                kick(comm);
+            if (ops)
                 break;
-            }
         }
+        if (busy)
+            kick(comm);
         if (op.status < 0)
             return tutti__comm_error(comm, op.status, "%s", err);
         return TUTTI_OK;

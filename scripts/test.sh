@@ -56,7 +56,7 @@ if [ "${TUTTI_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
     sanitizer_build build-tsan thread
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CK_TIMEOUT_MULTIPLIER=4 \
         run_suite "ThreadSanitizer" build-tsan check_workers check_split check_failure check_oob \
-        check_bootstrap check_create check_p2p check_p2p_engine check_placement check_trace \
+        check_bootstrap check_create check_p2p check_p2p_waits check_p2p_engine check_placement check_trace \
         check_shrink
 fi
 

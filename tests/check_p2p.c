@@ -1465,12 +1465,18 @@ static void add_tcases(Suite *s)
     tcase_add_loop_test(tc, test_dead_peer, 0, (int)(sizeof dead_cases / sizeof dead_cases[0]));
     tcase_add_loop_test(tc, test_timeout, 0, 2);
     tcase_add_loop_test(tc, test_left, 0, 2);
-    tcase_add_loop_test(tc, test_exited, 0, 2);
     tcase_add_loop_test(tc, test_flow, 0, 2);
-    tcase_add_loop_test(tc, test_pause, 0, 2);
     tcase_add_loop_test(tc, test_stopped_peer, 0, 2);
     tcase_add_loop_test(tc, test_abort, 0, 2);
     tcase_add_loop_test(tc, test_no_thread, 0, 2);
+    suite_add_tcase(s, tc);
+    /* The cases that sleep longest (40 s of the binary's 80): tagged, so that meson runs them as
+     * a test of their own beside the rest (tests/meson.build, check_p2p_waits). */
+    tc = tcase_create("waits");
+    tcase_set_tags(tc, "waits");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_exited, 0, 2);
+    tcase_add_loop_test(tc, test_pause, 0, 2);
     suite_add_tcase(s, tc);
 }
 

@@ -96,10 +96,22 @@ static int free_port_in(int lo, int n)
 }
 
 /* th_run's ports come from 20000-30999; th_free_port's from 31000-32699, below the kernel's
- * ephemeral range: a test's second port never meets the run's own */
-static int free_port(void) { return free_port_in(20000, 11000); }
+ * ephemeral range: a test's second port never meets the run's own. Binaries that meson runs
+ * side by side get TH_PORT_SLOT (tests/meson.build): slot k of TH_PORT_SLOTS has its own k-th
+ * share of each range, so that two tests never pick one port (a port is free when picked, but
+ * rank 0 binds it only later: two jobs of two tests could otherwise meet on it). */
+static int port_share(int lo, int n)
+{
+    const char *s = getenv("TH_PORT_SLOT"), *k = getenv("TH_PORT_SLOTS");
+    int slot = s ? atoi(s) : -1, slots = k ? atoi(k) : 0;
+    if (slots < 1 || slot < 0 || slot >= slots || n / slots < 16)
+        return free_port_in(lo, n);
+    return free_port_in(lo + slot * (n / slots), n / slots);
+}
 
-int th_free_port(void) { return free_port_in(31000, 1700); }
+static int free_port(void) { return port_share(20000, 11000); }
+
+int th_free_port(void) { return port_share(31000, 1700); }
 
 int th_await_slot(int i, double limit_s)
 {

@@ -19,6 +19,10 @@ if ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
     export OMPI_MCA_plm=isolated
 fi
 
+# meson runs as many parallel tests at once as the machine has CPUs (cgroup quotas aside); the
+# multi-rank tests marked parallel (tests/meson.build) were tried two at a time, so at most two.
+export MESON_TESTTHREADS=${MESON_TESTTHREADS:-2}
+
 start=$SECONDS
 failed=()
 summaries=()
@@ -54,10 +58,12 @@ if [ "${TUTTI_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         CK_TIMEOUT_MULTIPLIER=2 run_suite "AddressSanitizer + UBSan" build-asan
     sanitizer_build build-tsan thread
+    # One at a time: ThreadSanitizer runs 5-15x slower, and these tests' own deadlines (2-5 s
+    # for a failure to be seen) are not scaled by CK_TIMEOUT_MULTIPLIER.
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CK_TIMEOUT_MULTIPLIER=4 \
-        run_suite "ThreadSanitizer" build-tsan check_workers check_split check_failure check_oob \
-        check_bootstrap check_create check_p2p check_p2p_waits check_p2p_engine check_placement check_trace \
-        check_shrink
+        run_suite "ThreadSanitizer" build-tsan --num-processes 1 check_workers check_split \
+        check_failure check_oob check_bootstrap check_create check_p2p check_p2p_waits \
+        check_p2p_engine check_placement check_trace check_shrink
 fi
 
 # Fuzzing: what a harness finds new stays in build-fuzz/corpus/ (never in the repository's

@@ -206,15 +206,8 @@ START_TEST(test_leader_killed_waiting)
 {
     char before[256][256];
     int nbefore = th_shm_snapshot(before, 256);
-    int port = 0;
-    for (int tries = 0; tries < 50 && port == 0; tries++) {
-        int p = 20000 + (int)((unsigned)getpid() * 7919u + (unsigned)tries * 104729u) % 12000;
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
-        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
-            port = p;
-        close(fd);
-    }
+    int port = th_free_port(); /* this binary's share of the harness's ports */
+    ck_assert_int_gt(port, 0);
     int pipefd[2];
     ck_assert_int_eq(pipe(pipefd), 0);
     pid_t leader = fork();

@@ -79,6 +79,9 @@ static int free_port_in(int lo, int n)
     for (int tries = 0; tries < 500; tries++) {
         seed = seed * 1103515245u + 12345u;
         int port = lo + (int)((seed >> 8) % (unsigned)n);
+        if (port >= 29400 && port < 29600)
+            continue; /* torch's and tutti's default (29500) and its neighbours, which tests
+                       * and other programs bind as they are */
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (fd < 0)
             return -1;

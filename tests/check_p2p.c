@@ -1100,6 +1100,96 @@ START_TEST(test_flow)
 }
 END_TEST
 
+/* A receive that gives up after it cleared a large message for sending (its sender stopped
+ * between its request to send and its data) ends point-to-point between the pair, and over ofi
+ * the transport endpoint, which libfabric cannot take the transfer back from: what
+ * docs/p2p.md's "Failures" says. Every later call ends (none hangs), point-to-point between the
+ * pair fails at once, and over shm the collectives still go on, exact. */
+static int cleared_body(int rank, int n, void *arg)
+{
+    (void)n;
+    const bool ofi = arg != NULL;
+    enum { BIG = 1 << 20 };
+    tutti_comm_t *comm = joined_comm();
+    if (comm == NULL)
+        return 1;
+    if (tutti_comm_set_timeout(comm, 4) != TUTTI_OK)
+        return th_fail("tutti_comm_set_timeout(4): %s", tutti_last_error());
+    th_shared_t *sh = th_shared();
+    unsigned char *big = malloc(BIG), small[8] = {0};
+    int bad = 0;
+    if (rank == 1) {
+        fill(big, BIG, 1, 0, 996);
+        tutti_work_t *w;
+        POSTED(tutti_send(big, BIG, TUTTI_UINT8, 0, 7, comm, &w), "the large send");
+        /* its request to send goes out; rank 0 has posted nothing yet, so no answer comes */
+        for (double t0 = th_now(); th_now() - t0 < 0.2; usleep(1000)) {
+            int done = 0;
+            tutti_work_test(w, &done);
+            if (done)
+                return th_fail("the large send ended before any receive: %s",
+                               tutti_work_error(w));
+        }
+        __atomic_store_n(&sh->slots[0], 1, __ATOMIC_RELEASE); /* rank 0 stops this rank now */
+        double t0 = th_now();
+        tutti_status_t st = tutti_work_wait(w, -1.0);
+        if (st == TUTTI_OK || th_now() - t0 > 12)
+            bad |= th_fail("the large send whose receive gave up: %d after %.1f s: %s", st,
+                           th_now() - t0, tutti_work_error(w));
+        fprintf(stderr, "[cleared %s] rank 1's send: %d: %s\n", ofi ? "ofi" : "shm", st,
+                tutti_work_error(w));
+        tutti_work_free(w);
+    } else {
+        if (th_await_slot(0, 20) != 0)
+            return 1;
+        kill(sh->pids[1], SIGSTOP);
+        if (th_await_proc_state(sh->pids[1], "tT", 5.0) != 0)
+            bad |= th_fail("rank 1 did not stop");
+        double prev = 0, t0 = th_now();
+        tutti_set_call_timeout(1.0, &prev);
+        tutti_status_t st = tutti_recv(big, BIG, TUTTI_UINT8, 1, 7, comm, NULL);
+        tutti_set_call_timeout(prev, NULL);
+        const char *msg = tutti_comm_last_error(comm);
+        if (st != TUTTI_ERR_TIMEOUT || th_now() - t0 > 5 || !strstr(msg, "cleared"))
+            bad |= th_fail("a receive of 1 s whose sender stopped after its request to send: %d "
+                           "after %.1f s: %s", st, th_now() - t0, msg);
+        usleep(500000);
+        kill(sh->pids[1], SIGCONT);
+    }
+    /* point-to-point between the pair has ended: a small send fails at once on both ranks */
+    double t0 = th_now();
+    tutti_status_t st = tutti_send(small, sizeof small, TUTTI_UINT8, 1 - rank, 9, comm, NULL);
+    if (st == TUTTI_OK || th_now() - t0 > 6)
+        bad |= th_fail("a small send to rank %d after the pair ended: %d after %.1f s", 1 - rank,
+                       st, th_now() - t0);
+    int one = rank + 1, sum = 0;
+    t0 = th_now();
+    st = tutti_allreduce(&one, &sum, 1, TUTTI_INT32, TUTTI_SUM, comm, NULL);
+    if (!ofi && (st != TUTTI_OK || sum != 3))
+        bad |= th_fail("the allreduce after it, over shm: %d, sum %d: %s", st, sum,
+                       tutti_comm_last_error(comm));
+    if (ofi && (st == TUTTI_OK || th_now() - t0 > 8))
+        bad |= th_fail("the allreduce after it, over ofi (its endpoint given up): %d after %.1f s",
+                       st, th_now() - t0);
+    fprintf(stderr, "[cleared %s] rank %d: allreduce %d: %s\n", ofi ? "ofi" : "shm", rank, st,
+            st == TUTTI_OK ? "" : tutti_comm_last_error(comm));
+    free(big);
+    tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_cleared_timeout)
+{
+    static const char *const tps[] = {"shm", "ofi"};
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = tps[_i];
+    o.timeout_s = 40;
+    static int ofi = 1;
+    ck_assert_msg(th_run_opts(2, &o, cleared_body, _i == 1 ? &ofi : NULL) == 0,
+                  "a receive that gave up mid-rendezvous, on %s: see stderr", tps[_i]);
+}
+END_TEST
+
 /* A pause between calls is no silence of the peers': nothing reads the liveness links then.
  * After 3 s without a call, a receive from a rank that left still ends in about a second (the
  * long grace is for data from a peer that was silent lately), and a destroy whose timeout is 2 s
@@ -1470,13 +1560,14 @@ static void add_tcases(Suite *s)
     tcase_add_loop_test(tc, test_abort, 0, 2);
     tcase_add_loop_test(tc, test_no_thread, 0, 2);
     suite_add_tcase(s, tc);
-    /* The cases that sleep longest (40 s of the binary's 80): tagged, so that meson runs them as
+    /* The cases that sleep longest (50 s of the binary's 90): tagged, so that meson runs them as
      * a test of their own beside the rest (tests/meson.build, check_p2p_waits). */
     tc = tcase_create("waits");
     tcase_set_tags(tc, "waits");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_exited, 0, 2);
     tcase_add_loop_test(tc, test_pause, 0, 2);
+    tcase_add_loop_test(tc, test_cleared_timeout, 0, 2);
     suite_add_tcase(s, tc);
 }
 

@@ -260,9 +260,11 @@ static const char *waiting_for(const tutti__p2p_op_t *op)
     case R_ARRIVING:
     case R_PAYLOAD: return "its data did not finish arriving";
     case R_CTS: return "the sender did not send the data after this receive cleared it";
-    case S_EAGER:
-    case S_DATA: return "the receiver did not take the message (it posted no matching receive, "
-                        "or is stuck)";
+    case S_EAGER: return "the receiver did not take the message (it posted no matching receive, "
+                         "or is stuck)";
+    /* the receive matched it and cleared it for sending: what is missing is its taking the data */
+    case S_DATA: return "the receiver cleared the message for sending but did not take its data "
+                        "(its receive failed or timed out meanwhile, or it is stuck)";
     case S_RTS:
         if (op->len <= TUTTI__P2P_EAGER_MAX) /* flagged TUTTI__P2P_SYNC: flow control */
             return "the receiver posted no matching receive (over ofi a send waits to be "

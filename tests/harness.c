@@ -68,9 +68,27 @@ char *th_hex(char *out, const void *p, size_t n)
     return out;
 }
 
+/* bindable tells whether port can be bound now on every address (not in use, nor held by a
+ * connection in TIME_WAIT). */
+static int bindable(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons((uint16_t)port);
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
 /* A free port for the rendezvous store. It comes from below the kernel's ephemeral range
  * (32768 and up), so that no socket a rank binds to port 0 (liveness mesh, ofi endpoints) can be
- * handed the same port before rank 0 binds it; we check that it is free now on every address. */
+ * handed the same port before rank 0 binds it; we check that it is free now on every address,
+ * and the two above it, where a store under torchrun goes (its next odd port). */
 static int free_port_in(int lo, int n)
 {
     static unsigned seed;
@@ -82,17 +100,10 @@ static int free_port_in(int lo, int n)
         if (port >= 29400 && port < 29600)
             continue; /* torch's and tutti's default (29500) and its neighbours, which tests
                        * and other programs bind as they are */
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (fd < 0)
+        int ok = bindable(port);
+        if (ok < 0)
             return -1;
-        struct sockaddr_in a;
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_ANY);
-        a.sin_port = htons((uint16_t)port);
-        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-        close(fd);
-        if (ok)
+        if (ok && bindable(port + 1) == 1 && bindable(port + 2) == 1)
             return port;
     }
     return -1;

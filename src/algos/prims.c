@@ -215,6 +215,11 @@ static tutti_status_t check_notices(tutti__coll_t *c)
     int blame = -1;
     if (__builtin_expect(tutti__live_failed_upto(net->live, UINT64_MAX, &r, &st, &seq, &blame),
                          0)) {
+        /* A finder whose call, in the window, differs from this one: this rank found the
+         * mismatch too, and names both calls, as it would have had it looked first. */
+        tutti_status_t own = st == TUTTI_ERR_MISMATCH ? tutti__win_check_msg(c, r) : TUTTI_OK;
+        if (own != TUTTI_OK)
+            return own;
         tutti__top(c)->relayed = true; /* this rank's failure only passes r's on */
         tutti__top(c)->blame = blame;  /* and the rank r named, for those it tells */
         char mine[200];

@@ -452,14 +452,27 @@ def w_monitored():
     # torch's own monitored_barrier refuses every backend but Gloo before reaching ours: the
     # one importing tutti_torch puts in its place lets a tutti group through, so that code
     # written for Gloo runs unchanged, its timeout given as seconds too
-    # (rank 0 comes 6 s late to this round: rank 1, which waits twice its 1 s, gives up)
+    # (rank 0 comes 6 s late to this round: as with Gloo, the others wait for its verdict up to
+    # the group's timeout, 60 s here, not only twice their 1 s, and pass; on a group whose
+    # timeout is 3 s, rank 0 coming 8 s late, they give up after 3 s)
+    late = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
     store.set("mb3/%d" % rank, "1")
     store.wait(["mb3/%d" % r for r in range(n)])
-    if rank == 1:
-        raises(lambda: dist.monitored_barrier(timeout=1.0), "rank 0 did not reach")
+    t0 = time.monotonic()
+    if rank != 0:
+        dist.monitored_barrier(timeout=1.0)
+        waited = time.monotonic() - t0
+        assert waited > 4, "rank %d passed after %.1f s, before rank 0 came" % (rank, waited)
+        t0 = time.monotonic()
+        raises(lambda: dist.monitored_barrier(late, timeout=1.0), "rank 0 did not reach",
+               "within 3000 ms")
+        waited = time.monotonic() - t0
+        assert 2.5 < waited < 30, "rank %d gave up after %.1f s, not 3" % (rank, waited)
     else:
-        time.sleep(6 if rank == 0 else 0)
+        time.sleep(6)
         dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+        time.sleep(8)
+        dist.monitored_barrier(late, timeout=datetime.timedelta(seconds=20))
     raises(lambda: tutti_torch._torch_monitored_barrier(), "only implemented for GLOO",
            exc=ValueError)
     dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))

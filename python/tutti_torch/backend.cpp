@@ -620,8 +620,10 @@ static bool store_wait(c10d::Store &store, const std::string &key,
 // monitoredBarrier: every rank but 0 reports to rank 0 through the Store, which waits up to the
 // timeout and names the ranks that did not arrive (the first one, or all with waitAllRanks),
 // then tells the others the verdict. Through the Store, not tutti: it must work when a
-// communicator is stuck, which is what it is for. The others wait twice the timeout for the
-// verdict, so that rank 0's answer reaches them after rank 0's own wait.
+// communicator is stuck, which is what it is for. The others wait for the verdict as long as
+// Gloo's do, the group's timeout (a rank 0 that comes late, from saving a checkpoint say, is
+// not a failure), and at least twice the call's timeout, so that rank 0's answer reaches them
+// after rank 0's own wait.
 void BackendTutti::monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks)
 {
     const std::string op = "monitoredBarrier";
@@ -632,10 +634,12 @@ void BackendTutti::monitoredBarrier(const c10d::BarrierOptions &opts, bool waitA
     auto start = std::chrono::steady_clock::now();
     if (rank_ != 0) {
         store_->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
-        if (!store_wait(*store_, base + "verdict", start + 2 * timeout))
+        std::chrono::milliseconds wait = std::max(2 * timeout, options_->timeout);
+        if (!store_wait(*store_, base + "verdict", start + wait))
             refuse(op, "rank " + std::to_string(rank_) + " got no answer from rank 0 within " +
-                           std::to_string(2 * timeout.count()) +
-                           " ms: rank 0 did not reach monitoredBarrier");
+                           std::to_string(wait.count()) +
+                           " ms (the group's timeout, or twice this call's if longer): rank 0 "
+                           "did not reach monitoredBarrier");
         std::vector<uint8_t> v = store_->get(base + "verdict");
         if (!v.empty())
             refuse(op, std::string(v.begin(), v.end()) + " (rank 0's verdict)");

@@ -87,9 +87,11 @@ static void add_withdrawn(tutti__p2p_t *e, int p, uint64_t seq)
  * the rest of it), a send whose envelope went out but whose payload did not. A send withdrawn
  * before its announcement went out never existed for the peer (message numbers may skip); one
  * announced but not yet cleared is remembered, so that its CTS, if it comes, is answered
- * "withdrawn".
+ * "withdrawn". It returns true when the op had in fact finished: its last requests were posted
+ * and all completed (an ofi cancel waits for a transfer in progress, which may end meanwhile),
+ * so that the message went out, or came in, whole.
  */
-static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
+static bool withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     int p = op->mpeer;
     bool sent[3] = {false, false, false};
@@ -99,6 +101,14 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
         if (!req_done(&op->req[i]))
             tutti__p2p_cancel(e, p, &op->req[i]);
         sent[i] = op->req[i].status == TUTTI_OK;
+    }
+    /* as check_reqs (p2p_progress.c) would have found at the next progress */
+    if (op->state == S_EAGER || op->state == S_DATA || op->state == R_PAYLOAD) {
+        bool whole = true;
+        for (int i = 0; i < 3; i++)
+            whole = whole && (!op->posted[i] || sent[i]);
+        if (whole)
+            return true;
     }
     bool ok = p >= 0 && !e->peers[p].broken && !e->closing;
     /* a send whose envelope never went out: the peer never saw it, so never counts it matched */
@@ -154,6 +164,7 @@ static void withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
         break;
     default: break;
     }
+    return false;
 }
 
 void tutti__p2p_fail(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t status,
@@ -165,8 +176,17 @@ void tutti__p2p_fail(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t status
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
+    /* set first: withdraw's texts quote it */
     snprintf(op->err, TUTTI__ERRLEN, "rank %d: %s: %s", e->rank, what, detail);
-    withdraw(e, op);
+    if (withdraw(e, op)) { /* it finished after all: the deadline, or the failure, came late */
+        op->err[0] = '\0';
+        if (op->kind == TUTTI__P2P_RECV && op->posted[2]) /* its payload came */
+            e->peers[op->mpeer].nrx++;
+        TUTTI__LOG(TUTTI__LOG_DEBUG, "rank %d: %s finished as it was withdrawn (%s)", e->rank,
+                   what, detail);
+        tutti__p2p_complete(e, op, TUTTI_OK);
+        return;
+    }
     tutti__p2p_complete(e, op, status);
 }
 

@@ -62,6 +62,35 @@ void tutti__p2p_unpost(tutti__p2p_t *e, tutti__p2p_op_t *op)
     op->state = 0;
 }
 
+/* enlist puts receive op among the unmatched ones, in posting order (a receive put back after
+ * its matched send was withdrawn goes before those posted after it). */
+static void enlist(tutti__p2p_t *e, tutti__p2p_op_t *op)
+{
+    tutti__p2p_op_t *at = NULL; /* the first one posted after op; NULL: op is the last */
+    if (e->posted_last != NULL && e->posted_last->pno > op->pno)
+        for (at = e->posted; at->pno < op->pno; at = at->pnext)
+            ;
+    op->pnext = at;
+    op->pprev = at != NULL ? at->pprev : e->posted_last;
+    if (op->pprev)
+        op->pprev->pnext = op;
+    else
+        e->posted = op;
+    if (at)
+        at->pprev = op;
+    else
+        e->posted_last = op;
+    op->state = R_POSTED;
+    if (op->peer == TUTTI_ANY_SOURCE) {
+        e->nany++;
+        for (int r = 0; r < e->size; r++)
+            tutti__p2p_listen(e, r);
+    } else {
+        e->peers[op->peer].nposted++;
+        tutti__p2p_listen(e, op->peer);
+    }
+}
+
 static void wait_on(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     tutti__p2p_peer_t *q = &e->peers[op->mpeer];
@@ -350,6 +379,19 @@ static void take(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti__p2p_unexp_t *u)
     }
 }
 
+/* take_waiting gives receive op the first message that came unmatched and matches it, if
+ * any. */
+static bool take_waiting(tutti__p2p_t *e, tutti__p2p_op_t *op)
+{
+    for (tutti__p2p_unexp_t *u = e->ux; u; u = u->next)
+        if (!u->matched && (op->peer == TUTTI_ANY_SOURCE || u->peer == op->peer) &&
+            u->tag == op->tag) {
+            take(e, op, u);
+            return true;
+        }
+    return false;
+}
+
 static void post_recv(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     int p = op->peer;
@@ -358,11 +400,8 @@ static void post_recv(tutti__p2p_t *e, tutti__p2p_op_t *op)
         e->peers[p].nops++;
     }
     /* A message that arrived whole before its sender failed is still good. */
-    for (tutti__p2p_unexp_t *u = e->ux; u; u = u->next)
-        if (!u->matched && (p == TUTTI_ANY_SOURCE || u->peer == p) && u->tag == op->tag) {
-            take(e, op, u);
-            return;
-        }
+    if (take_waiting(e, op))
+        return;
     if (p != TUTTI_ANY_SOURCE && e->peers[p].broken) {
         tutti__p2p_fail(e, op, e->peers[p].broken_status, "%s", e->peers[p].why);
         return;
@@ -377,22 +416,7 @@ static void post_recv(tutti__p2p_t *e, tutti__p2p_op_t *op)
     for (int q = 0; q < e->size; q++)
         if (q != e->rank && (p == TUTTI_ANY_SOURCE || q == p) && !e->peers[q].broken)
             e->peers[q].left_seen = 0.0;
-    op->state = R_POSTED;
-    op->pprev = e->posted_last;
-    op->pnext = NULL;
-    if (e->posted_last)
-        e->posted_last->pnext = op;
-    else
-        e->posted = op;
-    e->posted_last = op;
-    if (p != TUTTI_ANY_SOURCE) {
-        e->peers[p].nposted++;
-        tutti__p2p_listen(e, p);
-    } else {
-        e->nany++;
-        for (int r = 0; r < e->size; r++)
-            tutti__p2p_listen(e, r);
-    }
+    enlist(e, op);
 }
 
 void tutti__p2p_post(tutti__p2p_t *e, tutti__p2p_op_t *op)
@@ -405,6 +429,7 @@ void tutti__p2p_post(tutti__p2p_t *e, tutti__p2p_op_t *op)
     op->mpeer = -1;
     op->mseq = 0;
     op->gen = e->gen;
+    op->pno = ++e->nposts;
     op->pprev = op->pnext = op->wnext = NULL;
     op->ux = NULL;
     op->posted[0] = op->posted[1] = op->posted[2] = false;
@@ -555,6 +580,36 @@ static void arrive_cts(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
         post_op_req(e, op, 2, TUTTI__REQ_SEND, op->buf, op->len);
 }
 
+/* repost: the send that receive op matched (and cleared) was withdrawn by its sender p before
+ * its data went (it failed or timed out there). A withdrawn send never existed (MPI's cancel),
+ * so op waits again, in its place among the receives posted, for the next message that matches
+ * it (a retry of that send included) until its own deadline. A message that a receive posted
+ * after op took meanwhile stays taken. */
+static void repost(tutti__p2p_t *e, tutti__p2p_op_t *op, int p)
+{
+    if (op->posted[0] && !__atomic_load_n(&op->req[0].done, __ATOMIC_ACQUIRE)) {
+        /* its CTS is still going out (the sender has it: it answered): not to be reused yet */
+        op->state = 0;
+        tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
+                        "rank %d withdrew its send of this message (it failed or timed out "
+                        "there) after this receive had matched it",
+                        p);
+        return;
+    }
+    op->posted[0] = false;
+    op->mseq = 0;
+    op->state = 0;
+    op->source = -1;
+    if (op->peer == TUTTI_ANY_SOURCE) { /* bound to p only by the match */
+        e->peers[p].nops--;
+        op->mpeer = -1;
+    }
+    TUTTI__LOG(TUTTI__LOG_DEBUG, "rank %d: rank %d withdrew the send that a receive (tag %d) "
+               "had matched: the receive waits for the next message", e->rank, p, op->tag);
+    if (!take_waiting(e, op))
+        enlist(e, op);
+}
+
 static void arrive_data(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
 {
     tutti__p2p_op_t *op = find_wait(&e->peers[p], TUTTI__P2P_RECV, R_CTS, env->seq);
@@ -568,11 +623,7 @@ static void arrive_data(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
     }
     tutti__p2p_unwait(e, op);
     if (env->flags & TUTTI__P2P_WITHDRAWN) {
-        op->state = 0;
-        tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
-                        "rank %d withdrew its send of this message (it failed or timed out "
-                        "there) after this receive had matched it",
-                        p);
+        repost(e, op, p);
         return;
     }
     op->state = R_PAYLOAD;

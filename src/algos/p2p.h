@@ -119,6 +119,7 @@ typedef struct tutti__p2p_op {
     int mpeer;       /* the peer it is bound to: the send's, or the message's once matched */
     uint64_t mseq;   /* the protocol sequence number of its message */
     uint64_t gen;    /* engine generation at post (which peer failures it saw) */
+    uint64_t pno;    /* its place in the engine's posting order */
     double deadline;
     double timeout_s; /* set by the poster: its own timeout; 0: the network's */
     struct tutti__p2p_op *prev, *next;   /* every op not done */

@@ -75,6 +75,7 @@ struct tutti__p2p {
     tutti__p2p_ctrl_t *ctrl;
     tutti__p2p_op_t *done, *done_last; /* asynchronous ops ended, for the caller */
     uint64_t gen;                     /* bumped by each peer failure */
+    uint64_t nposts;                  /* ops posted so far (their posting order) */
     uint64_t any_fail_gen;            /* receives from any source posted before it fail */
     int last_broken;                  /* the peer that failed last, for their message */
     bool sweep;                       /* a peer failed: ops and entries that involve it go */

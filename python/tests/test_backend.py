@@ -412,6 +412,11 @@ def w_timeouts():
     store.wait(["timeout_done/0", "timeout_done/1"])
     dist.destroy_process_group(g)
     raises(lambda: pg.set_timeout(datetime.timedelta(seconds=0)), "positive")
+    # a group's timeout of 0 or less is refused, on every rank alike, before anything is made (it
+    # ran silently with 30 minutes; Gloo reads 0 as no timeout at all): new_group, split_group
+    for bad in (datetime.timedelta(0), datetime.timedelta(seconds=-5)):
+        raises(lambda: dist.new_group([0, 1], timeout=bad), "tutti init", "from 1 ms to 1e9 s")
+        raises(lambda: pg.split_group([0, 1], timeout=bad), "tutti split", "from 1 ms to 1e9 s")
     dist.barrier()
     dist.destroy_process_group()
     print("rank %d: timeouts ok" % rank)

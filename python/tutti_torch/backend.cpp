@@ -28,13 +28,25 @@ namespace tutti_torch {
 static tutti_comm_config_t config_of(const BackendTutti::Options &o)
 {
     tutti_comm_config_t cfg = TUTTI_COMM_CONFIG_INIT;
-    cfg.timeout_s = o.timeout.count() > 0 ? static_cast<double>(o.timeout.count()) / 1000.0 : 0;
+    cfg.timeout_s = static_cast<double>(o.timeout.count()) / 1000.0; // checked: positive
     cfg.inline_max = o.inline_max != 0 ? o.inline_max
                      : std::getenv("TUTTI_INLINE_MAX") != nullptr ? 0 /* the variable's */
                                                                   : -1;
     cfg.worker_count = o.worker_count;
     cfg.transport = o.transport.empty() ? nullptr : o.transport.c_str();
     return cfg;
+}
+
+// check_group_timeout refuses a group's timeout that tutti cannot keep, before anything is
+// made: 0 or less (it was taken silently as tutti's default of 30 minutes; Gloo reads 0 as "no
+// timeout", which tutti never has) or past the C API's 1e9 s. Every rank passes the same one, so
+// all refuse alike, before a collective (split, shrink) that the others would wait in.
+static void check_group_timeout(const std::string &op, std::chrono::milliseconds t)
+{
+    if (t.count() <= 0 || t.count() > 1000000000000LL)
+        refuse(op, "the group's timeout is " + std::to_string(t.count()) +
+                       " ms: it must be from 1 ms to 1e9 s (tutti gives every wait a deadline; "
+                       "for a very long one pass e.g. timedelta(hours=24))");
 }
 
 BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -45,6 +57,7 @@ BackendTutti::BackendTutti(const c10::intrusive_ptr<c10d::Store> &store, int ran
         refuse("init", "the Store is None");
     if (!options_)
         options_ = c10::make_intrusive<Options>();
+    check_group_timeout("init", options_->timeout);
     // torch names the groups alike again after destroy_process_group ("0", "1", ...), and a
     // store that outlives them (torchrun's agent store across restarts, a caller's own) still
     // holds the keys of the last group of that name: each group meets under keys of its own
@@ -307,6 +320,8 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
     Entered entered(*tracker_, op);
     if (ranks.empty())
         refuse(op, "got no ranks");
+    if (opts)
+        check_group_timeout(op, opts->timeout);
     for (size_t i = 0; i < ranks.size(); i++) {
         if (ranks[i] < 0 || ranks[i] >= size_)
             refuse(op, "rank " + std::to_string(ranks[i]) + " is not in this group of " +
@@ -350,7 +365,7 @@ BackendTutti::split(const c10::intrusive_ptr<c10d::Store> &store, const std::vec
         options->group_name = opts->group_name;
         options->global_ranks_in_group = opts->global_ranks_in_group;
     }
-    if (options->timeout != options_->timeout && options->timeout.count() > 0)
+    if (options->timeout != options_->timeout)
         tutti_comm_set_timeout(made, static_cast<double>(options->timeout.count()) / 1e3);
     return c10::make_intrusive<BackendTutti>(store, key, static_cast<int>(ranks.size()),
                                              std::move(options), made);
@@ -373,6 +388,8 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
     if (shrink_flags != 0 && shrink_flags != 1)
         refuse(op, "unknown shrink_flags " + std::to_string(shrink_flags) +
                        " (SHRINK_DEFAULT 0 and SHRINK_ABORT 1 are known)");
+    if (opts_override)
+        check_group_timeout(op, opts_override->timeout);
     std::vector<int> exclude;
     for (int64_t r : ranks_to_exclude) {
         if (r < 0 || r >= size_)
@@ -411,7 +428,7 @@ BackendTutti::shrink(const std::vector<int64_t> &ranks_to_exclude, int shrink_fl
     options->default_group = false;
     if (opts_override)
         options->timeout = opts_override->timeout;
-    if (options->timeout != options_->timeout && options->timeout.count() > 0)
+    if (options->timeout != options_->timeout)
         tutti_comm_set_timeout(made, static_cast<double>(options->timeout.count()) / 1e3);
     return c10::make_intrusive<BackendTutti>(store_, tutti_comm_rank(made), want,
                                              std::move(options), made);

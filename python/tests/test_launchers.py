@@ -21,6 +21,26 @@ RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LO
              "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK")
 
 
+def wait_listening(port, proc, timeout=60):
+    """Returns once something listens on TCP port `port` (the store of rank 0, `proc`), read
+    from /proc/net/tcp{,6} without connecting to it (a fixed 3 s sleep stood here)."""
+    want = ":%04X" % port
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise AssertionError("rank 0 ended (%d) before it served port %d: %s"
+                                 % (proc.returncode, port, proc.communicate()[0]))
+        for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[1].endswith(want) and fields[3] == "0A":  # 0A: LISTEN
+                        return
+        time.sleep(0.02)
+    raise AssertionError("nothing listens on port %d after %d s" % (port, timeout))
+
+
 def clean_env(**extra):
     """The test's environment without any rank variables (a launcher sets its own)."""
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
@@ -526,7 +546,7 @@ class TestLaunchers(unittest.TestCase):
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     start_new_session=True)
         first = task(0, step)
-        time.sleep(3)  # step 0's rank 0 serves the port
+        wait_listening(port, first)  # step 0's rank 0 serves the port
         late = task(1, step + 10)
         try:
             out = late.communicate(timeout=60)[0]
@@ -555,7 +575,7 @@ class TestLaunchers(unittest.TestCase):
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     start_new_session=True)
         first = rank_of("1111", 0)
-        time.sleep(3)  # its rank 0 serves the port
+        wait_listening(int(port), first)  # its rank 0 serves the port
         other = rank_of("2222", 1)
         out = other.communicate(timeout=60)[0]
         own = rank_of("1111", 1)
@@ -569,7 +589,7 @@ class TestLaunchers(unittest.TestCase):
         self.assertEqual((own.returncode, first.returncode), (0, 0), own_out + first_out)
         self.assertIn("rank 1 joined", own_out)
         first = rank_of("1111", 0)
-        time.sleep(3)
+        wait_listening(int(port), first)
         joined = rank_of("3333", 0, TEST_GROUP="1/2")  # its launch: rank 0 of 2
         joined_out = joined.communicate(timeout=60)[0]
         first_out = first.communicate(timeout=60)[0]
@@ -577,7 +597,7 @@ class TestLaunchers(unittest.TestCase):
         self.assertIn("rank 1 joined", joined_out)
         # The store given by init_method, MASTER_PORT elsewhere: the message names the store.
         first = rank_of("1111", 0)
-        time.sleep(3)
+        wait_listening(int(port), first)
         other = rank_of("2222", 1, master_port=str(int(port) ^ 1), TEST_GROUP="1/2",
                         TEST_INIT="tcp://127.0.0.1:%s" % port)
         out = other.communicate(timeout=60)[0]

@@ -85,10 +85,19 @@ static void release_held(void)
     w->tail = m;
 }
 
+/* A post of a send (receive) of exactly refuse_send (refuse_recv) bytes is refused, as shm
+ * refuses sends after one was withdrawn half written and ofi posts on an endpoint given up. */
+static size_t refuse_send, refuse_recv;
+
 static tutti_status_t fake_post(tutti__transport_t *tp, tutti__req_t *r)
 {
     fake_t *f = (fake_t *)tp;
     ck_assert_int_eq(r->chan, TUTTI__CHAN_P2P);
+    if ((r->kind == TUTTI__REQ_SEND && refuse_send != 0 && r->len == refuse_send) ||
+        (r->kind == TUTTI__REQ_RECV && refuse_recv != 0 && r->len == refuse_recv)) {
+        snprintf(tp->err, TUTTI__ERRLEN, "fake: post of %zu bytes refused", r->len);
+        return TUTTI_ERR_TRANSPORT;
+    }
     r->done = 0;
     r->status = TUTTI_OK;
     r->next = NULL;
@@ -203,6 +212,7 @@ static void job_start(int n, double timeout)
     hold_len = 0;
     held = NULL;
     cancel_delivers = false;
+    refuse_send = refuse_recv = 0;
     memset(posted_recvs, 0, sizeof posted_recvs);
     J.n = n;
     for (int r = 0; r < n; r++) {
@@ -809,6 +819,135 @@ START_TEST(test_finished_on_withdraw)
 }
 END_TEST
 
+/* A post the transport refuses fails its op with the transport's text, whatever was posted
+ * before it: an inline send's envelope, an eager send's payload, a rendezvous send's data after
+ * its CTS, a receive's payload (each reported success once: a request never posted counted as
+ * one that had completed). */
+START_TEST(test_refused_post)
+{
+    job_start(2, 30);
+    static const size_t lens[] = {8, 1000, 100000, 1000};
+    const size_t len = lens[_i];
+    top_t *r = post(0, TUTTI__P2P_RECV, 1, 1, len, 0);
+    if (_i == 0)
+        refuse_send = sizeof(tutti__p2p_env_t);
+    else if (_i < 3)
+        refuse_send = len;
+    else
+        refuse_recv = len;
+    top_t *s = post(1, TUTTI__P2P_SEND, 0, 1, len, 0x11);
+    top_t *t = _i < 3 ? s : r; /* the op whose post is refused */
+    run(&t, 1);
+    ck_assert_msg(t->op.status == TUTTI_ERR_TRANSPORT, "case %d: %d: %s", _i, t->op.status,
+                  t->err);
+    ck_assert_msg(strstr(t->err, "refused") != NULL, "case %d: %s", _i, t->err);
+    top_free(s);
+    job_end(); /* before r's buffer goes: its receive may still be posted */
+    top_free(r);
+}
+END_TEST
+
+/* stale_rts leaves a 100000-byte send of rank 1's, tag 2, announced to rank 0 and withdrawn at
+ * its deadline (its RTS waits at rank 0, unexpected). */
+static top_t *stale_rts(void)
+{
+    top_t *s = post(1, TUTTI__P2P_SEND, 0, 2, 100000, 0x33);
+    for (int i = 0; i < 5; i++) {
+        tutti__p2p_progress(J.e[1]);
+        tutti__p2p_progress(J.e[0]);
+    }
+    s->op.deadline = tutti__now() - 1;
+    run(&s, 1);
+    ck_assert_int_eq(s->op.status, TUTTI_ERR_TIMEOUT);
+    return s;
+}
+
+/* A receive put back after its send was withdrawn keeps its place before a receive posted
+ * after it: the retry goes to the first, the next message to the second. From rank 1 and from
+ * any rank. */
+START_TEST(test_repost_order)
+{
+    job_start(2, 30);
+    top_t *s = stale_rts();
+    top_t *r1 = post(0, TUTTI__P2P_RECV, _i ? TUTTI_ANY_SOURCE : 1, 2, 100000, 0);
+    tutti__p2p_progress(J.e[0]); /* r1 takes the stale RTS, clears it */
+    top_t *r2 = post(0, TUTTI__P2P_RECV, 1, 2, 100000, 0);
+    for (int i = 0; i < 5; i++) { /* the withdrawal comes */
+        tutti__p2p_progress(J.e[1]);
+        tutti__p2p_progress(J.e[0]);
+    }
+    ck_assert_msg(!r1->op.done && !r2->op.done, "a receive ended: %s %s", r1->err, r2->err);
+    top_t *m1 = post(1, TUTTI__P2P_SEND, 0, 2, 100000, 0x66);
+    top_t *a[2] = {m1, r1};
+    run(a, 2);
+    ck_assert_msg(r1->op.status == TUTTI_OK, "%s", r1->err);
+    expect_data(r1, 0x66);
+    ck_assert_msg(!r2->op.done, "the later receive took the retry");
+    top_t *m2 = post(1, TUTTI__P2P_SEND, 0, 2, 100000, 0x77);
+    top_t *b[2] = {m2, r2};
+    run(b, 2);
+    ck_assert_msg(r2->op.status == TUTTI_OK, "%s", r2->err);
+    expect_data(r2, 0x77);
+    expect_idle();
+    top_free(s);
+    top_free(r1);
+    top_free(r2);
+    top_free(m1);
+    top_free(m2);
+    job_end();
+}
+END_TEST
+
+/* A receive from any rank put back after its send was withdrawn takes what another rank sent
+ * meanwhile; and one of whose peers failed while it was matched fails at once, as any receive
+ * from any rank that waited through a failure (it stayed open until some later sweep). */
+START_TEST(test_repost_any)
+{
+    job_start(3, 30);
+    top_t *s = stale_rts();
+    top_t *r1 = post(0, TUTTI__P2P_RECV, TUTTI_ANY_SOURCE, 2, 100000, 0);
+    tutti__p2p_progress(J.e[0]);
+    top_t *s2 = NULL, *l2 = NULL;
+    if (_i == 0) {
+        s2 = post(2, TUTTI__P2P_SEND, 0, 2, 100000, 0x22);
+        for (int i = 0; i < 3; i++) /* rank 2's RTS lands at rank 0, unmatched */
+            tutti__p2p_progress(J.e[0]);
+    } else { /* rank 2 sends an envelope that cannot be trusted: rank 0 ends with it */
+        l2 = post(0, TUTTI__P2P_RECV, 2, 99, 8, 0);
+        tutti__p2p_env_t junk;
+        memset(&junk, 0x5a, sizeof junk);
+        push_bytes(2, 0, &junk, sizeof junk);
+        run(&l2, 1);
+        ck_assert_int_eq(l2->op.status, TUTTI_ERR_TRANSPORT);
+        ck_assert_msg(!r1->op.done, "the matched receive from any rank ended: %s", r1->err);
+    }
+    for (int i = 0; i < 5; i++) {
+        tutti__p2p_progress(J.e[1]);
+        tutti__p2p_progress(J.e[0]);
+    }
+    if (_i == 0) {
+        top_t *a[2] = {s2, r1};
+        run(a, 2);
+        ck_assert_msg(r1->op.status == TUTTI_OK, "%s", r1->err);
+        ck_assert_int_eq(r1->op.source, 2);
+        expect_data(r1, 0x22);
+        expect_idle();
+    } else {
+        ck_assert_msg(r1->op.done, "the receive from any rank put back after rank 2 failed is "
+                      "still open");
+        ck_assert_int_eq(r1->op.status, TUTTI_ERR_TRANSPORT);
+        ck_assert_msg(strstr(r1->err, "rank 2 failed") != NULL, "%s", r1->err);
+    }
+    top_free(s);
+    job_end();
+    top_free(r1);
+    if (s2)
+        top_free(s2);
+    if (l2)
+        top_free(l2);
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
     Suite *s = suite_create("p2p_engine");
@@ -831,6 +970,9 @@ static Suite *engine_suite(void)
     tcase_add_test(tc, test_abort);
     tcase_add_test(tc, test_late_payload);
     tcase_add_test(tc, test_finished_on_withdraw);
+    tcase_add_loop_test(tc, test_refused_post, 0, 4);
+    tcase_add_loop_test(tc, test_repost_order, 0, 2);
+    tcase_add_loop_test(tc, test_repost_any, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

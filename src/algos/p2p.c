@@ -1,7 +1,8 @@
 /* p2p.c: the point-to-point engine's data path: posting sends and receives, reading each peer's
  * stream one envelope at a time, and matching messages to receives as MPI does (by source and
- * tag, in posting order, non-overtaking per pair and tag). The protocol is described in p2p.h;
- * progress and the engine's life are p2p_progress.c's, failures p2p_fail.c's. */
+ * tag, in posting order, non-overtaking per pair and tag but for withdrawn sends: p2p.h). The
+ * protocol is described in p2p.h; progress and the engine's life are p2p_progress.c's, failures
+ * p2p_fail.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -149,8 +150,13 @@ static bool post_req(tutti__p2p_t *e, int p, tutti__req_t *req, int kind, void *
 static bool post_op_req(tutti__p2p_t *e, tutti__p2p_op_t *op, int i, int kind, void *buf,
                         size_t len)
 {
-    op->posted[i] = post_req(e, op->mpeer, &op->req[i], kind, buf, len);
-    return op->posted[i];
+    bool ok = post_req(e, op->mpeer, &op->req[i], kind, buf, len);
+    if (!ok) { /* refused: counts as posted and failed, so that no one takes the op as whole */
+        op->req[i].status = TUTTI_ERR_TRANSPORT;
+        __atomic_store_n(&op->req[i].done, 1, __ATOMIC_RELEASE);
+    }
+    op->posted[i] = true;
+    return ok;
 }
 
 /* flow_link tells whether messages to and from q are under flow control (p2p.h): over ofi. */
@@ -587,8 +593,12 @@ static void arrive_cts(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
  * after op took meanwhile stays taken. */
 static void repost(tutti__p2p_t *e, tutti__p2p_op_t *op, int p)
 {
-    if (op->posted[0] && !__atomic_load_n(&op->req[0].done, __ATOMIC_ACQUIRE)) {
-        /* its CTS is still going out (the sender has it: it answered): not to be reused yet */
+    /* The sender has its CTS (it answered), so a cancel finds the send done; one that does not
+     * leaves the request in the transport's hands, not to be reused: the old failure, then. */
+    if (op->posted[0] && !__atomic_load_n(&op->req[0].done, __ATOMIC_ACQUIRE))
+        tutti__p2p_cancel(e, p, &op->req[0]);
+    if (op->posted[0] && (!__atomic_load_n(&op->req[0].done, __ATOMIC_ACQUIRE) ||
+                          op->req[0].status != TUTTI_OK || e->peers[p].broken)) {
         op->state = 0;
         tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
                         "rank %d withdrew its send of this message (it failed or timed out "
@@ -606,8 +616,11 @@ static void repost(tutti__p2p_t *e, tutti__p2p_op_t *op, int p)
     }
     TUTTI__LOG(TUTTI__LOG_DEBUG, "rank %d: rank %d withdrew the send that a receive (tag %d) "
                "had matched: the receive waits for the next message", e->rank, p, op->tag);
-    if (!take_waiting(e, op))
-        enlist(e, op);
+    if (take_waiting(e, op))
+        return;
+    enlist(e, op);
+    if (op->peer == TUTTI_ANY_SOURCE && op->gen < e->any_fail_gen)
+        e->sweep = true; /* a peer failed while it was matched: it fails as one posted before */
 }
 
 static void arrive_data(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)

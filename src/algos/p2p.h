@@ -29,7 +29,9 @@
  * channel. An eager message that arrives before its receive waits in an engine buffer (one
  * copy later); a large one waits as an RTS only, so unexpected data is never larger than
  * TUTTI__P2P_EAGER_MAX per message. Non-overtaking holds per (pair, tag): messages are matched
- * in the order their envelopes arrive, which is the order they were sent.
+ * in the order their envelopes arrive, which is the order they were sent; but a receive whose
+ * matched send its sender then withdrew (DATA "withdrawn") waits again, in its place, for the
+ * next message, which a receive posted after it may have taken meanwhile (p2p.c, repost).
  */
 #define TUTTI__P2P_INLINE 32
 #define TUTTI__P2P_EAGER_MAX ((size_t)16 << 10)

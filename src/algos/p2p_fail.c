@@ -100,7 +100,7 @@ static bool withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
             continue;
         if (!req_done(&op->req[i]))
             tutti__p2p_cancel(e, p, &op->req[i]);
-        sent[i] = op->req[i].status == TUTTI_OK;
+        sent[i] = req_done(&op->req[i]) && op->req[i].status == TUTTI_OK;
     }
     /* as check_reqs (p2p_progress.c) would have found at the next progress */
     if (op->state == S_EAGER || op->state == S_DATA || op->state == R_PAYLOAD) {

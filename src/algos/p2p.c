@@ -21,8 +21,41 @@ int tutti__p2p_describe(const tutti__p2p_op_t *op, char *buf, size_t cap)
 
 /* ---- lists ---------------------------------------------------------------------------------- */
 
+void tutti__p2p_fly(tutti__p2p_t *e, tutti__p2p_op_t *op)
+{
+    if (op->in_flight)
+        return;
+    op->in_flight = true;
+    op->fnext = NULL;
+    op->fprev = e->flight_last;
+    if (e->flight_last)
+        e->flight_last->fnext = op;
+    else
+        e->flight = op;
+    e->flight_last = op;
+    e->nflight++;
+}
+
+static void land(tutti__p2p_t *e, tutti__p2p_op_t *op)
+{
+    if (!op->in_flight)
+        return;
+    if (op->fprev)
+        op->fprev->fnext = op->fnext;
+    else
+        e->flight = op->fnext;
+    if (op->fnext)
+        op->fnext->fprev = op->fprev;
+    else
+        e->flight_last = op->fprev;
+    op->fprev = op->fnext = NULL;
+    op->in_flight = false;
+    e->nflight--;
+}
+
 void tutti__p2p_complete(tutti__p2p_t *e, tutti__p2p_op_t *op, tutti_status_t st)
 {
+    land(e, op);
     if (op->prev)
         op->prev->next = op->next;
     else
@@ -95,17 +128,27 @@ static void enlist(tutti__p2p_t *e, tutti__p2p_op_t *op)
 static void wait_on(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     tutti__p2p_peer_t *q = &e->peers[op->mpeer];
-    op->wnext = q->wait;
-    q->wait = op;
+    op->wnext = NULL;
+    if (q->wait_last)
+        q->wait_last->wnext = op;
+    else
+        q->wait = op;
+    q->wait_last = op;
     q->nwait++;
 }
 
 void tutti__p2p_unwait(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     tutti__p2p_peer_t *q = &e->peers[op->mpeer];
-    for (tutti__p2p_op_t **pp = &q->wait; *pp; pp = &(*pp)->wnext)
-        if (*pp == op) {
-            *pp = op->wnext;
+    tutti__p2p_op_t *prev = NULL;
+    for (tutti__p2p_op_t *w = q->wait; w; prev = w, w = w->wnext)
+        if (w == op) {
+            if (prev)
+                prev->wnext = op->wnext;
+            else
+                q->wait = op->wnext;
+            if (q->wait_last == op)
+                q->wait_last = prev;
             q->nwait--;
             break;
         }
@@ -114,6 +157,8 @@ void tutti__p2p_unwait(tutti__p2p_t *e, tutti__p2p_op_t *op)
 
 void tutti__p2p_ux_free(tutti__p2p_t *e, tutti__p2p_unexp_t *u)
 {
+    if (u->arriving)
+        e->nux_arriving--;
     if (u->prev)
         u->prev->next = u->next;
     else
@@ -133,6 +178,7 @@ void tutti__p2p_ux_free(tutti__p2p_t *e, tutti__p2p_unexp_t *u)
 static bool post_req(tutti__p2p_t *e, int p, tutti__req_t *req, int kind, void *buf, size_t len)
 {
     tutti__transport_t *tp = e->peers[p].tp;
+    e->look = true; /* it may be done at once */
     memset(req, 0, offsetof(tutti__req_t, priv));
     req->kind = kind;
     req->chan = TUTTI__CHAN_P2P;
@@ -300,6 +346,7 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
         memcpy(env->data, op->buf, op->len);
     seal(e, env, p);
     op->state = S_EAGER;
+    tutti__p2p_fly(e, op);
     if (post_op_req(e, op, 0, TUTTI__REQ_SEND, env, sizeof *env) && !inl)
         post_op_req(e, op, 2, TUTTI__REQ_SEND, op->buf, op->len);
 }
@@ -438,9 +485,13 @@ void tutti__p2p_post(tutti__p2p_t *e, tutti__p2p_op_t *op)
     op->pno = ++e->nposts;
     op->pprev = op->pnext = op->wnext = NULL;
     op->ux = NULL;
+    op->fprev = op->fnext = NULL;
+    op->in_flight = false;
     op->posted[0] = op->posted[1] = op->posted[2] = false;
     op->err[0] = '\0';
     op->deadline = tutti__now() + (op->timeout_s > 0 ? op->timeout_s : tutti__net_timeout(e->net));
+    if (op->deadline < e->next_deadline)
+        e->next_deadline = op->deadline;
     op->prev = NULL;
     op->next = e->live;
     if (e->live)
@@ -478,6 +529,7 @@ static void consume_rest(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
     *u = (tutti__p2p_unexp_t){.peer = p, .kind = env->kind, .tag = env->tag, .len = env->len,
                               .seq = env->seq, .data = data, .matched = true};
     u->arriving = post_req(e, p, &u->req, TUTTI__REQ_RECV, data, env->len);
+    e->nux_arriving += u->arriving;
     if (!u->arriving) {
         free(data);
         free(u);
@@ -514,6 +566,7 @@ static void arrive_msg(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
             tutti__p2p_complete(e, op, TUTTI_OK);
         } else {
             op->state = R_PAYLOAD;
+            tutti__p2p_fly(e, op);
             post_op_req(e, op, 2, TUTTI__REQ_RECV, op->buf, op->len);
         }
         return;
@@ -535,6 +588,7 @@ static void arrive_msg(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
         memcpy(data, env->data, env->len);
     } else if (data != NULL) {
         u->arriving = post_req(e, p, &u->req, TUTTI__REQ_RECV, data, env->len);
+        e->nux_arriving += u->arriving;
         if (!u->arriving) {
             free(data);
             free(u);
@@ -578,6 +632,7 @@ static void arrive_cts(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
     }
     tutti__p2p_unwait(e, op);
     op->state = S_DATA;
+    tutti__p2p_fly(e, op);
     if (env->flags & TUTTI__P2P_REFUSED) /* the receive failed on the length: nothing to send */
         return;
     env_init(&op->env[1], TUTTI__P2P_DATA, 0, 0, op->len, op->mseq);
@@ -640,6 +695,7 @@ static void arrive_data(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
         return;
     }
     op->state = R_PAYLOAD;
+    tutti__p2p_fly(e, op);
     post_op_req(e, op, 2, TUTTI__REQ_RECV, op->buf, op->len);
 }
 
@@ -649,6 +705,7 @@ void tutti__p2p_arrive(tutti__p2p_t *e, int p)
     tutti__p2p_env_t env = q->env_in;
     q->env_posted = false;
     q->nrx++;
+    e->look = true;
     char why[400];
     if (tutti__p2p_env_check(&env, p, e->rank, why, sizeof why) < 0) {
         tutti__p2p_break(e, p, TUTTI_ERR_TRANSPORT,

@@ -127,6 +127,8 @@ typedef struct tutti__p2p_op {
     struct tutti__p2p_op *prev, *next;   /* every op not done */
     struct tutti__p2p_op *pprev, *pnext; /* receives not matched yet, in posting order */
     struct tutti__p2p_op *wnext;         /* the peer's list of ops waiting for its CTS/DATA */
+    struct tutti__p2p_op *fprev, *fnext; /* ops whose requests are in flight (p2p_impl.h) */
+    bool in_flight;
     struct tutti__p2p_unexp *ux;         /* an eager message it matched that still arrives */
     bool posted[3];
     tutti__req_t req[3]; /* send: envelope, DATA envelope, payload; receive: CTS, -, payload */

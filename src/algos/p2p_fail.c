@@ -404,11 +404,16 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
         fail_orphaned_any(e, now);
         fail_silent(e);
     }
+    if (now < e->next_deadline)
+        return;
+    double earliest = 1e300; /* of the ops that stay */
     tutti__p2p_op_t *next;
     for (tutti__p2p_op_t *op = e->live; op; op = next) {
         next = op->next;
-        if (now < op->deadline)
+        if (now < op->deadline) {
+            earliest = op->deadline < earliest ? op->deadline : earliest;
             continue;
+        }
         double t = op->timeout_s > 0 ? op->timeout_s : tutti__net_timeout(net);
         tutti__p2p_fail(e, op, TUTTI_ERR_TIMEOUT,
                         "timed out after %g s: %s; the peer may be stuck or slower than the "
@@ -416,6 +421,7 @@ void tutti__p2p_slow_checks(tutti__p2p_t *e, double now)
                         t, waiting_for(op),
                         tutti__timeout_hint(net, op->timeout_s));
     }
+    e->next_deadline = earliest;
 }
 
 tutti__p2p_op_t *tutti__p2p_fail_all(tutti__p2p_t *e, tutti_status_t status, const char *why)

@@ -51,7 +51,10 @@ typedef struct tutti__p2p_peer {
     int nposted;              /* unmatched receives that name it */
     int nwait;                /* ops on wait: sends waiting for its CTS, receives for its DATA */
     int nops;                 /* ops bound to it (its sends, receives that name or matched it) */
-    tutti__p2p_op_t *wait;    /* the ops on wait, linked by wnext */
+    tutti__p2p_op_t *wait, *wait_last; /* the ops on wait, linked by wnext, oldest first: the
+                                 answers come about in that order, found near the front (newest
+                                 first, each answer to 20000 flow-controlled sends walked them
+                                 all) */
     uint64_t *withdrawn;      /* RTS numbers of sends withdrawn before their CTS came */
     int nwithdrawn, capwithdrawn;
     bool broken;              /* failed, died, left, or its stream is out of step */
@@ -72,6 +75,7 @@ struct tutti__p2p {
     tutti__p2p_op_t *posted, *posted_last; /* unmatched receives, in posting order */
     int nany;                         /* of them, from any source */
     tutti__p2p_unexp_t *ux, *ux_last; /* in arrival order */
+    int nux_arriving;                 /* of them, whose payload still arrives */
     tutti__p2p_ctrl_t *ctrl;
     tutti__p2p_op_t *done, *done_last; /* asynchronous ops ended, for the caller */
     uint64_t gen;                     /* bumped by each peer failure */
@@ -81,7 +85,30 @@ struct tutti__p2p {
     bool sweep;                       /* a peer failed: ops and entries that involve it go */
     bool closing;                     /* aborted or destroyed: withdraw, tell peers nothing */
     double next_slow, next_live;
+    /* What spares progress a walk over every open op and unexpected entry (thousands, with as
+     * many asynchronous sends posted: each walk cost milliseconds of cache misses, and posting
+     * 20000 of them took minutes): they are looked at only once a request of the transports
+     * has finished since the last look (finished_seen), or the engine posted one or read an
+     * envelope (look); deadlines only once the earliest may have come (next_deadline). */
+    uint64_t finished_seen;
+    bool look;
+    double next_deadline;
+    /* The ops whose last requests are in flight (S_EAGER, S_DATA, R_PAYLOAD), in the order they
+     * got there, which is about the order they finish: progress looks at the oldest
+     * TUTTI__P2P_FLIGHT_WINDOW still open, and at the rest only once in a while (next_full:
+     * one that a transport finished out of order, as ofi may, waits that long); look_deep:
+     * the last look stopped short, so look again though nothing new finished. */
+    tutti__p2p_op_t *flight, *flight_last;
+    int nflight;
+    bool look_deep;
+    double next_full;
 };
+
+#define TUTTI__P2P_FLIGHT_WINDOW 64
+
+/* tutti__p2p_fly puts op, whose state is now S_EAGER, S_DATA or R_PAYLOAD, in flight; it lands
+ * when it completes (tutti__p2p_complete). */
+void tutti__p2p_fly(tutti__p2p_t *e, tutti__p2p_op_t *op);
 
 /* ---- the data path (p2p.c) ---- */
 

@@ -120,6 +120,7 @@ void tutti__ofi_finish(struct ofi *t, tutti__req_t *req, tutti_status_t status)
     tutti__ofi_pend_del(t, req);
     req->status = status;
     __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
+    tutti__tp_finished(&t->base);
 }
 
 /* fail ends req with status. Pieces not yet posted never will be; pieces libfabric holds are

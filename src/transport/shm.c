@@ -15,11 +15,12 @@ static _Thread_local int last_chan;
 
 /* ---- the data path ---------------------------------------------------------------------- */
 
-static void complete(tutti__req_t *r, tutti_status_t st)
+static void complete(shm_tp_t *t, tutti__req_t *r, tutti_status_t st)
 {
     r->status = st;
     /* Release: the data and status are visible to whoever sees done (maybe another thread). */
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+    tutti__tp_finished(&t->base);
 }
 
 /* activate and deactivate keep a lane's active list and the busy bit; under the lane's lock. */
@@ -199,7 +200,7 @@ static bool progress_chan(shm_tp_t *t, chan_t *ch)
         tutti__req_t *r = ch->sq;
         ch->sq = r->next; /* unlink first: r may be reused once done is set */
         ch->pending--;
-        complete(r, TUTTI_OK);
+        complete(t, r, TUTTI_OK);
     }
     for (;;) {
         if (ch->discarding && !drain(t, ch))
@@ -210,7 +211,7 @@ static bool progress_chan(shm_tp_t *t, chan_t *ch)
         tutti__req_t *r = ch->rq;
         ch->rq = r->next;
         ch->pending--;
-        complete(r, st);
+        complete(t, r, st);
     }
     return ch->tx_head != head || ch->rx_tail != tail;
 }
@@ -411,13 +412,13 @@ static tutti_status_t cancel_locked(shm_tp_t *t, int c, chan_t *ch, tutti__req_t
             tutti__req_t *q = ch->sq;
             ch->sq = q->next;
             ch->pending--;
-            complete(q, TUTTI_ERR_TRANSPORT);
+            complete(t, q, TUTTI_ERR_TRANSPORT);
         }
         ch->sq_last = NULL;
     }
     if (ch->pending == 0 && ch->active_at >= 0)
         deactivate(t, c, ch->active_at);
-    complete(r, TUTTI_ERR_ABORTED);
+    complete(t, r, TUTTI_ERR_ABORTED);
     return rc;
 }
 

@@ -85,7 +85,17 @@ struct tutti__transport {
      * and read it with tutti__tp_err, never directly. */
     char err[TUTTI__ERRLEN];
     int errlock;
+    /* How many requests have finished (completed, failed or withdrawn) so far: raised after
+     * their done is set (release; read it with acquire). A waiter that saw no change has no
+     * request to look at again (the point-to-point engine, with thousands open). */
+    uint64_t nfinished;
 };
+
+/* tutti__tp_finished counts one more finished request of tp (after its done is set). */
+static inline void tutti__tp_finished(tutti__transport_t *tp)
+{
+    __atomic_add_fetch(&tp->nfinished, 1, __ATOMIC_RELEASE);
+}
 
 /* tutti__tp_errf formats the transport's error text (replacing the last one) and returns st. */
 __attribute__((format(printf, 3, 4))) tutti_status_t

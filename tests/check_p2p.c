@@ -766,9 +766,9 @@ static int timeout_body(int rank, int n, void *arg)
 /* MPI's "post every send, then every receive": each rank posts 20000 asynchronous 64-byte
  * sends to the other before any receive, then the 20000 receives, and every one arrives whole
  * and in order within the communicator's timeout. The engine walked every open op at each
- * progress (and an answer to a send under ofi's flow control walked every waiting one): over
- * shm it took 55 s, sends failing at a 30 s timeout; over ofi it never finished in 60 s. About
- * 1.5 and 3.5 s now on 2 cores (20 under ThreadSanitizer, over ofi). */
+ * progress (and an answer under ofi's flow control walked every send and receive waiting for
+ * one): over shm it took 70 s, sends failing at a 60 s timeout; over ofi it never finished in
+ * 100 s. About 0.2 and 1 s now on 2 cores. */
 static int many_body(int rank, int n, void *arg)
 {
     (void)n, (void)arg;

@@ -128,27 +128,29 @@ static void enlist(tutti__p2p_t *e, tutti__p2p_op_t *op)
 static void wait_on(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     tutti__p2p_peer_t *q = &e->peers[op->mpeer];
+    const int k = op->kind;
     op->wnext = NULL;
-    if (q->wait_last)
-        q->wait_last->wnext = op;
+    if (q->wait_last[k])
+        q->wait_last[k]->wnext = op;
     else
-        q->wait = op;
-    q->wait_last = op;
+        q->wait[k] = op;
+    q->wait_last[k] = op;
     q->nwait++;
 }
 
 void tutti__p2p_unwait(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     tutti__p2p_peer_t *q = &e->peers[op->mpeer];
+    const int k = op->kind;
     tutti__p2p_op_t *prev = NULL;
-    for (tutti__p2p_op_t *w = q->wait; w; prev = w, w = w->wnext)
+    for (tutti__p2p_op_t *w = q->wait[k]; w; prev = w, w = w->wnext)
         if (w == op) {
             if (prev)
                 prev->wnext = op->wnext;
             else
-                q->wait = op->wnext;
-            if (q->wait_last == op)
-                q->wait_last = prev;
+                q->wait[k] = op->wnext;
+            if (q->wait_last[k] == op)
+                q->wait_last[k] = prev;
             q->nwait--;
             break;
         }
@@ -605,7 +607,7 @@ static void arrive_msg(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
 
 static tutti__p2p_op_t *find_wait(tutti__p2p_peer_t *q, int kind, int state, uint64_t seq)
 {
-    for (tutti__p2p_op_t *op = q->wait; op; op = op->wnext)
+    for (tutti__p2p_op_t *op = q->wait[kind]; op; op = op->wnext)
         if (op->kind == kind && op->state == state && op->mseq == seq)
             return op;
     return NULL;

@@ -51,10 +51,11 @@ typedef struct tutti__p2p_peer {
     int nposted;              /* unmatched receives that name it */
     int nwait;                /* ops on wait: sends waiting for its CTS, receives for its DATA */
     int nops;                 /* ops bound to it (its sends, receives that name or matched it) */
-    tutti__p2p_op_t *wait, *wait_last; /* the ops on wait, linked by wnext, oldest first: the
-                                 answers come about in that order, found near the front (newest
-                                 first, each answer to 20000 flow-controlled sends walked them
-                                 all) */
+    /* the ops on wait, linked by wnext, oldest first, [TUTTI__P2P_SEND] sends waiting for
+     * their CTS, [TUTTI__P2P_RECV] receives for their DATA: the answers come about in that
+     * order, found near the front (in one list, newest first, each answer to 20000
+     * flow-controlled sends walked them all, and each DATA every send waiting besides) */
+    tutti__p2p_op_t *wait[2], *wait_last[2];
     uint64_t *withdrawn;      /* RTS numbers of sends withdrawn before their CTS came */
     int nwithdrawn, capwithdrawn;
     bool broken;              /* failed, died, left, or its stream is out of step */

@@ -25,14 +25,16 @@ void tutti__p2p_fly(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     if (op->in_flight)
         return;
+    tutti__p2p_peer_t *q = &e->peers[op->mpeer];
+    const int k = op->kind;
     op->in_flight = true;
     op->fnext = NULL;
-    op->fprev = e->flight_last;
-    if (e->flight_last)
-        e->flight_last->fnext = op;
+    op->fprev = q->flight_last[k];
+    if (q->flight_last[k])
+        q->flight_last[k]->fnext = op;
     else
-        e->flight = op;
-    e->flight_last = op;
+        q->flight[k] = op;
+    q->flight_last[k] = op;
     e->nflight++;
 }
 
@@ -40,14 +42,16 @@ static void land(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     if (!op->in_flight)
         return;
+    tutti__p2p_peer_t *q = &e->peers[op->mpeer];
+    const int k = op->kind;
     if (op->fprev)
         op->fprev->fnext = op->fnext;
     else
-        e->flight = op->fnext;
+        q->flight[k] = op->fnext;
     if (op->fnext)
         op->fnext->fprev = op->fprev;
     else
-        e->flight_last = op->fprev;
+        q->flight_last[k] = op->fprev;
     op->fprev = op->fnext = NULL;
     op->in_flight = false;
     e->nflight--;

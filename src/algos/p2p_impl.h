@@ -56,6 +56,8 @@ typedef struct tutti__p2p_peer {
      * order, found near the front (in one list, newest first, each answer to 20000
      * flow-controlled sends walked them all, and each DATA every send waiting besides) */
     tutti__p2p_op_t *wait[2], *wait_last[2];
+    /* its ops in flight, by kind, in the order they got there (struct tutti__p2p) */
+    tutti__p2p_op_t *flight[2], *flight_last[2];
     uint64_t *withdrawn;      /* RTS numbers of sends withdrawn before their CTS came */
     int nwithdrawn, capwithdrawn;
     bool broken;              /* failed, died, left, or its stream is out of step */
@@ -94,12 +96,13 @@ struct tutti__p2p {
     uint64_t finished_seen;
     bool look;
     double next_deadline;
-    /* The ops whose last requests are in flight (S_EAGER, S_DATA, R_PAYLOAD), in the order they
-     * got there, which is about the order they finish: progress looks at the oldest
-     * TUTTI__P2P_FLIGHT_WINDOW still open, and at the rest only once in a while (next_full:
-     * one that a transport finished out of order, as ofi may, waits that long); look_deep:
-     * the last look stopped short, so look again though nothing new finished. */
-    tutti__p2p_op_t *flight, *flight_last;
+    /* The ops whose last requests are in flight (S_EAGER, S_DATA, R_PAYLOAD) sit on their
+     * peer's list for their kind (a stream of the transport, which finishes them about in that
+     * order): progress looks at the oldest TUTTI__P2P_FLIGHT_WINDOW still open of each, and at
+     * the rest only once in a while (next_full: one that a transport finished out of order,
+     * as ofi may, waits that long); look_deep: a look stopped short, so look again though
+     * nothing new finished. One list for all peers let 64 sends stuck towards one peer delay
+     * every other op to the next full look (1 ms). */
     int nflight;
     bool look_deep;
     double next_full;

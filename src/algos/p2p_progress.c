@@ -33,23 +33,29 @@ static bool check_reqs(tutti__p2p_t *e, tutti__p2p_op_t *op)
     return true;
 }
 
-/* check_flight ends the ops in flight whose requests are all done: the oldest
- * TUTTI__P2P_FLIGHT_WINDOW still open, or every one when next_full has come (p2p_impl.h). A
+/* check_flight ends the ops in flight whose requests are all done: of each peer's sends and
+ * receives the oldest TUTTI__P2P_FLIGHT_WINDOW still open, or every one when next_full has
+ * come (p2p_impl.h). A
  * full look at n ops costs about 0.1 us each in cache misses, so with thousands in flight it
  * comes at most every 1 ms + n us (10% of a core at most). */
 static void check_flight(tutti__p2p_t *e, double now)
 {
     const bool full = now >= e->next_full;
-    int open = 0;
-    tutti__p2p_op_t *next;
-    for (tutti__p2p_op_t *op = e->flight; op; op = next) {
-        next = op->fnext;
-        if (!check_reqs(e, op) && ++open >= TUTTI__P2P_FLIGHT_WINDOW && !full && next != NULL) {
-            e->look_deep = true;
-            return;
+    bool deep = false;
+    for (int p = 0; p < e->size && e->nflight > 0; p++)
+        for (int k = 0; k < 2; k++) {
+            int open = 0;
+            tutti__p2p_op_t *next;
+            for (tutti__p2p_op_t *op = e->peers[p].flight[k]; op != NULL; op = next) {
+                next = op->fnext;
+                if (!check_reqs(e, op) && ++open >= TUTTI__P2P_FLIGHT_WINDOW && !full &&
+                    next != NULL) {
+                    deep = true;
+                    break;
+                }
+            }
         }
-    }
-    e->look_deep = false;
+    e->look_deep = deep;
     if (full)
         e->next_full = now + 1e-3 + 1e-6 * e->nflight;
 }

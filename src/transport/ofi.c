@@ -118,9 +118,10 @@ static uint64_t make_tag(const struct ofi *t, int chan, int src, uint32_t utag, 
 void tutti__ofi_finish(struct ofi *t, tutti__req_t *req, tutti_status_t status)
 {
     tutti__ofi_pend_del(t, req);
+    const int chan = req->chan;
     req->status = status;
     __atomic_store_n(&req->done, 1, __ATOMIC_RELEASE);
-    tutti__tp_finished(&t->base);
+    tutti__tp_finished(&t->base, chan);
 }
 
 /* fail ends req with status. Pieces not yet posted never will be; pieces libfabric holds are

@@ -17,10 +17,11 @@ static _Thread_local int last_chan;
 
 static void complete(shm_tp_t *t, tutti__req_t *r, tutti_status_t st)
 {
+    const int chan = r->chan;
     r->status = st;
     /* Release: the data and status are visible to whoever sees done (maybe another thread). */
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
-    tutti__tp_finished(&t->base);
+    tutti__tp_finished(&t->base, chan);
 }
 
 /* activate and deactivate keep a lane's active list and the busy bit; under the lane's lock. */

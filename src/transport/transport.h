@@ -85,16 +85,20 @@ struct tutti__transport {
      * and read it with tutti__tp_err, never directly. */
     char err[TUTTI__ERRLEN];
     int errlock;
-    /* How many requests have finished (completed, failed or withdrawn) so far: raised after
-     * their done is set (release; read it with acquire). A waiter that saw no change has no
-     * request to look at again (the point-to-point engine, with thousands open). */
-    uint64_t nfinished;
+    /* How many requests of the point-to-point channel have finished (completed, failed or
+     * withdrawn) so far: raised after their done is set (release; read it with acquire). The
+     * point-to-point engine, with thousands open, looks at them again only when it changed.
+     * Not the collectives' (an atomic add on their every request, for nothing), and on a line
+     * of its own, away from the transport's fields that every progress reads. */
+    _Alignas(64) uint64_t nfinished;
 };
 
-/* tutti__tp_finished counts one more finished request of tp (after its done is set). */
-static inline void tutti__tp_finished(tutti__transport_t *tp)
+/* tutti__tp_finished counts a request of tp on channel chan as finished, after its done is set
+ * (chan read before: the owner may reuse the request as soon as it sees done). */
+static inline void tutti__tp_finished(tutti__transport_t *tp, int chan)
 {
-    __atomic_add_fetch(&tp->nfinished, 1, __ATOMIC_RELEASE);
+    if (chan == TUTTI__CHAN_P2P)
+        __atomic_add_fetch(&tp->nfinished, 1, __ATOMIC_RELEASE);
 }
 
 /* tutti__tp_errf formats the transport's error text (replacing the last one) and returns st. */

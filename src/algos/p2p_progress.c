@@ -35,9 +35,8 @@ static bool check_reqs(tutti__p2p_t *e, tutti__p2p_op_t *op)
 
 /* check_flight ends the ops in flight whose requests are all done: of each peer's sends and
  * receives the oldest TUTTI__P2P_FLIGHT_WINDOW still open, or every one when next_full has
- * come (p2p_impl.h). A
- * full look at n ops costs about 0.1 us each in cache misses, so with thousands in flight it
- * comes at most every 1 ms + n us (10% of a core at most). */
+ * come (p2p_impl.h). A full look at n ops costs about 0.1 us each in cache misses, so with
+ * thousands in flight it comes at most every 1 ms + n us (10% of a core at most). */
 static void check_flight(tutti__p2p_t *e, double now)
 {
     const bool full = now >= e->next_full;

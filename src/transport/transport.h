@@ -89,8 +89,11 @@ struct tutti__transport {
      * withdrawn) so far: raised after their done is set (release; read it with acquire). The
      * point-to-point engine, with thousands open, looks at them again only when it changed.
      * Not the collectives' (an atomic add on their every request, for nothing), and on a line
-     * of its own, away from the transport's fields that every progress reads. */
-    _Alignas(64) uint64_t nfinished;
+     * of its own, away from the transport's fields that every progress reads: padded, not
+     * aligned (the transports are calloc'd, which promises 16 bytes). */
+    char nfinished_before[64];
+    uint64_t nfinished;
+    char nfinished_after[56];
 };
 
 /* tutti__tp_finished counts a request of tp on channel chan as finished, after its done is set

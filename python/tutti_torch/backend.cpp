@@ -37,13 +37,16 @@ static tutti_comm_config_t config_of(const BackendTutti::Options &o)
     return cfg;
 }
 
+// The longest timeout the C API takes (1e9 s), for a group and for a call alike.
+static constexpr long long kMaxTimeoutMs = 1000000000000LL;
+
 // check_group_timeout refuses a group's timeout that tutti cannot keep, before anything is
 // made: 0 or less (it was taken silently as tutti's default of 30 minutes; Gloo reads 0 as "no
 // timeout", which tutti never has) or past the C API's 1e9 s. Every rank passes the same one, so
 // all refuse alike, before a collective (split, shrink) that the others would wait in.
 static void check_group_timeout(const std::string &op, std::chrono::milliseconds t)
 {
-    if (t.count() <= 0 || t.count() > 1000000000000LL)
+    if (t.count() <= 0 || t.count() > kMaxTimeoutMs)
         refuse(op, "the group's timeout is " + std::to_string(t.count()) +
                        " ms: it must be from 1 ms to 1e9 s (tutti gives every wait a deadline; "
                        "for a very long one pass e.g. timedelta(hours=24))");
@@ -470,7 +473,7 @@ WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds 
     // tutti takes 1 ms to 1e9 s; anything else would be refused at the post, after a
     // coalescing block had collected it: say so now.
     const long long ms = timeout.count();
-    if (timeout != c10d::kUnsetTimeout && (ms < 1 || ms > 1000000000000LL))
+    if (timeout != c10d::kUnsetTimeout && (ms < 1 || ms > kMaxTimeoutMs))
         refuse(call.name, "the call's timeout (opts.timeout) is " + std::to_string(ms) +
                               " ms: give 1 ms to 1e9 s, or leave it unset for the group's");
     call.timeout = timeout;

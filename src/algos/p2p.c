@@ -21,7 +21,9 @@ int tutti__p2p_describe(const tutti__p2p_op_t *op, char *buf, size_t cap)
 
 /* ---- lists ---------------------------------------------------------------------------------- */
 
-void tutti__p2p_fly(tutti__p2p_t *e, tutti__p2p_op_t *op)
+/* fly puts op, whose state is now S_EAGER, S_DATA or R_PAYLOAD, on its peer's list in flight
+ * (p2p_impl.h); it lands when it completes (tutti__p2p_complete). */
+static void fly(tutti__p2p_t *e, tutti__p2p_op_t *op)
 {
     if (op->in_flight)
         return;
@@ -352,7 +354,7 @@ static void post_send(tutti__p2p_t *e, tutti__p2p_op_t *op)
         memcpy(env->data, op->buf, op->len);
     seal(e, env, p);
     op->state = S_EAGER;
-    tutti__p2p_fly(e, op);
+    fly(e, op);
     if (post_op_req(e, op, 0, TUTTI__REQ_SEND, env, sizeof *env) && !inl)
         post_op_req(e, op, 2, TUTTI__REQ_SEND, op->buf, op->len);
 }
@@ -572,7 +574,7 @@ static void arrive_msg(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
             tutti__p2p_complete(e, op, TUTTI_OK);
         } else {
             op->state = R_PAYLOAD;
-            tutti__p2p_fly(e, op);
+            fly(e, op);
             post_op_req(e, op, 2, TUTTI__REQ_RECV, op->buf, op->len);
         }
         return;
@@ -612,7 +614,7 @@ static void arrive_msg(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
 static tutti__p2p_op_t *find_wait(tutti__p2p_peer_t *q, int kind, int state, uint64_t seq)
 {
     for (tutti__p2p_op_t *op = q->wait[kind]; op; op = op->wnext)
-        if (op->kind == kind && op->state == state && op->mseq == seq)
+        if (op->state == state && op->mseq == seq)
             return op;
     return NULL;
 }
@@ -638,7 +640,7 @@ static void arrive_cts(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
     }
     tutti__p2p_unwait(e, op);
     op->state = S_DATA;
-    tutti__p2p_fly(e, op);
+    fly(e, op);
     if (env->flags & TUTTI__P2P_REFUSED) /* the receive failed on the length: nothing to send */
         return;
     env_init(&op->env[1], TUTTI__P2P_DATA, 0, 0, op->len, op->mseq);
@@ -656,9 +658,9 @@ static void repost(tutti__p2p_t *e, tutti__p2p_op_t *op, int p)
 {
     /* The sender has its CTS (it answered), so a cancel finds the send done; one that does not
      * leaves the request in the transport's hands, not to be reused: the old failure, then. */
-    if (op->posted[0] && !__atomic_load_n(&op->req[0].done, __ATOMIC_ACQUIRE))
+    if (op->posted[0] && !tutti__p2p_req_done(&op->req[0]))
         tutti__p2p_cancel(e, p, &op->req[0]);
-    if (op->posted[0] && (!__atomic_load_n(&op->req[0].done, __ATOMIC_ACQUIRE) ||
+    if (op->posted[0] && (!tutti__p2p_req_done(&op->req[0]) ||
                           op->req[0].status != TUTTI_OK || e->peers[p].broken)) {
         op->state = 0;
         tutti__p2p_fail(e, op, TUTTI_ERR_PEER_FAILED,
@@ -701,7 +703,7 @@ static void arrive_data(tutti__p2p_t *e, int p, const tutti__p2p_env_t *env)
         return;
     }
     op->state = R_PAYLOAD;
-    tutti__p2p_fly(e, op);
+    fly(e, op);
     post_op_req(e, op, 2, TUTTI__REQ_RECV, op->buf, op->len);
 }
 

@@ -11,8 +11,6 @@
 /* How long a dead peer's ops wait for what it sent before it died, once nothing more comes. */
 #define DEAD_GRACE_S 0.25
 
-static bool req_done(const tutti__req_t *r) { return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE); }
-
 bool tutti__p2p_cancel(tutti__p2p_t *e, int peer, tutti__req_t *req)
 {
     tutti__transport_t *tp = e->peers[peer].tp;
@@ -98,9 +96,9 @@ static bool withdraw(tutti__p2p_t *e, tutti__p2p_op_t *op)
     for (int i = 0; i < 3; i++) {
         if (!op->posted[i])
             continue;
-        if (!req_done(&op->req[i]))
+        if (!tutti__p2p_req_done(&op->req[i]))
             tutti__p2p_cancel(e, p, &op->req[i]);
-        sent[i] = req_done(&op->req[i]) && op->req[i].status == TUTTI_OK;
+        sent[i] = tutti__p2p_req_done(&op->req[i]) && op->req[i].status == TUTTI_OK;
     }
     /* as check_reqs (p2p_progress.c) would have found at the next progress */
     if (op->state == S_EAGER || op->state == S_DATA || op->state == R_PAYLOAD) {
@@ -228,7 +226,7 @@ void tutti__p2p_sweep(tutti__p2p_t *e)
             /* An eager message that has arrived whole is still good; the rest cannot finish. */
             if (!q->broken || (u->kind == TUTTI__P2P_EAGER && !u->arriving))
                 continue;
-            if (u->arriving && !req_done(&u->req))
+            if (u->arriving && !tutti__p2p_req_done(&u->req))
                 q->tp->ops->cancel(q->tp, &u->req);
             if (u->op != NULL) /* not reached: its op failed with the peer above */
                 u->op->ux = NULL;
@@ -241,7 +239,7 @@ void tutti__p2p_sweep(tutti__p2p_t *e)
                 kp = &k->next;
                 continue;
             }
-            if (!req_done(&k->req))
+            if (!tutti__p2p_req_done(&k->req))
                 q->tp->ops->cancel(q->tp, &k->req);
             *kp = k->next;
             free(k);

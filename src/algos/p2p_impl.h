@@ -110,9 +110,11 @@ struct tutti__p2p {
 
 #define TUTTI__P2P_FLIGHT_WINDOW 64
 
-/* tutti__p2p_fly puts op, whose state is now S_EAGER, S_DATA or R_PAYLOAD, in flight; it lands
- * when it completes (tutti__p2p_complete). */
-void tutti__p2p_fly(tutti__p2p_t *e, tutti__p2p_op_t *op);
+/* tutti__p2p_req_done: the transport has finished req (acquire: its data and status with it). */
+static inline bool tutti__p2p_req_done(const tutti__req_t *r)
+{
+    return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
+}
 
 /* ---- the data path (p2p.c) ---- */
 

@@ -8,8 +8,6 @@
 
 #define SLOW_PERIOD 1e-3 /* deadlines and abort are checked at most this often */
 
-static bool req_done(const tutti__req_t *r) { return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE); }
-
 /* ---- progress ------------------------------------------------------------------------------- */
 
 /* check_reqs ends op once every request it posted is done (true); a failed one fails its
@@ -19,7 +17,7 @@ static bool check_reqs(tutti__p2p_t *e, tutti__p2p_op_t *op)
     for (int i = 0; i < 3; i++) {
         if (!op->posted[i])
             continue;
-        if (!req_done(&op->req[i]))
+        if (!tutti__p2p_req_done(&op->req[i]))
             return false;
         if (op->kind == TUTTI__P2P_RECV && i == 2) /* its payload came */
             e->peers[op->mpeer].nrx++;
@@ -62,7 +60,7 @@ static void check_flight(tutti__p2p_t *e, double now)
 bool tutti__p2p_take_env(tutti__p2p_t *e, int p)
 {
     tutti__p2p_peer_t *q = &e->peers[p];
-    if (!q->env_posted || !req_done(&q->env_req))
+    if (!q->env_posted || !tutti__p2p_req_done(&q->env_req))
         return false;
     if (q->env_req.status == TUTTI_OK) {
         tutti__p2p_arrive(e, p);
@@ -88,7 +86,7 @@ static void arrivals(tutti__p2p_t *e, bool look)
         if (!u->arriving)
             continue;
         left--;
-        if (!req_done(&u->req))
+        if (!tutti__p2p_req_done(&u->req))
             continue;
         u->arriving = false;
         e->nux_arriving--;
@@ -113,7 +111,7 @@ static void arrivals(tutti__p2p_t *e, bool look)
     }
     for (tutti__p2p_ctrl_t **kp = &e->ctrl; *kp;) {
         tutti__p2p_ctrl_t *k = *kp;
-        if (!req_done(&k->req)) {
+        if (!tutti__p2p_req_done(&k->req)) {
             kp = &k->next;
             continue;
         }
@@ -259,7 +257,7 @@ void tutti__p2p_destroy(tutti__p2p_t *e)
     while (e->ctrl) {
         tutti__p2p_ctrl_t *k = e->ctrl;
         e->ctrl = k->next;
-        if (!req_done(&k->req))
+        if (!tutti__p2p_req_done(&k->req))
             e->peers[k->peer].tp->ops->cancel(e->peers[k->peer].tp, &k->req);
         free(k);
     }

@@ -276,14 +276,49 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
         uint64_t v = __atomic_load_n(&w->calls[r][p], __ATOMIC_ACQUIRE);
         if (v != tutti__win_value(c) && read_desc(w, r, p, v, &d) && d.wcall == c->wcall)
             return tutti__sig_mismatch(c, g, &d, "");
+        /* The finder's call was this one: the odd call is another rank's, which its notice
+         * names. The finder writes its window word first and sends the notice right after:
+         * give the notice a moment to come. */
+        tutti__liveness_t *lv = c->net->live;
+        for (double t0 = tutti__now();
+             lv != NULL && !tutti__live_told(lv, g) && !tutti__live_dead(lv, g) &&
+             tutti__now() - t0 < 1.0;) {
+            (void)tutti__live_check_now(lv, &dead);
+            if (!tutti__live_told(lv, g))
+                tutti__sleep_us(2000);
+        }
+        const int b = lv != NULL ? tutti__live_blame(lv, g) : -1;
+        /* A third rank: where its call is in the window, this rank names both calls itself, as
+         * the finder did. That rank describes its call as soon as it sees a value differ
+         * (tutti__win_check): give it a moment to. */
+        for (int q = 0; b >= 0 && b != g && b != c->net->rank && q < w->nranks; q++) {
+            if ((c->group ? c->group[q] : q) != b)
+                continue;
+            for (double t0 = tutti__now();; tutti__sleep_us(1000)) {
+                v = __atomic_load_n(&w->calls[q][p], __ATOMIC_ACQUIRE);
+                if (v == tutti__win_value(c))
+                    break;
+                if (read_desc(w, q, p, v, &d)) {
+                    if (d.wcall == c->wcall)
+                        return tutti__sig_mismatch(c, b, &d, "");
+                    break;
+                }
+                if (tutti__now() - t0 >= 0.5)
+                    break;
+            }
+        }
+        char with[48] = "";
+        if (b >= 0 && b != g)
+            snprintf(with, sizeof with, " with rank %d", b);
+        tutti__top(c)->blame = b;
         char mine[200];
         tutti__calldesc_t md = tutti__sig_desc(c);
         tutti__sig_describe(mine, sizeof mine, &md);
         snprintf(c->err, TUTTI__ERRLEN,
-                 "rank %d found mismatched collectives at its call #%llu (its error names both "
-                 "calls) while rank %d posted %s; the communicator is now failed: destroy it and "
-                 "create a new one",
-                 g, seq, c->net->rank, mine);
+                 "rank %d found mismatched collectives%s at its call #%llu (its error names "
+                 "both calls) while rank %d posted %s; the communicator is now failed: destroy "
+                 "it and create a new one",
+                 g, with, seq, c->net->rank, mine);
         return TUTTI_ERR_MISMATCH;
     }
     /* Its notice names the rank it found dead or silent. The failing rank writes its window

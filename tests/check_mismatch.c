@@ -38,69 +38,75 @@ typedef struct mcase {
                              error, without destroying the communicator, as a program may on
                              any error; this rank must still be told of the mismatch, not of a
                              death */
+    int late;             /* > 0 (1 + a rank): that rank posts its call 0.3 s after the others,
+                             who have met the mismatch by then */
 } mcase_t;
 
 enum { COUNT, OP, DTYPE, VS_BARRIER, LL_VS_BARRIER, BCAST_ROOT, SEQ_SKIP, VCOUNTS, WIN_VS_MSG,
        TAG_HIGH, EMPTY_THEN_WIN, COALESCED, COALESCED_NBUFS };
 
 static const mcase_t cases[] = {
-    {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0},
-    {"allreduce sum vs max", "shm", NULL, 2, 1, OP, {"sum", "max"}, 0, 0, 0},
-    {"allreduce fp32 vs int32", "shm", NULL, 2, 1, DTYPE, {"fp32", "int32"}, 0, 0, 0},
-    {"allreduce vs barrier", "shm", NULL, 2, 1, VS_BARRIER, {"allreduce", "barrier"}, 0, 0, 0},
-    {"allreduce lines vs barrier", "shm", NULL, 2, 1, LL_VS_BARRIER, {"of 8 fp32", "of 64 fp32"}, 0, 0, 0},
-    {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0, 0, 0},
-    {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0},
-    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 ", "0 elements"}, 0, 0, 0},
+    {"allreduce 1000 vs 500", "shm", NULL, 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0, 0},
+    {"allreduce sum vs max", "shm", NULL, 2, 1, OP, {"sum", "max"}, 0, 0, 0, 0},
+    {"allreduce fp32 vs int32", "shm", NULL, 2, 1, DTYPE, {"fp32", "int32"}, 0, 0, 0, 0},
+    {"allreduce vs barrier", "shm", NULL, 2, 1, VS_BARRIER, {"allreduce", "barrier"}, 0, 0, 0, 0},
+    {"allreduce lines vs barrier", "shm", NULL, 2, 1, LL_VS_BARRIER, {"of 8 fp32", "of 64 fp32"}, 0, 0, 0, 0},
+    {"bcast root, then allreduces", "shm", NULL, 2, 1, BCAST_ROOT, {"root 0", "root 1"}, 0, 0, 0, 0},
+    {"allreduce 1000 vs 500, 3 ranks", "shm", NULL, 3, 2, COUNT, {"1000 fp32", "500 fp32"}, 0, 0, 0, 0},
+    /* Rank 0 comes late and reads rank 1's failure word first: rank 1 found the mismatch with
+     * rank 2, and rank 0 must still name rank 2 and its call (CI once saw it name neither) */
+    {"allreduce 1000 vs 500, 3 ranks, rank 0 late", "shm", NULL, 3, 2, COUNT,
+     {"1000 fp32", "500 fp32"}, 0, 0, 0, 1 + 0},
+    {"a skipped empty call", "shm", NULL, 2, 1, SEQ_SKIP, {"#1 ", "#2 ", "0 elements"}, 0, 0, 0, 0},
     /* The others' call goes by messages (the ring), the odd rank's empty one meets no one and
      * its next one waits in the window: both waited out the timeout, each for a call the other
      * was not in, until a message wait looked for a peer already in a later window call. */
     {"an empty call, then a window call", "shm", "CCL_ALLREDUCE=ring:1024-max", 2, 1,
-     EMPTY_THEN_WIN, {"1000 fp32", "8 fp32"}, 1, 0, 0},
+     EMPTY_THEN_WIN, {"1000 fp32", "8 fp32"}, 1, 0, 0, 0},
     {"an empty call, then a window call, 3 ranks", "shm", "CCL_ALLREDUCE=ring:1024-max", 3, 2,
-     EMPTY_THEN_WIN, {"1000 fp32", "8 fp32"}, 1, 0, 0},
+     EMPTY_THEN_WIN, {"1000 fp32", "8 fp32"}, 1, 0, 0, 0},
     /* alltoallv: the odd rank sends 3 elements to rank 0, which expects 5 (window paths
      * compare each pair's counts; the message path compares lengths) */
-    {"alltoallv counts (direct)", "shm", NULL, 2, 1, VCOUNTS, {"alltoallv", "sends 3 elements"}, 2, 0, 0},
+    {"alltoallv counts (direct)", "shm", NULL, 2, 1, VCOUNTS, {"alltoallv", "sends 3 elements"}, 2, 0, 0, 0},
     {"alltoallv counts (cma)", "shm", "CCL_ALLTOALL=cma", 2, 1, VCOUNTS,
-     {"alltoallv", "sends 3 elements"}, 2, 0, 0},
-    {"alltoallv counts (pairwise, ofi)", "ofi", NULL, 2, 1, VCOUNTS, {"alltoallv", NULL}, 1, 1, 0},
+     {"alltoallv", "sends 3 elements"}, 2, 0, 0, 0},
+    {"alltoallv counts (pairwise, ofi)", "ofi", NULL, 2, 1, VCOUNTS, {"alltoallv", NULL}, 1, 1, 0, 0},
     /* the odd rank alone sets the ring for allreduce (a per-rank CCL_ALLREDUCE): the others
      * wait in the window, it waits for messages */
-    {"direct vs ring (per-rank setting)", "shm", NULL, 2, 1, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0, 0},
-    {"direct vs ring, 3 ranks", "shm", NULL, 3, 2, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0, 0},
-    {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0, 0},
-    {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0, 0},
+    {"direct vs ring (per-rank setting)", "shm", NULL, 2, 1, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0, 0, 0},
+    {"direct vs ring, 3 ranks", "shm", NULL, 3, 2, WIN_VS_MSG, {"(direct)", "(ring)"}, 1, 0, 0, 0},
+    {"ring 1000 vs 500 (shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0, 0, 0},
+    {"ring 1000 vs 500 (ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COUNT, {"1000 fp32", "500 fp32"}, 1, 0, 0, 0},
     /* 3 ranks over messages: rank 1 never meets the odd rank's call; it learns of the
      * mismatch from a notice, which names the pair that differs */
     {"ring 1000 vs 500, 3 ranks (ofi)", "ofi", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
-     {"1000 fp32", "500 fp32"}, 1, 0, 0},
+     {"1000 fp32", "500 fp32"}, 1, 0, 0, 0},
     {"ring 1000 vs 500, 3 ranks (shm)", "shm", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
-     {"1000 fp32", "500 fp32"}, 1, 0, 0},
+     {"1000 fp32", "500 fp32"}, 1, 0, 0, 0},
     /* Rank 1 waits for rank 0's second message in the ring; rank 0 found the mismatch (with
      * rank 2) and exits at once: its notice and the end of its connections come together, and
      * rank 1 must report the mismatch, the cause, not the exit */
     {"ring, 3 ranks, the finder exits at once (shm)", "shm", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
-     {"1000 fp32", "500 fp32"}, 1, 0, 1 + 1},
+     {"1000 fp32", "500 fp32"}, 1, 0, 1 + 1, 0},
     {"ring, 3 ranks, the finder exits at once (ofi)", "ofi", "CCL_ALLREDUCE=ring", 3, 2, COUNT,
-     {"1000 fp32", "500 fp32"}, 1, 0, 1 + 1},
-    {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1, 0, 0},
+     {"1000 fp32", "500 fp32"}, 1, 0, 1 + 1, 0},
+    {"tree sum vs max (ofi)", "ofi", "CCL_ALLREDUCE=tree", 2, 1, OP, {"sum", "max"}, 1, 0, 0, 0},
     /* The odd rank's messages carry a fingerprint that differs from the others' only above its
      * low 10 bits (TUTTI_FAULT_TAG_XOR=0x400), which is all that fits in an ofi tag: only a
      * transport that compares the whole 32 bits (ofi's CQ data, shm's header) can tell. */
     {"fingerprint differs above bit 9 (ring, ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, TAG_HIGH,
-     {"expected tag", NULL}, 0, 0, 0},
+     {"expected tag", NULL}, 0, 0, 0, 0},
     {"fingerprint differs above bit 9 (ring, shm)", "shm", "CCL_ALLREDUCE=ring", 2, 1, TAG_HIGH,
-     {"fingerprint", NULL}, 0, 0, 0},
+     {"fingerprint", NULL}, 0, 0, 0, 0},
     /* allreduce_coalesced whose buffers split the same total differently ({4, 4} against
      * {2, 6}; {4, 4} against {8}): only the total was compared, and each rank's buffers were
      * reduced against the other's, OK on both */
     {"coalesced layouts (direct)", "shm", NULL, 2, 1, COALESCED,
-     {"allreduce_coalesced", "split the total alike"}, 0, 0, 0},
+     {"allreduce_coalesced", "split the total alike"}, 0, 0, 0, 0},
     {"coalesced buffer counts (direct)", "shm", NULL, 2, 1, COALESCED_NBUFS,
-     {"allreduce_coalesced", "split the total alike"}, 0, 0, 0},
+     {"allreduce_coalesced", "split the total alike"}, 0, 0, 0, 0},
     {"coalesced layouts (ring, ofi)", "ofi", "CCL_ALLREDUCE=ring", 2, 1, COALESCED,
-     {"allreduce_coalesced", NULL}, 1, 0, 0},
+     {"allreduce_coalesced", NULL}, 1, 0, 0, 0},
 };
 
 /* post runs the call rank posts in case mc; returns its status. */
@@ -180,6 +186,8 @@ static int body(int rank, int size, void *arg)
     const int early = st == TUTTI_ERR_MISMATCH && rank != mc->odd;
     if (st != TUTTI_OK && !early)
         return th_fail("barrier: %s", tutti_comm_last_error(comm));
+    if (mc->late > 0 && rank == mc->late - 1)
+        usleep(300 * 1000);
     double t0 = th_now();
     if (!early)
         st = post(mc, rank, comm, x, y);

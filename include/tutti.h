@@ -363,7 +363,9 @@ TUTTI_API tutti_status_t tutti_allreduce(const void *sendbuf, void *recvbuf, siz
  * Several allreduces as one operation (DDP's gradient buckets, c10d's allreduce_coalesced):
  * recvbufs[i][j] = op over ranks of sendbufs[i][j] for j < counts[i]. The inputs are copied at
  * the post, so the caller may reuse sendbufs at once; recvbufs are written at completion.
- * sendbufs == NULL, or an entry TUTTI_IN_PLACE, means in place.
+ * sendbufs == NULL, or an entry TUTTI_IN_PLACE, means in place. Receive buffers may share
+ * elements only in place (such an element has one input and gets one result); where one of
+ * two overlapping entries has a send buffer of its own, the call is refused.
  */
 TUTTI_API tutti_status_t tutti_allreduce_coalesced(const void *const *sendbufs,
                                                    void *const *recvbufs, const size_t *counts,

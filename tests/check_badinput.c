@@ -282,6 +282,18 @@ static void bad_collectives(bctx_t *c)
         BAD(INV, tutti_allreduce_coalesced(sbufs, rbufs, n1, 1, TUTTI_FLOAT32, TUTTI_SUM, comm,
                                            &c->w));
     }
+    {
+        /* receive buffers that overlap where one has a send buffer of its own: the later's
+         * result overwrote part of the earlier's (in place, one input, one result: allowed) */
+        const void *sbufs[3] = {c->S, c->S + 16, TUTTI_IN_PLACE};
+        void *rbufs[3] = {c->R + 8, c->R, c->R + 48};
+        size_t n3[3] = {2, 8, 2}; /* rbufs[1], bytes 0-31, holds rbufs[0], bytes 8-15 */
+        BAD(INV, tutti_allreduce_coalesced(sbufs, rbufs, n3, 3, TUTTI_FLOAT32, TUTTI_SUM, comm,
+                                           &c->w));
+        rbufs[0] = c->R + 24; /* bytes 24-31: the end of rbufs[1] */
+        BAD(INV, tutti_allreduce_coalesced(sbufs, rbufs, n3, 3, TUTTI_FLOAT32, TUTTI_SUM, comm,
+                                           &c->w));
+    }
     if (P > 1) {
         BAD(INV, tutti_send(ip, 1, TUTTI_INT8, (c->rank + 1) % P, 0, comm, &c->w));
         BAD(INV, tutti_recv(ip, 1, TUTTI_INT8, (c->rank + 1) % P, 0, comm, &c->w));

@@ -343,6 +343,24 @@ static int async_rank(int rank, int size, void *arg)
                 rc = th_fail("coalesced b[%d] = %g, want %g", i, b[i], tri * i);
                 break;
             }
+        /* In place, buffers that share elements (views of one storage, as torch may pass): an
+         * element has one input and gets one result, however many entries hold it. */
+        for (int i = 0; i < 3000; i++)
+            b[i] = rank + i;
+        void *views[3] = {b, b + 1000, b + 500};
+        size_t vcounts[3] = {2000, 1000, 100}; /* the second and third lie inside the first */
+        st = tutti_allreduce_coalesced(NULL, views, vcounts, 3, TUTTI_FLOAT64, TUTTI_SUM, comm,
+                                       NULL);
+        if (st != TUTTI_OK)
+            rc = th_fail("coalesced, in place over shared elements: %s: %s", tutti_strerror(st),
+                         tutti_comm_last_error(comm));
+        for (int i = 0; i < 3000 && st == TUTTI_OK; i++) {
+            double want = i < 2000 ? tri + size * (double)i : rank + i;
+            if (b[i] != want) {
+                rc = th_fail("coalesced over shared elements: b[%d] = %g, want %g", i, b[i], want);
+                break;
+            }
+        }
     }
     /* A callback set after completion runs at once, in this thread. */
     st = tutti_barrier(comm, &w);
@@ -894,6 +912,74 @@ START_TEST(test_count_mismatch)
 }
 END_TEST
 
+/* Ranks given different transports or algorithm overrides: every rank is told at creation,
+ * naming the setting (they waited for each other until the timeout, blamed on a rank that
+ * "never arrived", or some returned OK from a call the others failed). Where the settings mean
+ * the same (auto and shm on one node), creation goes on. */
+typedef struct setting_case {
+    const char *var;
+    const char *per_rank[3]; /* the value for ranks 0-2 (NULL: unset) */
+    const char *want[2];     /* what the text must hold (NULL: creation must succeed) */
+} setting_case_t;
+
+static const setting_case_t setting_cases[] = {
+    {"TUTTI_TRANSPORT", {"shm", "ofi", "shm"}, {"TUTTI_TRANSPORT", "rank 1 has ofi"}},
+    {"CCL_BCAST", {"tree", "tree", "direct"}, {"CCL_BCAST", "rank 2"}},
+    {"CCL_ALLREDUCE", {NULL, "ring", NULL}, {"CCL_ALLREDUCE", "rank 0 has it unset"}},
+    {"TUTTI_TRANSPORT", {"auto", "shm", "auto"}, {NULL, NULL}},
+    {"CCL_ALLTOALL", {"pairwise", "pairwise", "pairwise"}, {NULL, NULL}},
+};
+
+static int setting_mismatch_rank(int rank, int size, void *arg)
+{
+    (void)size;
+    const setting_case_t *sc = arg;
+    if (sc->per_rank[rank] != NULL)
+        setenv(sc->var, sc->per_rank[rank], 1);
+    else
+        unsetenv(sc->var);
+    setenv("TUTTI_TIMEOUT", "30", 1);
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    if (sc->want[0] == NULL) {
+        if (st != TUTTI_OK)
+            return th_fail("%s alike in meaning: creation failed: %s: %s", sc->var,
+                           tutti_strerror(st), tutti_last_error());
+        float x = 1, y = 0;
+        int rc = 0;
+        if (tutti_allreduce(&x, &y, 1, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL) != TUTTI_OK || y != 3)
+            rc = th_fail("%s: allreduce: %g: %s", sc->var, y, tutti_comm_last_error(comm));
+        tutti_comm_destroy(comm);
+        return rc;
+    }
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("created with %s differing between the ranks", sc->var);
+    }
+    int rc = 0;
+    for (int i = 0; i < 2; i++)
+        if (sc->want[i] != NULL && strstr(tutti_last_error(), sc->want[i]) == NULL)
+            rc = th_fail("%s differs: the text does not hold \"%s\": %s: %s", sc->var,
+                         sc->want[i], tutti_strerror(st), tutti_last_error());
+    if (st != TUTTI_ERR_INVALID_ARG)
+        rc = th_fail("%s differs: want invalid argument, got %s: %s", sc->var,
+                     tutti_strerror(st), tutti_last_error());
+    if (dt > 15) /* the creation timeout is 30 s: it was told, not timed out */
+        rc = th_fail("%s differs: told after %.1f s", sc->var, dt);
+    return rc;
+}
+
+START_TEST(test_setting_mismatch)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.timeout_s = 60;
+    ck_assert_msg(th_run_opts(3, &o, setting_mismatch_rank, (void *)&setting_cases[_i]) == 0,
+                  "case %d (%s): see stderr", _i, setting_cases[_i].var);
+}
+END_TEST
+
 /* init_limited creates a one-rank communicator in a child process after limit(arg) (false: it
  * could not set its limit); 0 when creation failed with a system error naming want and not
  * unwanted (NULL: anything). The child's text goes to msg, for the assertion. */
@@ -1019,6 +1105,8 @@ static Suite *workers_suite(void)
     tcase_add_test(tc, test_thread_order);
     tcase_add_test(tc, test_nonblocking);
     tcase_add_loop_test(tc, test_count_mismatch, 0, 2); /* shm, ofi */
+    tcase_add_loop_test(tc, test_setting_mismatch, 0,
+                        (int)(sizeof setting_cases / sizeof setting_cases[0]));
     tcase_add_test(tc, test_nproc);
     tcase_add_test(tc, test_address_space);
     tcase_add_loop_test(tc, test_zero_byte_posts, 0, 4); /* {env 0, config -1} x {shm, ofi} */

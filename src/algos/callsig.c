@@ -160,6 +160,12 @@ tutti_status_t tutti__sig_mismatch(tutti__coll_t *c, int peer, const tutti__call
     if (d != NULL && d->seq != md.seq && how[0] == '\0')
         how = "(the numbers differ: the rank ahead posted a call the other did not, or an empty "
               "one, 0 elements, which ran without its peers)";
+    /* Alike but for the algorithm: the program's calls agree, its overrides do not. */
+    const uint64_t algo_bits = (uint64_t)0x3fu << 15;
+    if (d != NULL && how[0] == '\0' && d->seq == md.seq && d->count == md.count &&
+        (d->info & ~algo_bits) == (md.info & ~algo_bits) && d->info != md.info)
+        how = "(only the algorithms differ: every rank must make the same "
+              "tutti_comm_set_algorithm calls, and have the same CCL_<COLL> variables)";
     const int me = c->net->rank;
     const bool first = me < peer;
     tutti__top(c)->blame = peer;

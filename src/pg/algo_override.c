@@ -120,6 +120,11 @@ static tutti_status_t parse(tutti_comm_t *comm, tutti_coll_t coll, const char *s
     return TUTTI_OK;
 }
 
+const char *tutti__override_env(tutti_coll_t coll)
+{
+    return (unsigned)coll < TUTTI_COLL_COUNT ? env_of[coll] : NULL;
+}
+
 tutti_status_t tutti__override_init(tutti_comm_t *comm)
 {
     for (int coll = 0; coll < TUTTI_COLL_COUNT; coll++) {

@@ -268,6 +268,69 @@ static void unpack(tutti_work_t *w)
     }
 }
 
+typedef struct span {
+    uintptr_t lo, hi; /* [lo, hi) */
+    int i;
+    bool in_place;
+} span_t;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span_t *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->i - y->i;
+}
+
+/* check_coalesced_disjoint refuses receive buffers that overlap one another where either
+ * takes its input from a send buffer of its own: each is written whole from the packed result,
+ * and the later one's elements would overwrite the earlier one's with the sum of other inputs.
+ * In place, an element two entries share has one input and gets one result, as Gloo's
+ * flattened coalesced allreduce has it (torch passes views of one storage). Sorted by address,
+ * n log n: a DDP bucket may hold thousands. */
+static tutti_status_t check_coalesced_disjoint(tutti_comm_t *comm, const char *fn,
+                                               const void *const *sendbufs,
+                                               void *const *recvbufs, const size_t *counts,
+                                               int nbufs, size_t es)
+{
+    if (nbufs < 2)
+        return TUTTI_OK;
+    span_t *sp = malloc((size_t)nbufs * sizeof *sp);
+    if (sp == NULL)
+        return tutti__comm_error(comm, TUTTI_ERR_NO_MEMORY, "%s: out of memory for %d buffers",
+                                 fn, nbufs);
+    int n = 0;
+    for (int i = 0; i < nbufs; i++)
+        if (counts[i] > 0)
+            sp[n++] = (span_t){(uintptr_t)recvbufs[i], (uintptr_t)recvbufs[i] + counts[i] * es, i,
+                               sendbufs == NULL || sendbufs[i] == TUTTI_IN_PLACE ||
+                                   sendbufs[i] == recvbufs[i]};
+    qsort(sp, (size_t)n, sizeof *sp, span_cmp);
+    tutti_status_t st = TUTTI_OK;
+    /* A span overlaps an earlier one (in address order) exactly when it starts before the
+     * furthest end among them: far, of all of them; far_own, of those with inputs of their own. */
+    for (int j = 1, far = 0, far_own = sp[0].in_place ? -1 : 0; j < n && st == TUTTI_OK; j++) {
+        int k = -1; /* the earlier span it must not overlap */
+        if (far_own >= 0 && sp[j].lo < sp[far_own].hi)
+            k = far_own;
+        else if (!sp[j].in_place && sp[j].lo < sp[far].hi)
+            k = far;
+        if (k >= 0) {
+            const int a = sp[k].i < sp[j].i ? sp[k].i : sp[j].i;
+            const int b = sp[k].i < sp[j].i ? sp[j].i : sp[k].i;
+            st = BAD(comm, "%s: recvbufs[%d] and recvbufs[%d] overlap (%zu and %zu elements) "
+                           "and one takes its input from a send buffer of its own: each result "
+                           "would overwrite part of the other; give each buffer memory of its "
+                           "own",
+                     fn, a, b, counts[a], counts[b]);
+        }
+        if (sp[j].hi > sp[far].hi)
+            far = j;
+        if (!sp[j].in_place && (far_own < 0 || sp[j].hi > sp[far_own].hi))
+            far_own = j;
+    }
+    free(sp);
+    return st;
+}
+
 TUTTI_API tutti_status_t tutti_allreduce_coalesced(const void *const *sendbufs,
                                                    void *const *recvbufs, const size_t *counts,
                                                    int nbufs, tutti_dtype_t dtype, tutti_op_t op,
@@ -295,6 +358,7 @@ TUTTI_API tutti_status_t tutti_allreduce_coalesced(const void *const *sendbufs,
                              "be (the input then lies in recvbufs[%d])",
                        fn, i, i);
     }
+    TUTTI__CHECK(check_coalesced_disjoint(comm, fn, sendbufs, recvbufs, counts, nbufs, es));
     size_t head = sizeof(coalesced_t) + (size_t)nbufs * (sizeof(size_t) + sizeof(void *));
     head = (head + 63) & ~(size_t)63;
     coalesced_t *k = malloc(head + total);

@@ -289,5 +289,7 @@ tutti_status_t tutti__layout_own(const size_t *sendcounts, const size_t *recvcou
 /* tutti__override_init parses the CCL_<COLL> variables into comm->algo (at creation, once the
  * transports are known: "direct" needs the window). */
 tutti_status_t tutti__override_init(tutti_comm_t *comm);
+/* tutti__override_env is coll's variable: "CCL_ALLREDUCE", ... */
+const char *tutti__override_env(tutti_coll_t coll);
 
 #endif /* TUTTI_COMM_H */

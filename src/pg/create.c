@@ -146,23 +146,94 @@ static tutti_status_t agree_node_seg(tutti_comm_t *c, tutti__bootstrap_t *bs)
     return st;
 }
 
-/* agree_workers: every rank runs one collective channel per worker slice, and a peer's channels
- * must be there to be met: ranks given different CCL_WORKER_COUNT (or config workers) are told
- * so, alike, before anything is built on them (they failed inside the shared segment's setup,
- * reported as a bug in tutti, and across nodes not at all). */
-static tutti_status_t agree_workers(tutti_comm_t *c, tutti__bootstrap_t *bs)
+/* What every rank must have alike, compared at creation before anything is built on it:
+ * - the worker count: every rank runs one collective channel per worker slice, and a peer's
+ *   channels must be there to be met (ranks given different CCL_WORKER_COUNT failed inside the
+ *   shared segment's setup, reported as a bug in tutti, and across nodes not at all);
+ * - whether every peer goes over ofi (TUTTI_TRANSPORT=ofi) or the node's over shared memory
+ *   (auto, shm): the two sides of a pair waited for each other on different transports until
+ *   the timeout, and the text blamed a rank that never arrived;
+ * - each CCL_<COLL> override: ranks on different algorithms for one call waited out the
+ *   timeout (a window against messages), or some returned OK while the others failed, or failed
+ *   "mismatched collectives" over two calls that looked alike.
+ * Overrides are compared by a hash of their text: equal meanings spelt differently are refused
+ * too, which costs the user one edit. */
+typedef struct agreed {
+    int32_t workers;
+    int32_t all_ofi;
+    uint64_t algo[TUTTI_COLL_COUNT]; /* 0: unset */
+} agreed_t;
+
+static uint64_t text_hash(const char *s)
 {
-    int32_t mine = c->nslices, *all = calloc((size_t)c->size, sizeof *all);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (; *s != '\0'; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h | 1u;
+}
+
+/* override_text describes what rank q has for coll's variable, for the text of a disagreement:
+ * this rank knows its own value, and the others' only as unset, as its own, or as another. */
+static const char *override_text(const agreed_t *all, int q, int me, int coll, char *buf,
+                                 size_t cap)
+{
+    const char *v = tutti__env_get(tutti__override_env((tutti_coll_t)coll));
+    if (all[q].algo[coll] == 0)
+        snprintf(buf, cap, "has it unset");
+    else if (all[q].algo[coll] == all[me].algo[coll] && v != NULL)
+        snprintf(buf, cap, "has \"%.100s\"", v);
+    else
+        snprintf(buf, cap, "has it set%s", all[me].algo[coll] != 0 ? " to another value" : "");
+    return buf;
+}
+
+static tutti_status_t agree_settings(tutti_comm_t *c, tutti__bootstrap_t *bs)
+{
+    agreed_t mine = {.workers = c->nslices, .all_ofi = strcmp(c->cfg.transport, "ofi") == 0};
+    for (int k = 0; k < TUTTI_COLL_COUNT; k++) {
+        const char *v = tutti__env_get(tutti__override_env((tutti_coll_t)k));
+        mine.algo[k] = v != NULL ? text_hash(v) : 0;
+    }
+    agreed_t *all = calloc((size_t)c->size, sizeof *all);
     if (all == NULL)
         return tutti__set_error(TUTTI_ERR_NO_MEMORY, "out of memory for %d ranks", c->size);
     tutti_status_t st = tutti__bs_allgather(bs, &mine, sizeof mine, all);
-    for (int r = 1; st == TUTTI_OK && r < c->size; r++)
-        if (all[r] != all[0])
+    /* Every rank compares with rank 0 and names the first rank that differs: the same text on
+     * all of them, but for each rank's own value. */
+    for (int r = 1; st == TUTTI_OK && r < c->size; r++) {
+        if (all[r].workers != all[0].workers) {
             st = tutti__set_error(TUTTI_ERR_INVALID_ARG,
                                   "the ranks disagree on their worker threads: rank 0 has %d, "
                                   "rank %d has %d (CCL_WORKER_COUNT, or tutti_comm_config_t's "
                                   "worker_count): give every rank the same",
-                                  (int)all[0], r, (int)all[r]);
+                                  (int)all[0].workers, r, (int)all[r].workers);
+            break;
+        }
+        if (all[r].all_ofi != all[0].all_ofi) {
+            const int q = all[0].all_ofi ? 0 : r, o = q == 0 ? r : 0;
+            st = tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                  "the ranks disagree on the transport: rank %d has ofi (every "
+                                  "peer over libfabric), rank %d auto or shm (the ranks of its "
+                                  "node over shared memory), so neither would meet the other "
+                                  "(TUTTI_TRANSPORT, or tutti_comm_config_t's transport): give "
+                                  "every rank the same",
+                                  q, o);
+            break;
+        }
+        for (int k = 0; k < TUTTI_COLL_COUNT && st == TUTTI_OK; k++) {
+            if (all[r].algo[k] == all[0].algo[k])
+                continue;
+            char t0[128], tr[128];
+            st = tutti__set_error(TUTTI_ERR_INVALID_ARG,
+                                  "the ranks disagree on %s: rank 0 %s, rank %d %s; ranks on "
+                                  "different algorithms for one call would wait for each other "
+                                  "until the timeout: give every rank the same algorithm "
+                                  "override, or none",
+                                  tutti__override_env((tutti_coll_t)k),
+                                  override_text(all, 0, c->rank, k, t0, sizeof t0), r,
+                                  override_text(all, r, c->rank, k, tr, sizeof tr));
+        }
+    }
     free(all);
     return st;
 }
@@ -200,7 +271,7 @@ tutti_status_t tutti__comm_create(int rank, int size, tutti__bootstrap_t *bs, tu
         goto fail;
     }
     if (parent == NULL && size > 1) /* a split's child runs on its parent's slices */
-        TUTTI__CHECK_GOTO(agree_workers(c, bs), st, fail);
+        TUTTI__CHECK_GOTO(agree_settings(c, bs), st, fail);
     TUTTI__CHECK_GOTO(tutti__nodes_discover(bs, &c->nodes), st, fail);
     /* Where the threads go, and whether waits must give the core away at once: from the cores
      * every local rank may use, not only this one's (two ranks bound to a core each are not

@@ -11,6 +11,8 @@
  * afterwards: the next call returns TUTTI_ERR_COMM_FAILED. */
 #include <check.h>
 #include "check_main.h"
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,12 +267,66 @@ START_TEST(test_mismatch)
 }
 END_TEST
 
+/* The failure's ERROR line on stderr, and none with CCL_LOG_LEVEL=none (a program that reports
+ * the calls' errors itself: the status and text are all it gets). _i: 0 default, 1 none. */
+static int log_body(int rank, int size, void *arg)
+{
+    (void)size;
+    const bool quiet = arg != NULL;
+    if (quiet)
+        setenv("CCL_LOG_LEVEL", "none", 1);
+    else
+        unsetenv("CCL_LOG_LEVEL");
+    char path[] = "/tmp/tutti-logXXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return th_fail("mkstemp: %s", strerror(errno));
+    unlink(path);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    float x[8] = {0}, y[8];
+    if (st == TUTTI_OK)
+        st = tutti_allreduce(x, y, rank == 1 ? 4 : 8, TUTTI_FLOAT32, TUTTI_SUM, comm, NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char text[8192] = "";
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    int bad = 0;
+    if (st != TUTTI_ERR_MISMATCH)
+        bad = th_fail("log %s: expected TUTTI_ERR_MISMATCH, got %s: %s", quiet ? "none" : "default",
+                      tutti_strerror(st), tutti_last_error());
+    const bool logged = strstr(text, " ERROR: ") != NULL;
+    if (quiet && logged)
+        bad = th_fail("CCL_LOG_LEVEL=none, yet stderr has: %s", text);
+    if (!quiet && !logged)
+        bad = th_fail("the default level logged no ERROR line for the mismatch: \"%s\"", text);
+    if (comm != NULL)
+        tutti_comm_destroy(comm);
+    return bad;
+}
+
+START_TEST(test_log_level)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 40;
+    ck_assert_msg(th_run_opts(2, &o, log_body, _i ? (void *)1 : NULL) == 0, "see stderr");
+}
+END_TEST
+
 static Suite *mismatch_suite(void)
 {
     Suite *s = suite_create("mismatch");
     TCase *tc = tcase_create("mismatch");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_mismatch, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(tc, test_log_level, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -579,6 +579,50 @@ def w_refusals():
     print("rank %d: refusals ok" % rank)
 
 
+def w_mismatch_hints():
+    """Ops that tutti runs as another call (gather and scatter as an alltoallv of bytes): a
+    mismatch's text says so in the op's terms, on every rank, blocking and through a Work; each
+    case on a group of its own, since a mismatch ends the group's communicator."""
+    import torch
+    import torch.distributed as dist
+
+    rank, n = harness.init()
+    assert n == 2
+
+    def gather(g, a):  # rank 0 names root 0, rank 1 root 1
+        return dist.gather(torch.ones(4), [torch.empty(4) for _ in range(n)], dst=rank,
+                           group=g, async_op=a)
+
+    def scatter(g, a):
+        return dist.scatter(torch.empty(4), [torch.ones(4) for _ in range(n)], src=rank,
+                            group=g, async_op=a)
+
+    def alltoall(g, a):  # rank 0 sends rank 1 six rows, rank 1 expects two
+        out_split = [4, 2] if rank == 0 else [2, 4]
+        in_split = [4, 6] if rank == 0 else [2, 4]
+        return dist.all_to_all_single(torch.empty(sum(out_split)), torch.ones(sum(in_split)),
+                                      out_split, in_split, group=g, async_op=a)
+
+    cases = [("gather", "roots (dst)", gather), ("scatter", "roots (src)", scatter),
+             ("alltoall_base", "input split for rank j", alltoall)]
+    for async_op in (False, True):
+        for name, want, fn in cases:
+            g = dist.new_group(list(range(n)))
+
+            def call():
+                w = fn(g, async_op)
+                if w is not None:
+                    w.wait()
+
+            text = raises(call, "tutti %s" % name, "mismatched", "counts above are bytes", want)
+            print("rank %d: %s: %s" % (rank, name, text[:120]))
+            dist.destroy_process_group(g)
+    t = torch.ones(2)
+    dist.all_reduce(t)  # the default group is untouched
+    same(torch, t, torch.full((2,), float(n)), "allreduce after the groups' mismatches")
+    print("rank %d: mismatch hints ok" % rank)
+
+
 def w_options():
     """pg_options: a tutti_torch.Options reaches the backend (inline_max, worker_count)."""
     import torch
@@ -775,6 +819,9 @@ class TestBackend(harness.RankTest):
     def test_group_ends(self):
         self.assertIn("group ends ok", self.ranks("group_ends", 2, timeout=100)[0].out)
 
+    def test_mismatch_hints(self):
+        self.assertIn("mismatch hints ok", self.ranks("mismatch_hints", 2, timeout=150)[0].out)
+
     def test_debug_detail(self):
         res = self.ranks("debug_detail", 2, timeout=150,
                          env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
@@ -787,6 +834,7 @@ if __name__ == "__main__":
                                       "groups": w_groups, "timeouts": w_timeouts,
                                       "monitored": w_monitored, "refusals": w_refusals,
                                       "options": w_options,
+                                      "mismatch_hints": w_mismatch_hints,
                                       "debug_detail": w_debug_detail,
                                       "reinit": w_reinit, "group_ends": w_group_ends}))
     import unittest

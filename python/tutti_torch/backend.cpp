@@ -496,13 +496,15 @@ WorkPtr BackendTutti::launch(Call &&call, bool async, std::chrono::milliseconds 
         w->nested_outputs_ = std::move(call.nested_outputs);
     if (call.finalize)
         w->finalize_.push_back(std::move(call.finalize));
+    w->hint_ = call.hint;
     if (!async) {
         // The caller waits on the Work at once: run here, no worker, no handle.
         CallTimeout ct(call.timeout);
         for (const auto &post : call.posts) {
             tutti_status_t st = post(call.comm, nullptr);
             if (st < 0)
-                throw std::runtime_error(prefixed(w->name(), status_text(st, call.comm)));
+                throw std::runtime_error(
+                    prefixed(w->name(), with_hint(st, status_text(st, call.comm), call.hint)));
         }
         w->complete_now();
         return w;

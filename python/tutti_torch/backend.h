@@ -57,6 +57,8 @@ struct Call {
         tutti_op_t op;
     };
     std::optional<Merge> merge;
+    // added to a mismatch's text: the op in torch's terms (errors.h, with_hint)
+    std::string hint;
 };
 
 // Coalesced calls of up to kPackMax bytes of input in all are packed into one buffer and run as

@@ -25,4 +25,11 @@ std::string status_text(tutti_status_t st, const tutti_comm_t *comm)
     return text + " (" + tutti_strerror(st) + ")";
 }
 
+std::string with_hint(tutti_status_t st, const std::string &text, const std::string &hint)
+{
+    if (st != TUTTI_ERR_MISMATCH || hint.empty())
+        return text;
+    return text + " [" + hint + "]";
+}
+
 } // namespace tutti_torch

@@ -18,4 +18,8 @@ std::string prefixed(const std::string &op, const std::string &msg);
 // comm's, else the status's own text, followed by the status's text in parentheses.
 std::string status_text(tutti_status_t st, const tutti_comm_t *comm);
 
+// with_hint is text, followed by hint where st is a mismatch and hint is not empty: what the
+// tutti call a torch op ran as means in the op's own terms (gather runs as an alltoallv).
+std::string with_hint(tutti_status_t st, const std::string &text, const std::string &hint);
+
 } // namespace tutti_torch

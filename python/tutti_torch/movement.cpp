@@ -12,6 +12,21 @@
 
 namespace tutti_torch {
 
+// What a mismatch's text means in torch's terms (tutti's text names the tutti call it ran).
+static const char *const kBytesHint =
+    "tutti moves this call's data as bytes: the uint8 counts above are the tensors' bytes";
+static const char *const kAlltoallHint =
+    "tutti runs all_to_all as an alltoall(v) of bytes: the counts above are bytes, and each "
+    "rank's input split for rank j must equal rank j's output split for it";
+static const char *const kGatherHint =
+    "tutti runs gather as one alltoallv of bytes: the counts above are bytes; most often the "
+    "ranks named different roots (dst), or the root's gather_list does not match the tensors "
+    "the others sent";
+static const char *const kScatterHint =
+    "tutti runs scatter as one alltoallv of bytes: the counts above are bytes; most often the "
+    "ranks named different roots (src), or the root's scatter_list does not match the others' "
+    "output tensors";
+
 // own_slot: send is this rank's block of an allgather's output (tutti's in-place form, which
 // it takes as is).
 static bool own_slot(const void *send, const void *recv, size_t nb, int rank)
@@ -52,6 +67,7 @@ WorkPtr BackendTutti::broadcast(std::vector<at::Tensor> &tensors,
     Call c;
     c.type = c10d::OpType::BROADCAST;
     c.name = op;
+    c.hint = kBytesHint;
     c.outputs = {t};
     c.comm = comm_;
     c.keep = {b.work};
@@ -80,6 +96,7 @@ WorkPtr BackendTutti::allgather(std::vector<std::vector<at::Tensor>> &outputs,
     Call c;
     c.type = c10d::OpType::ALLGATHER;
     c.name = op;
+    c.hint = kBytesHint;
     c.outputs = outs;
     c.comm = comm_;
     at::Tensor src = contiguous_bytes(in);
@@ -133,6 +150,7 @@ WorkPtr BackendTutti::_allgather_base(at::Tensor &output, at::Tensor &input,
     Call c;
     c.type = c10d::OpType::_ALLGATHER_BASE;
     c.name = op;
+    c.hint = kBytesHint;
     c.outputs = {output};
     c.comm = comm_;
     c.keep = {bi.work, bo.work};
@@ -179,6 +197,7 @@ WorkPtr BackendTutti::allgather_coalesced(std::vector<std::vector<at::Tensor>> &
     Call c;
     c.type = c10d::OpType::ALLGATHER_COALESCED;
     c.name = op;
+    c.hint = kBytesHint;
     c.outputs = flat_outs;
     c.nested_outputs = output_lists;
     c.comm = comm_;
@@ -216,6 +235,7 @@ WorkPtr BackendTutti::allgather_into_tensor_coalesced(std::vector<at::Tensor> &o
     Call c;
     c.type = c10d::OpType::ALLGATHER_COALESCED;
     c.name = op;
+    c.hint = kBytesHint;
     c.outputs = outputs;
     c.comm = comm_;
     if (total <= kPackMax) {
@@ -275,6 +295,7 @@ WorkPtr BackendTutti::alltoall_base(at::Tensor &output, at::Tensor &input,
     Call c;
     c.type = c10d::OpType::ALLTOALL_BASE;
     c.name = op;
+    c.hint = kAlltoallHint;
     c.outputs = {output};
     c.comm = comm_;
     if (outputSplitSizes.empty() && inputSplitSizes.empty()) {
@@ -333,6 +354,7 @@ WorkPtr BackendTutti::alltoall(std::vector<at::Tensor> &outputs, std::vector<at:
     Call c;
     c.type = c10d::OpType::ALLTOALL;
     c.name = op;
+    c.hint = kAlltoallHint;
     c.outputs = outputs;
     c.comm = comm_;
     at::Tensor send = byte_buffer(stotal), recv = byte_buffer(rtotal);
@@ -378,6 +400,7 @@ WorkPtr BackendTutti::gather(std::vector<std::vector<at::Tensor>> &outputs,
     Call c;
     c.type = c10d::OpType::GATHER;
     c.name = op;
+    c.hint = kGatherHint;
     c.outputs = outs;
     c.comm = comm_;
     at::Tensor src = contiguous_bytes(in);
@@ -419,6 +442,7 @@ WorkPtr BackendTutti::scatter(std::vector<at::Tensor> &outputs,
     Call c;
     c.type = c10d::OpType::SCATTER;
     c.name = op;
+    c.hint = kScatterHint;
     c.outputs = {out};
     c.comm = comm_;
     at::Tensor send;

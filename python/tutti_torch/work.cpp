@@ -151,7 +151,7 @@ void Work::post(tutti_comm_t *comm, const PostFn &fn)
     tutti_work_t *h = nullptr;
     tutti_status_t st = fn(comm, &h);
     if (st < 0 || h == nullptr)
-        throw std::runtime_error(prefixed(name_, status_text(st, comm)));
+        throw std::runtime_error(prefixed(name_, with_hint(st, status_text(st, comm), hint_)));
     pending_.fetch_add(1, std::memory_order_relaxed);
     posts_++;
     c10::raw::intrusive_ptr::incref(this); // the completion's reference
@@ -181,7 +181,7 @@ void Work::on_complete(tutti_work_t *h, void *arg)
         std::lock_guard<std::mutex> g(self->err_mu_);
         if (!self->error_)
             self->error_ = std::make_exception_ptr(
-                std::runtime_error(prefixed(self->name_, text)));
+                std::runtime_error(prefixed(self->name_, with_hint(st, text, self->hint_))));
     }
     tutti_work_free(h); // done already: frees at once, also from inside the callback
     self->count_down();

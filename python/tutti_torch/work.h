@@ -82,6 +82,8 @@ class Work : public c10d::Work {
     std::vector<at::Tensor> outputs_;
     // Where set, the Future's value instead: a list of outputs per rank.
     std::optional<std::vector<std::vector<at::Tensor>>> nested_outputs_;
+    // Added to a mismatch's text (Call::hint; none for a coalesced Work).
+    std::string hint_;
 
     // post runs fn with a handle on comm and wires its completion here. It throws, with
     // tutti's text, when tutti refuses the post (nothing was posted then).

@@ -131,7 +131,7 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "(AVX512_FP16); unset: the fastest this CPU runs; one the CPU lacks fails communicator "
      "creation"},
     {"CCL_LOG_LEVEL", "warn",
-     "`error`, `warn`, `info`, `debug` or `trace`; messages go to stderr; read once per process, "
+     "`none`, `error`, `warn`, `info`, `debug` or `trace`; messages go to stderr (`none`: not even errors, which every call also returns); read once per process, "
      "when the first communicator is created"},
     {"CCL_WORKER_COUNT", "1",
      "worker threads per rank that run the collectives (1..16); "

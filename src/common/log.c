@@ -1,4 +1,4 @@
-/* log.c: leveled logging to stderr, set by CCL_LOG_LEVEL (error, warn, info, debug, trace). */
+/* log.c: leveled logging to stderr, set by CCL_LOG_LEVEL (none, error, warn, info, debug, trace). */
 #include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +17,10 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void read_level(void)
 {
     const char *v = tutti__env_get("CCL_LOG_LEVEL");
+    /* none: not even errors, for a program that reports what the calls return itself (every
+     * error is also in the call's status and text) */
+    if (v != NULL && strcmp(v, "none") == 0)
+        __atomic_store_n(&tutti__log_level, -1, __ATOMIC_RELAXED);
     for (int i = 0; v != NULL && i < NLEVELS; i++)
         if (strcmp(v, names[i]) == 0)
             __atomic_store_n(&tutti__log_level, i, __ATOMIC_RELAXED);

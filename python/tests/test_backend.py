@@ -603,8 +603,14 @@ def w_mismatch_hints():
         return dist.all_to_all_single(torch.empty(sum(out_split)), torch.ones(sum(in_split)),
                                       out_split, in_split, group=g, async_op=a)
 
+    def mixed(g, a):  # even splits given on rank 0, none on rank 1 (Gloo accepts it)
+        splits = [2, 2] if rank == 0 else None
+        return dist.all_to_all_single(torch.empty(4), torch.ones(4), splits, splits, group=g,
+                                      async_op=a)
+
     cases = [("gather", "roots (dst)", gather), ("scatter", "roots (src)", scatter),
-             ("alltoall_base", "input split for rank j", alltoall)]
+             ("alltoall_base", "input split for rank j", alltoall),
+             ("alltoall_base", "give split sizes, or none", mixed)]
     for async_op in (False, True):
         for name, want, fn in cases:
             g = dist.new_group(list(range(n)))
@@ -614,7 +620,7 @@ def w_mismatch_hints():
                 if w is not None:
                     w.wait()
 
-            text = raises(call, "tutti %s" % name, "mismatched", "counts above are bytes", want)
+            text = raises(call, "tutti %s" % name, "mismatched", "above are bytes", want)
             print("rank %d: %s: %s" % (rank, name, text[:120]))
             dist.destroy_process_group(g)
     t = torch.ones(2)

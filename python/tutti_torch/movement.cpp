@@ -17,7 +17,8 @@ static const char *const kBytesHint =
     "tutti moves this call's data as bytes: the uint8 counts above are the tensors' bytes";
 static const char *const kAlltoallHint =
     "tutti runs all_to_all as an alltoall(v) of bytes: the counts above are bytes, and each "
-    "rank's input split for rank j must equal rank j's output split for it";
+    "rank's input split for rank j must equal rank j's output split for it; every rank must "
+    "give split sizes, or none (without them the call is an alltoall, with them an alltoallv)";
 static const char *const kGatherHint =
     "tutti runs gather as one alltoallv of bytes: the counts above are bytes; most often the "
     "ranks named different roots (dst), or the root's gather_list does not match the tensors "

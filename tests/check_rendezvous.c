@@ -672,6 +672,108 @@ START_TEST(test_flood)
 }
 END_TEST
 
+/* ---- strangers on the liveness port ----------------------------------------------------- */
+
+/* A local user who opens silent connections to every new listening port: rank 0 takes its
+ * liveness connections late (TUTTI_FAULT_LIVE_ACCEPT_MS, a rank descheduled on a busy node),
+ * and 20 strangers queue behind rank 1's connection. Rank 0 kept the newest 9 of its backlog
+ * unread and dropped rank 1's: the job failed at its timeout, blaming rank 1 ("never opened its
+ * liveness connection"; a helper's probe, 1 job in 12-30 with no delay at all). */
+#define LIVE_STRANGERS 20
+
+typedef struct sniper {
+    int store_port;
+    volatile int stop;
+    int fds[LIVE_STRANGERS];
+    int nfds;
+} sniper_t;
+
+/* listener_with_peer finds a listening TCP socket (IPv4, not skip) that has an established
+ * connection on its port already: the port in *port, its address in *addr; 0 if none. */
+static int listener_with_peer(int skip, uint32_t *addr, int *port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (f == NULL)
+        return 0;
+    char line[512];
+    unsigned lports[64], laddrs[64], eports[256];
+    int nl = 0, ne = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned la, lp, ra, rp, st;
+        if (sscanf(line, " %*d: %8X:%4X %8X:%4X %2X", &la, &lp, &ra, &rp, &st) != 5)
+            continue;
+        if (st == 0x0A && (int)lp != skip && nl < 64) {
+            laddrs[nl] = la;
+            lports[nl++] = lp;
+        } else if (st == 0x01 && ne < 256) {
+            eports[ne++] = lp;
+        }
+    }
+    fclose(f);
+    for (int i = 0; i < nl; i++)
+        for (int j = 0; j < ne; j++)
+            if (eports[j] == lports[i]) {
+                *addr = laddrs[i]; /* as the kernel stores it: network order read as a word */
+                *port = (int)lports[i];
+                return 1;
+            }
+    return 0;
+}
+
+static void *snipe(void *arg)
+{
+    sniper_t *sn = arg;
+    uint32_t addr = 0;
+    int port = 0;
+    double end = th_now() + 20;
+    while (!sn->stop && th_now() < end && !listener_with_peer(sn->store_port, &addr, &port))
+        usleep(1000);
+    if (port == 0)
+        return NULL;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = addr == 0 ? htonl(INADDR_LOOPBACK) : addr;
+    for (int i = 0; i < LIVE_STRANGERS; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+            sn->fds[sn->nfds++] = fd;
+        else if (fd >= 0)
+            close(fd);
+    }
+    return NULL;
+}
+
+static int live_flood_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    if (rank == 0) {
+        setenv("TUTTI_FAULT_LIVE_ACCEPT_MS", "1500", 1);
+        return join_and_check(rank, size);
+    }
+    sniper_t sn = {.store_port = atoi(getenv("MASTER_PORT"))};
+    pthread_t t;
+    if (pthread_create(&t, NULL, snipe, &sn) != 0)
+        return th_fail("pthread_create");
+    int bad = join_and_check(rank, size);
+    sn.stop = 1;
+    pthread_join(t, NULL);
+    if (sn.nfds < 10)
+        bad = th_fail("the sniper queued %d strangers on rank 0's liveness port (want 10 or "
+                      "more: the test did not test)", sn.nfds);
+    for (int i = 0; i < sn.nfds; i++)
+        close(sn.fds[i]);
+    return bad;
+}
+
+START_TEST(test_live_flood)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 50;
+    o.rank_timeout_s = 15;
+    ck_assert(th_run_opts(2, &o, live_flood_rank, NULL) == 0);
+}
+END_TEST
+
 /* A client that connects and says nothing is dropped after the store's idle deadline (10 s). */
 static int idle_rank(int rank, int size, void *arg)
 {
@@ -1216,6 +1318,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_back_to_back);
     tcase_add_test(tc, test_bind);
     tcase_add_test(tc, test_flood);
+    tcase_add_test(tc, test_live_flood);
     tcase_add_test(tc, test_idle);
     tcase_add_test(tc, test_emfile);
     tcase_add_test(tc, test_fd_limit);

@@ -519,6 +519,51 @@ typedef struct pending {
     uint32_t hello[4]; /* magic, rank, nonce (high, low) */
 } pending_t;
 
+/* take_hello reads what has come of p's hello (its socket does not block): false while it is
+ * incomplete; true once it ended, p's fd then either a peer's (*have counts it) or closed. */
+static bool take_hello(tutti__liveness_t *l, pending_t *p, uint64_t nonce, int *have)
+{
+    ssize_t n = recv(p->fd, (char *)p->hello + p->got, sizeof p->hello - p->got, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return false;
+    bool ok = n > 0;
+    if (ok)
+        p->got += (size_t)n;
+    if (ok && p->got < sizeof p->hello)
+        return false;
+    int r = ok ? (int)ntohl(p->hello[1]) : -1;
+    uint64_t got = (uint64_t)ntohl(p->hello[2]) << 32 | ntohl(p->hello[3]);
+    if (ok && (ntohl(p->hello[0]) != HELLO_MAGIC || got != nonce || r <= l->rank ||
+               r >= l->size || l->peers[r].fd >= 0)) {
+        TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: dropped a stray connection on the liveness port "
+                   "(claimed rank %d)", l->rank, r);
+        ok = false;
+    }
+    if (ok) {
+        l->peers[r].fd = p->fd;
+        (*have)++;
+    } else {
+        close(p->fd);
+    }
+    p->fd = -1;
+    return true;
+}
+
+/* compact drops the ended entries of pend (fd -1); returns how many are left. */
+static int compact(pending_t *pend, int npend)
+{
+    int k = 0;
+    for (int i = 0; i < npend; i++)
+        if (pend[i].fd >= 0)
+            pend[k++] = pend[i];
+    return k;
+}
+
+/* accept_higher takes the higher ranks' connections. Strangers may connect too (any local user,
+ * or the network across nodes): at most expect + 8 connections wait for their hello at once.
+ * A peer sends its hello at once, so before one of them is dropped to make room, every waiting
+ * one's hello is read, and of those still silent the oldest goes: a peer queued behind a flood
+ * of silent connections was dropped unread, and the job failed at its timeout. */
 static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint64_t nonce,
                                     tutti__bootstrap_t *bs, double start)
 {
@@ -533,6 +578,11 @@ static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint64_t nonc
                               l->rank);
         goto out;
     }
+    long late_ms = 0; /* fault injection: a rank descheduled before it accepts */
+    if ((st = tutti__env_long("TUTTI_FAULT_LIVE_ACCEPT_MS", 0, 10000, &late_ms)) < 0)
+        goto out;
+    if (late_ms > 0)
+        tutti__sleep_us((unsigned)late_ms * 1000u);
     while (have < expect) {
         int ms = tutti__sock_ms_until(deadline, 200);
         if ((st = tutti__bs_cancelled(bs)) < 0)
@@ -552,48 +602,33 @@ static tutti_status_t accept_higher(tutti__liveness_t *l, int lfd, uint64_t nonc
             pfd[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
         if (poll(pfd, (nfds_t)npend + 1, ms) <= 0)
             continue;
-        for (int i = 0; i < npend; i++) {
-            if (!pfd[i + 1].revents)
-                continue;
-            pending_t *p = &pend[i];
-            ssize_t n = recv(p->fd, (char *)p->hello + p->got, sizeof p->hello - p->got, 0);
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-                continue;
-            bool ok = n > 0;
-            if (ok)
-                p->got += (size_t)n;
-            if (ok && p->got < sizeof p->hello)
-                continue;
-            int r = ok ? (int)ntohl(p->hello[1]) : -1;
-            uint64_t got = (uint64_t)ntohl(p->hello[2]) << 32 | ntohl(p->hello[3]);
-            if (ok && (ntohl(p->hello[0]) != HELLO_MAGIC || got != nonce ||
-                       r <= l->rank || r >= l->size || l->peers[r].fd >= 0)) {
-                TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: dropped a stray connection on the "
-                           "liveness port (claimed rank %d)", l->rank, r);
-                ok = false;
-            }
-            if (ok) {
-                l->peers[r].fd = p->fd;
-                have++;
-            } else
-                close(p->fd);
-            p->fd = -1;
-        }
-        int k = 0;
         for (int i = 0; i < npend; i++)
-            if (pend[i].fd >= 0)
-                pend[k++] = pend[i];
-        npend = k;
-        for (;;) {
+            if (pfd[i + 1].revents)
+                (void)take_hello(l, &pend[i], nonce, &have);
+        npend = compact(pend, npend);
+        while (have < expect) {
             int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0)
                 break;
-            if (npend == cap) { /* the oldest makes room: a peer says hello at once */
-                close(pend[0].fd);
-                memmove(pend, pend + 1, (size_t)(cap - 1) * sizeof *pend);
+            if (npend == cap) {
+                for (int i = 0; i < npend; i++)
+                    (void)take_hello(l, &pend[i], nonce, &have);
+                npend = compact(pend, npend);
+            }
+            if (npend == cap) { /* the oldest silent one makes room (else the oldest) */
+                int v = 0;
+                while (v < npend && pend[v].got > 0)
+                    v++;
+                if (v == npend)
+                    v = 0;
+                close(pend[v].fd);
+                memmove(pend + v, pend + v + 1, (size_t)(npend - 1 - v) * sizeof *pend);
                 npend--;
             }
             pend[npend++] = (pending_t){.fd = fd};
+            /* a peer's hello is often there already: read it before more strangers come */
+            if (take_hello(l, &pend[npend - 1], nonce, &have))
+                npend--;
         }
     }
 out:

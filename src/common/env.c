@@ -22,6 +22,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "fault injection, for tests: XOR this value (0..4294967295) into the fingerprint that "
      "this rank's collective messages carry, as if it had posted another call; its peers must "
      "fail the call with `TUTTI_ERR_MISMATCH`"},
+    {"TUTTI_FAULT_LIVE_ACCEPT_MS", "0",
+     "fault injection, for tests: this rank takes the connections of its liveness mesh this "
+     "many milliseconds (0..10000) late, as a rank descheduled on a busy node would"},
     {"TUTTI_TRACE", NULL,
      "a file name: every rank writes a Chrome trace-event (Perfetto) JSON file of its "
      "collectives and their phases there when the communicator is destroyed; `%r` becomes the "

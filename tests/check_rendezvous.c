@@ -909,6 +909,20 @@ static int fd_limit_rank(int rank, int size, void *arg)
     return 0;
 }
 
+/* Rank 0 with a hard limit of 40 open files, room for the store and the mesh of 2 ranks: the
+ * job forms. (The store asked for room for both and 16 to spare, 41 here: rank 0 refused at
+ * once and rank 1 waited out its timeout for a store that never came; a helper's probe.) */
+static int fd_limit_small_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    if (rank == 0) {
+        struct rlimit rl = {40, 40};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return th_fail("setrlimit: %s", strerror(errno));
+    }
+    return join_and_check(rank, size);
+}
+
 START_TEST(test_fd_limit)
 {
     th_opts_t o = TH_OPTS_INIT;
@@ -916,6 +930,9 @@ START_TEST(test_fd_limit)
     o.rank_timeout_s = 5; /* the others wait for a store that never comes */
     ck_assert_msg(th_run_opts(24, &o, fd_limit_rank, NULL) == 0, "soft limit: see stderr");
     ck_assert_msg(th_run_opts(24, &o, fd_limit_rank, "hard") == 0, "hard limit: see stderr");
+    o.rank_timeout_s = 20;
+    ck_assert_msg(th_run_opts(2, &o, fd_limit_small_rank, NULL) == 0,
+                  "2 ranks, rank 0 at 40 files: see stderr");
 }
 END_TEST
 

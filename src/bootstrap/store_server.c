@@ -320,22 +320,24 @@ static void server_free(server_t *sv)
     free(sv);
 }
 
-/* fd_room makes sure rank 0 may open what the job needs of it next: a store connection from
- * each rank and then, while those are open, its liveness mesh (one per rank again) and a few
- * more; else the job fails now, naming the limit, and not at its timeout with ranks that
- * "never arrived". */
+/* fd_room makes sure rank 0 may serve the store: a connection from each rank, the listening
+ * socket, its wake-up descriptor and a few more; else the job fails now, naming the limit, and
+ * not at its timeout with ranks that "never arrived" (a store at its limit evicted its own
+ * ranks' connections to make room). What comes after the store (the liveness mesh) checks its
+ * own room, and a shortfall there reaches every rank through the store at once: a limit that
+ * let the store serve but not the mesh as well (2 ranks, ulimit -n 40) failed rank 0 alone
+ * here, and the others waited out their timeout for a store that never came. */
 static tutti_status_t fd_room(int size)
 {
-    unsigned long long open_now = 0, more = 2ull * (unsigned long long)size + 16;
+    unsigned long long open_now = 0, more = (unsigned long long)size + 8;
     struct rlimit rl;
-    if (tutti__fds_make_room(more, "the rendezvous store and liveness mesh of a job", &open_now,
-                             &rl))
+    if (tutti__fds_make_room(more, "the rendezvous store of a job", &open_now, &rl))
         return TUTTI_OK;
     return tutti__set_error(TUTTI_ERR_SYSTEM,
-                            "rank 0 cannot serve the rendezvous store for %d ranks: that and the "
-                            "connections that follow need about %llu open files (%llu open now, "
-                            "%llu for the job, %llu to spare), and its limit (ulimit -n) is "
-                            "%llu, hard limit %llu: raise it to %llu or more",
+                            "rank 0 cannot serve the rendezvous store for %d ranks: it needs "
+                            "about %llu open files (%llu open now, %llu for the store, %llu to "
+                            "spare), and its limit (ulimit -n) is %llu, hard limit %llu: raise "
+                            "it to %llu or more",
                             size, open_now + more + TUTTI__FDS_HEADROOM, open_now, more,
                             TUTTI__FDS_HEADROOM, (unsigned long long)rl.rlim_cur,
                             (unsigned long long)rl.rlim_max,

@@ -936,6 +936,30 @@ START_TEST(test_fd_limit)
 }
 END_TEST
 
+/* TUTTI_SOCKET_IFNAME choosing loopback while rank 0 is on another host: the kernel refuses
+ * every connect from 127.0.0.1 there (EINVAL), which no wait mends. The rank retried until its
+ * timeout (under torch's store-less path the group's), then asked "does interface lo reach
+ * MASTER_ADDR?"; now it fails at once, saying why (a helper's multi-node audit). */
+START_TEST(test_ifname_loopback)
+{
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "10.255.255.1", 1); /* no host of this machine */
+    setenv("MASTER_PORT", "29999", 1);
+    setenv("TUTTI_SOCKET_IFNAME", "lo", 1);
+    setenv("TUTTI_TIMEOUT", "30", 1);
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    ck_assert_msg(st == TUTTI_ERR_BOOTSTRAP, "got %d: %s", st, tutti_last_error());
+    ck_assert_msg(strstr(tutti_last_error(), "TUTTI_SOCKET_IFNAME chose, 127.0.0.1") != NULL &&
+                      strstr(tutti_last_error(), "loopback") != NULL,
+                  "the text does not say the loopback choice is why: %s", tutti_last_error());
+    ck_assert_msg(dt < 15, "failed after %.1f s, not at once", dt);
+}
+END_TEST
+
 /* ---- a server that poses as rank 0 --------------------------------------------------------- */
 
 typedef struct fake {
@@ -1339,6 +1363,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_idle);
     tcase_add_test(tc, test_emfile);
     tcase_add_test(tc, test_fd_limit);
+    tcase_add_test(tc, test_ifname_loopback);
     tcase_add_test(tc, test_fake_server);
     tcase_add_test(tc, test_reserved_key);
     tcase_add_test(tc, test_single_rank);

@@ -256,6 +256,19 @@ static int try_connect(const char *addr, int port, const struct sockaddr_in *src
             *fatal = true;
             break;
         }
+        if (fd < 0 && err == EINVAL && src != NULL) {
+            /* A source address that cannot reach this destination at all (a loopback one,
+             * towards another host): that does not pass by waiting either. */
+            char sip[INET_ADDRSTRLEN] = "?";
+            inet_ntop(AF_INET, &src->sin_addr, sip, sizeof sip);
+            snprintf(why, whylen, "%s: the address TUTTI_SOCKET_IFNAME chose, %s, cannot reach "
+                     "it%s: choose an interface that reaches rank 0's host (e.g. "
+                     "TUTTI_SOCKET_IFNAME=^lo)", strerror(err), sip,
+                     strncmp(sip, "127.", 4) == 0 ? " (a loopback address reaches only this host)"
+                                                  : "");
+            *fatal = true;
+            break;
+        }
     }
     freeaddrinfo(res);
     return fd;
@@ -695,11 +708,12 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         lowercase_first(why);
         if (fatal) {
             bool nofile = strstr(why, "RLIMIT_NOFILE") != NULL;
+            bool ifname = strstr(why, "TUTTI_SOCKET_IFNAME") != NULL;
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank %d could not reach the rendezvous store at %s:%d (%s)%s",
                                   rank, addr, port, why,
-                                  nofile ? "" : ": set MASTER_ADDR to rank 0's host name or "
-                                                "address");
+                                  nofile || ifname ? "" : ": set MASTER_ADDR to rank 0's host "
+                                                          "name or address");
             goto fail;
         }
         double left = deadline - tutti__now();

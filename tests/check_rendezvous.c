@@ -936,6 +936,37 @@ START_TEST(test_fd_limit)
 }
 END_TEST
 
+/* A rank given another TUTTI_JOB_TOKEN is refused and says so at once; rank 0, which waited for
+ * it to its deadline, said only "never arrived: check WORLD_SIZE/MASTER_ADDR/MASTER_PORT" (a
+ * helper's multi-node audit): it now says that its store refused a client's proof. */
+static int token_mismatch_rank(int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    setenv("TUTTI_JOB_TOKEN", rank == 0 ? TOKEN_A : TOKEN_B, 1);
+    tutti_comm_t *comm = NULL;
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    if (st == TUTTI_OK) {
+        tutti_comm_destroy(comm);
+        return th_fail("formed with two tokens");
+    }
+    const char *want = rank == 0 ? "refused 1 client(s) that did not prove this job's secret"
+                                 : "authentication failed";
+    if (strstr(tutti_last_error(), want) == NULL)
+        return th_fail("rank %d: the text lacks \"%s\": %s", rank, want, tutti_last_error());
+    return 0;
+}
+
+START_TEST(test_token_mismatch)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 40;
+    o.rank_timeout_s = 4; /* rank 0 waits for the refused rank to its deadline */
+    ck_assert(th_run_opts(2, &o, token_mismatch_rank, NULL) == 0);
+}
+END_TEST
+
 /* TUTTI_SOCKET_IFNAME choosing loopback while rank 0 is on another host: the kernel refuses
  * every connect from 127.0.0.1 there (EINVAL), which no wait mends. The rank retried until its
  * timeout (under torch's store-less path the group's), then asked "does interface lo reach
@@ -1364,6 +1395,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_emfile);
     tcase_add_test(tc, test_fd_limit);
     tcase_add_test(tc, test_ifname_loopback);
+    tcase_add_test(tc, test_token_mismatch);
     tcase_add_test(tc, test_fake_server);
     tcase_add_test(tc, test_reserved_key);
     tcase_add_test(tc, test_single_rank);

@@ -62,6 +62,9 @@ void tutti__store_linger(tutti__store_t *s, double seconds);
 /* tutti__store_unproven (rank 0: its server's count, tutti__store_server_unproven; others: 0):
  * for rank 0's error when ranks never arrived. */
 unsigned tutti__store_unproven(const tutti__store_t *s);
+/* tutti__store_unauthed (rank 0: tutti__store_server_unauthed; others: 0): the same, for the
+ * clients refused for their proof of the job's secret. */
+unsigned tutti__store_unauthed(const tutti__store_t *s);
 
 /* tutti__store_close disconnects; on rank 0 it also stops the server once every rank has
  * called tutti__store_close (or the deadline given to open has passed). It keeps the calling
@@ -100,6 +103,9 @@ int tutti__store_server_port(const tutti__store_server_t *sv);
 /* tutti__store_server_unproven counts the clients of this host that hung up before their hello
  * (0 for NULL). */
 unsigned tutti__store_server_unproven(const tutti__store_server_t *sv);
+/* tutti__store_server_unauthed counts the hellos refused for a missing or wrong proof of the
+ * job's secret (0 for NULL). */
+unsigned tutti__store_server_unauthed(const tutti__store_server_t *sv);
 
 /* tutti__store_server_stop waits for the server's thread to end (stopping it at once when now
  * is true) and frees sv (NULL is fine). */

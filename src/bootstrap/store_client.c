@@ -851,6 +851,11 @@ void tutti__store_linger(tutti__store_t *s, double seconds)
     tutti__store_server_linger(s->srv, seconds);
 }
 
+unsigned tutti__store_unauthed(const tutti__store_t *s)
+{
+    return tutti__store_server_unauthed(s->srv);
+}
+
 unsigned tutti__store_unproven(const tutti__store_t *s)
 {
     return tutti__store_server_unproven(s->srv);

@@ -38,6 +38,8 @@ typedef struct tutti__store_core {
     int ndone;
     int nadmitted;         /* ranks whose hello passed */
     unsigned refused;      /* refused hellos, for rate-limited logging */
+    unsigned unauthed;     /* hellos refused for a missing or wrong proof of the job's secret;
+                              atomic, read as unproven is */
     unsigned unproven;     /* clients of this host that hung up before their hello (a rank that
                               could not confirm the store is its job's); atomic: rank 0's
                               creation reads it from another thread */

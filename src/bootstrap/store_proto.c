@@ -289,6 +289,7 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
         uint8_t want[32];
         tutti__auth_client_mac(k->auth.key, c->ns, nc, c->a, c->b, job, flags, want);
         if (!tutti__ct_equal(want, b + TUTTI__WIRE_HELLO_MAC, sizeof want)) {
+            __atomic_add_fetch(&k->unauthed, 1, __ATOMIC_RELAXED);
             refuse(k, c, "authentication failed: the client does not hold this job's secret "
                          "(%s): another job on this port, or a TUTTI_JOB_TOKEN that differs "
                          "between ranks",
@@ -296,6 +297,7 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
             return;
         }
     } else if (k->auth.mode == TUTTI__AUTH_SECRET || c->peer_local) {
+        __atomic_add_fetch(&k->unauthed, 1, __ATOMIC_RELAXED);
         refuse(k, c, "authentication required: this job's ranks prove its secret (%s), and the "
                      "client offered no proof",
                k->auth.source);

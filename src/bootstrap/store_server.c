@@ -427,6 +427,11 @@ fail:
 
 int tutti__store_server_port(const server_t *sv) { return sv->core.port; }
 
+unsigned tutti__store_server_unauthed(const server_t *sv)
+{
+    return sv != NULL ? __atomic_load_n(&sv->core.unauthed, __ATOMIC_RELAXED) : 0;
+}
+
 unsigned tutti__store_server_unproven(const server_t *sv)
 {
     return sv != NULL ? __atomic_load_n(&sv->core.unproven, __ATOMIC_RELAXED) : 0;

@@ -555,6 +555,14 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                             "container they cannot tell; their own errors say why): if so, set "
                             "TUTTI_JOB_TOKEN to the same random value for every rank",
                             unproven);
+    /* A rank given another TUTTI_JOB_TOKEN (or none where the others have one) is refused and
+     * says so itself, at once; the ones waiting for it blamed the launch. */
+    unsigned unauthed = st == TUTTI_ERR_BOOTSTRAP && rank == 0 ? tutti__store_unauthed(store) : 0;
+    if (unauthed > 0 && strstr(tutti__tls_error(), "never arrived") != NULL)
+        tutti__append_error("; meanwhile the store refused %u client(s) that did not prove this "
+                            "job's secret: a TUTTI_JOB_TOKEN that differs between the ranks (or "
+                            "is set on some only), or another job's ranks on this port",
+                            unauthed);
     /* A failure is recorded in the store, rank 0's too: the others' waits ask for it and fail
      * at once with its text. (Rank 0's plain close left its server serving them until the
      * deadline, and they reported rank 0 as never arrived.) */

@@ -246,6 +246,20 @@ static bool read_desc(const tutti__window_t *w, int r, unsigned p, uint64_t v, t
            value_of(hash_desc(d->seq, d->count, d->info), d->wcall) == v;
 }
 
+/* await_notice gives rank g's failure notice a moment (1 s) to come: a failing rank writes its
+ * window word first and sends the notice right after (under load it may lose its core between
+ * the two), unless it has ended meanwhile. */
+static void await_notice(tutti__liveness_t *live, int g)
+{
+    int dead = -1;
+    for (double t0 = tutti__now(); !tutti__live_told(live, g) && !tutti__live_dead(live, g) &&
+                                   tutti__now() - t0 < 1.0;) {
+        (void)tutti__live_check_now(live, &dead);
+        if (!tutti__live_told(live, g))
+            tutti__sleep_us(2000);
+    }
+}
+
 /* Failure word: status (negated, low 7 bits), FAIL_RELAYED when that rank only passed on a
  * peer's failure, and the call's sequence number above. */
 #define FAIL_RELAYED 0x80u
@@ -283,16 +297,10 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
         if (v != tutti__win_value(c) && read_desc(w, r, p, v, &d) && d.wcall == c->wcall)
             return tutti__sig_mismatch(c, g, &d, "");
         /* The finder's call was this one: the odd call is another rank's, which its notice
-         * names. The finder writes its window word first and sends the notice right after:
-         * give the notice a moment to come. */
+         * names. */
         tutti__liveness_t *lv = c->net->live;
-        for (double t0 = tutti__now();
-             lv != NULL && !tutti__live_told(lv, g) && !tutti__live_dead(lv, g) &&
-             tutti__now() - t0 < 1.0;) {
-            (void)tutti__live_check_now(lv, &dead);
-            if (!tutti__live_told(lv, g))
-                tutti__sleep_us(2000);
-        }
+        if (lv != NULL)
+            await_notice(lv, g);
         const int b = lv != NULL ? tutti__live_blame(lv, g) : -1;
         /* A third rank: where its call is in the window, this rank names both calls itself, as
          * the finder did. That rank describes its call as soon as it sees a value differ
@@ -327,17 +335,10 @@ static tutti_status_t peer_failed(tutti__coll_t *c, tutti__window_t *w, int r, u
                  g, with, seq, c->net->rank, mine);
         return TUTTI_ERR_MISMATCH;
     }
-    /* Its notice names the rank it found dead or silent. The failing rank writes its window
-     * word first and sends the notice right after: give the notice a moment to come (under
-     * load that rank may lose its core between the two), unless it has ended meanwhile. */
+    /* Its notice names the rank it found dead or silent. */
     tutti__liveness_t *live = c->net->live;
-    const bool wait = live != NULL && st == TUTTI_ERR_PEER_FAILED && !(f & FAIL_RELAYED);
-    for (double t0 = tutti__now(); wait && !tutti__live_told(live, g) &&
-                                   !tutti__live_dead(live, g) && tutti__now() - t0 < 1.0;) {
-        (void)tutti__live_check_now(live, &dead);
-        if (!tutti__live_told(live, g))
-            tutti__sleep_us(2000);
-    }
+    if (live != NULL && st == TUTTI_ERR_PEER_FAILED && !(f & FAIL_RELAYED))
+        await_notice(live, g);
     int b = tutti__live_blame(live, g);
     char about[96];
     tutti__blame_note(about, sizeof about, b, g, c->net->rank);

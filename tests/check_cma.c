@@ -7,12 +7,14 @@
  * ranges, at 2 and 3 ranks), exact with no override; and a send buffer read a second time
  * backed with huge pages first (TUTTI_CMA_THP), its bytes unchanged. */
 #include <check.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -570,6 +572,142 @@ START_TEST(test_thp)
 }
 END_TEST
 
+/* Whether this kernel answers PAGEMAP_SCAN (Linux 6.7), by which tutti tells a buffer mapped anew
+ * at an address it collapsed before: without it the remap test has nothing to check. */
+static bool kernel_scans(void)
+{
+    struct {
+        uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+        uint64_t inverted, mask, anyof, ret;
+    } a;
+    uint64_t region[3];
+    static char page[4096] __attribute__((aligned(4096)));
+    page[0] = 1;
+    int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.start = (uintptr_t)page;
+    a.end = a.start + sizeof page;
+    a.vec = (uintptr_t)region;
+    a.vec_len = 1;
+    a.mask = a.ret = (uint64_t)1 << 6;
+    bool ok = ioctl(fd, _IOWR('f', 16, a), &a) >= 0;
+    close(fd);
+    return ok;
+}
+
+/* alltoall_checked sends s to r by single copy and checks both (the harness's values). */
+static int alltoall_checked(tutti_comm_t *comm, int32_t *s, int32_t *r, size_t count, int rank,
+                            int n, const char *what)
+{
+    size_t total = (size_t)n * count;
+    memset(r, 0xa5, total * 4);
+    tutti_status_t st = tutti_alltoall(s, r, count, TUTTI_INT32, comm, NULL);
+    if (st != TUTTI_OK)
+        return th_fail("%s: %s: %s", what, tutti_strerror(st), tutti_comm_last_error(comm));
+    for (size_t k = 0; k < total; k++) {
+        int j = (int)(k / count);
+        if (r[k] != val(j, rank, k % count))
+            return th_fail("%s: block %d [%zu] = %d, want %d", what, j, k % count, r[k],
+                           val(j, rank, k % count));
+        if (s[k] != val(rank, j, k % count))
+            return th_fail("%s changed the send buffer at [%zu]", what, k);
+    }
+    return 0;
+}
+
+/* remap_at maps fresh memory at exactly p (where a buffer was just unmapped) and fills it as
+ * rank's send buffer: NULL where something else took the address meanwhile. */
+static int32_t *remap_at(void *p, size_t bytes, int rank, size_t count)
+{
+    void *m = mmap(p, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == MAP_FAILED || m != p) {
+        if (m != MAP_FAILED)
+            munmap(m, bytes);
+        return NULL;
+    }
+    int32_t *s = m;
+    for (size_t k = 0; k < bytes / 4; k++)
+        s[k] = val(rank, (int)(k / count), k % count);
+    return s;
+}
+
+/* A send buffer unmapped and mapped anew at the same address (as glibc does with every large
+ * allocation freed and made again, torch's tensors among them) is 4 KiB pages again: tutti must
+ * see it and collapse it again on its second send, not take it for the one it collapsed. One
+ * mapped anew for every call is collapsed now and then, not every call (each collapse costs
+ * more than a copy): of the 10 calls below, at least one and at most four find it collapsed. */
+static int remap_rank(int rank, int n, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = init();
+    if (comm == NULL)
+        return 1;
+    int rc = use(comm, TUTTI_COLL_ALLTOALL, "cma");
+    size_t count = THP_BLOCK / 4, total = (size_t)n * count, bytes = total * 4;
+    int32_t *s = huge_map(bytes), *r = malloc(bytes);
+    if (s == NULL || r == NULL)
+        rc = th_fail("no memory for %zu bytes", bytes);
+    for (size_t k = 0; rc == 0 && k < total; k++)
+        s[k] = val(rank, (int)(k / count), k % count);
+    bool fresh_small = rc == 0 && huge_kb(s) == 0; /* else THP "always": nothing to tell */
+    for (int call = 1; call <= 2 && rc == 0; call++)
+        rc = alltoall_checked(comm, s, r, count, rank, n, "first mapping");
+    if (rc == 0 && fresh_small && huge_kb(s) < 2048)
+        rc = th_fail("the first mapping is not in huge pages after two sends (%ld kB)",
+                     huge_kb(s));
+    /* mapped anew: sent twice, it must be collapsed again */
+    if (rc == 0) {
+        munmap(s, bytes);
+        s = remap_at(s, bytes, rank, count);
+        if (s == NULL)
+            rc = th_fail("could not map the buffer again at its address");
+    }
+    for (int call = 1; call <= 2 && rc == 0; call++)
+        rc = alltoall_checked(comm, s, r, count, rank, n, "second mapping");
+    if (rc == 0 && fresh_small && huge_kb(s) < 2048)
+        rc = th_fail("a buffer mapped anew where a collapsed one was is not in huge pages after "
+                     "two sends (%ld kB): taken for the old one",
+                     huge_kb(s));
+    /* mapped anew for every call */
+    int collapsed = 0;
+    for (int call = 1; call <= 10 && rc == 0; call++) {
+        munmap(s, bytes);
+        s = remap_at(s, bytes, rank, count);
+        if (s == NULL) {
+            rc = th_fail("could not map the buffer again at its address");
+            break;
+        }
+        rc = alltoall_checked(comm, s, r, count, rank, n, "a mapping per call");
+        collapsed += huge_kb(s) >= 2048;
+    }
+    if (rc == 0 && fresh_small && (collapsed < 1 || collapsed > 4))
+        rc = th_fail("a buffer mapped anew for each of 10 calls was collapsed in %d of them, "
+                     "want 1 to 4 (%s)",
+                     collapsed, collapsed < 1 ? "never again" : "no backing off");
+    if (s != NULL)
+        munmap(s, bytes);
+    free(r);
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_thp_remap)
+{
+    if (!kernel_collapses() || !kernel_scans()) {
+        fprintf(stderr, "check_cma: this kernel does not collapse memory into huge pages "
+                        "(MADV_COLLAPSE) or scan page tables (PAGEMAP_SCAN): test_thp_remap "
+                        "not run\n");
+        return;
+    }
+    ck_assert(on_shm(2, NULL, remap_rank, NULL) == 0);
+    ck_assert(on_shm(3, NULL, remap_rank, NULL) == 0);
+}
+END_TEST
+
 /* ---- a read the kernel refuses in the middle of a call --------------------------------------- */
 
 /* After creation (single copy probed and on) every rank drops CAP_SYS_PTRACE and rank 1 turns
@@ -655,6 +793,7 @@ int main(void)
     tcase_add_test(tc, test_bad_knob);
     tcase_add_test(tc, test_read_refused);
     tcase_add_test(tc, test_thp);
+    tcase_add_test(tc, test_thp_remap);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);

@@ -187,8 +187,9 @@ const tutti__env_knob_t tutti__env_knobs[] = {
      "where single copy runs, a send buffer that local peers read a second time is backed with "
      "transparent huge pages first (`madvise(MADV_COLLAPSE)`, Linux 6.1+; the 2 MiB pages at "
      "least half inside it; no byte changes), which the kernel pins for the readers far faster "
-     "than 4 KiB pages: `auto` (so, unless THP is `never` in sysfs), `off` (buffers stay as the "
-     "program made them)"},
+     "than 4 KiB pages; again where it was mapped anew at the same address (seen by "
+     "`PAGEMAP_SCAN`, Linux 6.7+; else every 256th send): `auto` (so, unless THP is `never` in "
+     "sysfs), `off` (buffers stay as the program made them)"},
     {"FI_PROVIDER", NULL, "libfabric provider for the ofi transport (libfabric's own variable)"},
     {"TUTTI_SOCKET_IFNAME", NULL,
      "network interface for the rendezvous store's connections, the liveness mesh and ofi "

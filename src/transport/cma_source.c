@@ -11,24 +11,35 @@
  * half a huge page on each side of the buffer becomes resident if it was not (a collapse that
  * would cross into another mapping fails, and the page is read as it is).
  *
- * A collapse costs about a copy of the range, so it pays only on a buffer sent again: a range
- * is collapsed the second time it is offered, and again every REVISIT-th time after (the memory
- * may have been unmapped and mapped anew at the same address, 4 KiB pages again; on pages that
+ * A collapse costs more than a copy of the range (0.5-0.8 ms a huge page, here), so it pays
+ * only on a buffer sent again: a range is collapsed the second time it is offered. The memory
+ * may since have been unmapped and mapped anew at the same address (above glibc's mmap
+ * threshold every free unmaps, and the next allocation of that size often lands where the last
+ * one was): 4 KiB pages again, which a table of addresses cannot tell from the collapsed ones.
+ * Where the kernel has PAGEMAP_SCAN (Linux 6.7), every later offer asks it whether a page of the
+ * range is not huge (a few microseconds for 256 MiB); one that is has been mapped anew (or
+ * split by the kernel) and is collapsed again, except where collapses do not last: one undone
+ * within LASTS offers doubles the offers let pass before the next, up to REVISIT, so that a
+ * program that maps its buffer anew for every call pays a collapse a few times, not every
+ * call. Without PAGEMAP_SCAN a range is collapsed again every REVISIT-th offer (on pages that
  * are already huge the call only looks, ~0.1 ms for 64 MiB). The table of ranges is the
  * process's, shared by its communicators. Best effort: a range the kernel will not collapse
  * (PR_SET_THP_DISABLE, MADV_NOHUGEPAGE, no huge page free, most file mappings) is read as it
- * is; where the administrator set THP to `never`, nothing is collapsed. Shared memory (shmem,
- * as torch's share_memory_) may be collapsed too: its page cache, for every process that maps
- * it, bytes unchanged. The pages collapsed are populated, those never touched zero-filled: the
- * callers offer only what their peers are about to read.
+ * is, and backs off like one mapped anew; where the administrator set THP to `never`, nothing
+ * is collapsed. Shared memory (shmem, as torch's share_memory_) may be collapsed too: its page
+ * cache, for every process that maps it, bytes unchanged. The pages collapsed are populated,
+ * those never touched zero-filled: the callers offer only what their peers are about to read.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "transport.h"
@@ -37,39 +48,99 @@
 #define MADV_COLLAPSE 25
 #endif
 
+/* PAGEMAP_SCAN (Linux 6.7, linux/fs.h), spelled out: the headers of older systems lack it. */
+typedef struct scan_region {
+    uint64_t start, end, categories;
+} scan_region_t;
+typedef struct scan_arg {
+    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+    uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+} scan_arg_t;
+#define SCAN_IOCTL _IOWR('f', 16, scan_arg_t)
+#define SCAN_IS_HUGE ((uint64_t)1 << 6)
+
 enum {
     SLOTS = 32,    /* ranges remembered: a training step's buffers, with room */
-    REVISIT = 256, /* offers between collapses of a range already collapsed */
+    REVISIT = 256, /* most offers let pass between collapses of a range */
+    LASTS = 8,     /* offers a collapse must last for the next undoing to be collapsed at once */
 };
 
 typedef struct seen {
-    uintptr_t lo, hi; /* the huge pages offered (tutti__cma_offer's span); hi == 0: free slot */
+    uintptr_t lo, hi;       /* the huge pages offered (tutti__cma_offer's span); hi == 0: free */
     uint32_t offers;
-    uint64_t used;    /* the table's clock at the last offer: least recent is replaced */
+    uint32_t collapsed_at;  /* the offer that last collapsed it; 0: none yet */
+    uint32_t wait;          /* offers let pass after an undone collapse before the next */
+    uint32_t next;          /* the first offer that may collapse it (again) */
+    uint64_t used;          /* the table's clock at the last offer: least recent is replaced */
 } seen_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static seen_t table[SLOTS];
 static uint64_t clock_now;
 static int kernel_has = -1; /* -1: not asked yet; 0: no MADV_COLLAPSE here, or THP `never` */
+static bool kernel_scans;   /* PAGEMAP_SCAN answered on this process's pagemap */
 static uintptr_t huge = (uintptr_t)2 << 20; /* the huge page's size (read at the first ask) */
 static uint64_t collapses;
+static int map_fd = -1;     /* /proc/self/pagemap, opened by pid map_pid; map_id is its inode */
+static pid_t map_pid;
+static struct stat map_id;
 
-/* offer_count returns how many times [lo, hi) has been offered, this time included. */
-static uint32_t offer_count(uintptr_t lo, uintptr_t hi)
+/* offer finds [lo, hi) in the table (or takes the least recent slot for it) and counts this
+ * offer. */
+static seen_t *offer(uintptr_t lo, uintptr_t hi)
 {
     seen_t *oldest = &table[0];
     clock_now++;
     for (int i = 0; i < SLOTS; i++) {
         if (table[i].lo == lo && table[i].hi == hi) {
             table[i].used = clock_now;
-            return ++table[i].offers;
+            table[i].offers++;
+            return &table[i];
         }
         if (table[i].used < oldest->used)
             oldest = &table[i];
     }
-    *oldest = (seen_t){lo, hi, 1, clock_now};
-    return 1;
+    *oldest = (seen_t){.lo = lo, .hi = hi, .offers = 1, .next = 2, .used = clock_now};
+    return oldest;
+}
+
+/* pagemap returns a descriptor of this process's own pagemap (under the lock): the one kept,
+ * unless this is a child forked since (whose inherited descriptor reads its parent's) or the
+ * program closed it and the number now names another file; -1 where it cannot be opened. */
+static int pagemap(void)
+{
+    struct stat now;
+    if (map_fd >= 0) {
+        bool same = fstat(map_fd, &now) == 0 && now.st_dev == map_id.st_dev &&
+                    now.st_ino == map_id.st_ino;
+        if (same && map_pid == getpid())
+            return map_fd;
+        if (same)
+            close(map_fd); /* the parent's pagemap, inherited: this process's own copy of it */
+        map_fd = -1;       /* else the number is another file's now: not ours to close */
+    }
+    map_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    map_pid = getpid();
+    if (map_fd >= 0 && fstat(map_fd, &map_id) != 0) {
+        close(map_fd);
+        map_fd = -1;
+    }
+    return map_fd;
+}
+
+/* not_huge asks PAGEMAP_SCAN whether a page of [lo, hi) is not backed by a huge page (absent
+ * pages included): 1 yes, 0 no, -1 the kernel cannot say. */
+static int not_huge(uintptr_t lo, uintptr_t hi)
+{
+    int fd = pagemap();
+    if (fd < 0)
+        return -1;
+    scan_region_t r;
+    scan_arg_t a = {.size = sizeof a, .start = lo, .end = hi, .vec = (uintptr_t)&r,
+                    .vec_len = 1, .max_pages = 1, .category_inverted = SCAN_IS_HUGE,
+                    .category_mask = SCAN_IS_HUGE, .return_mask = SCAN_IS_HUGE};
+    int k = ioctl(fd, SCAN_IOCTL, &a);
+    return k < 0 ? -1 : k > 0;
 }
 
 /* thp_never tells whether the administrator turned transparent huge pages off ("[never]" in
@@ -85,7 +156,7 @@ static bool thp_never(void)
     return never;
 }
 
-/* ask_kernel sets kernel_has and huge (under the lock, once). */
+/* ask_kernel sets kernel_has, kernel_scans and huge (under the lock, once). */
 static void ask_kernel(void)
 {
     /* An empty range: EINVAL only where the advice is unknown. */
@@ -99,6 +170,40 @@ static void ask_kernel(void)
             huge = (uintptr_t)size;
         fclose(f);
     }
+    /* The scan of one page of this very table: ENOTTY or EINVAL where there is no such call. */
+    uintptr_t here = (uintptr_t)table & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1);
+    kernel_scans = kernel_has && not_huge(here, here + (uintptr_t)sysconf(_SC_PAGESIZE)) >= 0;
+}
+
+/* collapse_now says whether offer e->offers of range e collapses it (under the lock), and
+ * keeps the account of collapses that did not last. */
+static bool collapse_now(seen_t *e)
+{
+    uint32_t k = e->offers;
+    if (!kernel_scans) /* blind: the second offer, then every REVISIT-th */
+        return k == 2 || (k > 2 && (k - 2) % REVISIT == 0);
+    if (k < e->next)
+        return false;
+    int undone = not_huge(e->lo, e->hi);
+    if (undone == 0) /* huge already, by an earlier collapse or by the system */
+        return false;
+    if (undone < 0) { /* the scan failed this once: look again later */
+        e->next = k + 1;
+        return false;
+    }
+    if (e->collapsed_at != 0) {
+        /* mapped anew, split, or never collapsed: how long did the last collapse last? */
+        uint32_t lasted = k - e->collapsed_at - 1;
+        e->wait = lasted >= LASTS ? 0 : e->wait == 0 ? 1 : e->wait * 2 > REVISIT ? REVISIT
+                                                                                  : e->wait * 2;
+        e->collapsed_at = 0;
+        if (e->wait > 0) {
+            e->next = k + e->wait;
+            return false;
+        }
+    }
+    e->collapsed_at = k;
+    return true;
 }
 
 void tutti__cma_offer(const tutti__window_t *w, const void *buf, size_t len)
@@ -118,12 +223,11 @@ void tutti__cma_offer(const tutti__window_t *w, const void *buf, size_t len)
         lo += huge;
     if (last != first && (e - last) * 2 < huge)
         hi -= huge;
-    uint32_t k = kernel_has && hi > lo ? offer_count(lo, hi) : 0;
+    bool go = kernel_has && hi > lo && collapse_now(offer(lo, hi));
     pthread_mutex_unlock(&lock);
     /* Outside the lock: a collapse takes milliseconds, and two threads collapsing one range
      * only make the kernel look twice. */
-    if ((k == 2 || (k > 2 && (k - 2) % REVISIT == 0)) &&
-        madvise((void *)lo, hi - lo, MADV_COLLAPSE) == 0)
+    if (go && madvise((void *)lo, hi - lo, MADV_COLLAPSE) == 0)
         __atomic_fetch_add(&collapses, 1, __ATOMIC_RELAXED);
     errno = saved;
 }

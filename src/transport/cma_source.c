@@ -16,14 +16,16 @@
  * may since have been unmapped and mapped anew at the same address (above glibc's mmap
  * threshold every free unmaps, and the next allocation of that size often lands where the last
  * one was): 4 KiB pages again, which a table of addresses cannot tell from the collapsed ones.
- * Where the kernel has PAGEMAP_SCAN (Linux 6.7), every later offer asks it whether a page of the
- * range is not huge (a few microseconds for 256 MiB); one that is has been mapped anew (or
- * split by the kernel) and is collapsed again, except where collapses do not last: one undone
- * within LASTS offers doubles the offers let pass before the next, up to REVISIT, so that a
- * program that maps its buffer anew for every call pays a collapse a few times, not every
- * call. Without PAGEMAP_SCAN a range is collapsed again every REVISIT-th offer (on pages that
- * are already huge the call only looks, ~0.1 ms for 64 MiB). The table of ranges is the
- * process's, shared by its communicators. Best effort: a range the kernel will not collapse
+ * Where the kernel has PAGEMAP_SCAN (Linux 6.7), every later offer asks it whether a huge page
+ * wholly inside the buffer is not huge (microseconds for 256 MiB; an end page only half inside
+ * may cross into a gap or a mapping that cannot be collapsed, and is not asked about); one that
+ * is has been mapped anew (or split by the kernel) and is collapsed again, except where
+ * collapses do not last: one undone within LASTS offers doubles the offers let pass before the
+ * next, up to REVISIT, so that a program that maps its buffer anew for every call pays a
+ * collapse a few times, not every call. Without PAGEMAP_SCAN (or for a buffer with no huge page
+ * wholly inside, or when a scan fails) a range is collapsed again every REVISIT-th offer (on
+ * pages that are already huge the call only looks, ~0.1 ms for 64 MiB). The table of ranges is
+ * the process's, shared by its communicators. Best effort: a range the kernel will not collapse
  * (PR_SET_THP_DISABLE, MADV_NOHUGEPAGE, no huge page free, most file mappings) is read as it
  * is, and backs off like one mapped anew; where the administrator set THP to `never`, nothing
  * is collapsed. Shared memory (shmem, as torch's share_memory_) may be collapsed too: its page
@@ -67,10 +69,10 @@ enum {
 
 typedef struct seen {
     uintptr_t lo, hi;       /* the huge pages offered (tutti__cma_offer's span); hi == 0: free */
-    uint32_t offers;
-    uint32_t collapsed_at;  /* the offer that last collapsed it; 0: none yet */
+    uint64_t offers;        /* (64 bits: none of these wraps in a process's life) */
+    uint64_t collapsed_at;  /* the offer that last collapsed it; 0: none yet */
+    uint64_t next;          /* the first offer that may collapse it (again) */
     uint32_t wait;          /* offers let pass after an undone collapse before the next */
-    uint32_t next;          /* the first offer that may collapse it (again) */
     uint64_t used;          /* the table's clock at the last offer: least recent is replaced */
 } seen_t;
 
@@ -81,9 +83,9 @@ static int kernel_has = -1; /* -1: not asked yet; 0: no MADV_COLLAPSE here, or T
 static bool kernel_scans;   /* PAGEMAP_SCAN answered on this process's pagemap */
 static uintptr_t huge = (uintptr_t)2 << 20; /* the huge page's size (read at the first ask) */
 static uint64_t collapses;
-static int map_fd = -1;     /* /proc/self/pagemap, opened by pid map_pid; map_id is its inode */
-static pid_t map_pid;
+static int map_fd = -1;     /* /proc/self/pagemap; map_id is its inode */
 static struct stat map_id;
+static bool map_stale;      /* forked since map_fd was opened: it reads the parent's tables */
 
 /* offer finds [lo, hi) in the table (or takes the least recent slot for it) and counts this
  * offer. */
@@ -104,23 +106,31 @@ static seen_t *offer(uintptr_t lo, uintptr_t hi)
     return oldest;
 }
 
+/* forked: the child's only thread may find the lock held by a thread that its parent had, and
+ * the pagemap descriptor it inherited reads the parent's page tables. */
+static void forked_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    map_stale = true;
+}
+
 /* pagemap returns a descriptor of this process's own pagemap (under the lock): the one kept,
- * unless this is a child forked since (whose inherited descriptor reads its parent's) or the
- * program closed it and the number now names another file; -1 where it cannot be opened. */
+ * unless this is a child forked since or the program closed it and the number now names
+ * another file; -1 where it cannot be opened. */
 static int pagemap(void)
 {
     struct stat now;
     if (map_fd >= 0) {
         bool same = fstat(map_fd, &now) == 0 && now.st_dev == map_id.st_dev &&
                     now.st_ino == map_id.st_ino;
-        if (same && map_pid == getpid())
+        if (same && !map_stale)
             return map_fd;
         if (same)
             close(map_fd); /* the parent's pagemap, inherited: this process's own copy of it */
         map_fd = -1;       /* else the number is another file's now: not ours to close */
     }
+    map_stale = false;
     map_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    map_pid = getpid();
     if (map_fd >= 0 && fstat(map_fd, &map_id) != 0) {
         close(map_fd);
         map_fd = -1;
@@ -128,8 +138,9 @@ static int pagemap(void)
     return map_fd;
 }
 
-/* not_huge asks PAGEMAP_SCAN whether a page of [lo, hi) is not backed by a huge page (absent
- * pages included): 1 yes, 0 no, -1 the kernel cannot say. */
+/* not_huge asks PAGEMAP_SCAN whether a page of [lo, hi) is not backed by a huge page (pages
+ * never touched included; unmapped gaps, with nothing to collapse, are skipped): 1 yes, 0 no,
+ * -1 the kernel cannot say. */
 static int not_huge(uintptr_t lo, uintptr_t hi)
 {
     int fd = pagemap();
@@ -173,27 +184,34 @@ static void ask_kernel(void)
     /* The scan of one page of this very table: ENOTTY or EINVAL where there is no such call. */
     uintptr_t here = (uintptr_t)table & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1);
     kernel_scans = kernel_has && not_huge(here, here + (uintptr_t)sysconf(_SC_PAGESIZE)) >= 0;
+    if (!kernel_scans && map_fd >= 0) {
+        close(map_fd);
+        map_fd = -1;
+    }
+    if (kernel_scans)
+        pthread_atfork(NULL, NULL, forked_child);
 }
 
 /* collapse_now says whether offer e->offers of range e collapses it (under the lock), and
- * keeps the account of collapses that did not last. */
-static bool collapse_now(seen_t *e)
+ * keeps the account of collapses that did not last. [ilo, ihi) are the huge pages wholly inside
+ * the buffer, which are scanned: an end page only half inside may cross into a gap or a mapping
+ * that cannot be collapsed, and would look undone for ever. */
+static bool collapse_now(seen_t *e, uintptr_t ilo, uintptr_t ihi)
 {
-    uint32_t k = e->offers;
-    if (!kernel_scans) /* blind: the second offer, then every REVISIT-th */
-        return k == 2 || (k > 2 && (k - 2) % REVISIT == 0);
+    uint64_t k = e->offers;
+    bool blind = k == 2 || (k > 2 && (k - 2) % REVISIT == 0); /* the second, then every 256th */
+    if (!kernel_scans || ihi <= ilo)
+        return blind;
     if (k < e->next)
         return false;
-    int undone = not_huge(e->lo, e->hi);
+    int undone = not_huge(ilo, ihi);
     if (undone == 0) /* huge already, by an earlier collapse or by the system */
         return false;
-    if (undone < 0) { /* the scan failed this once: look again later */
-        e->next = k + 1;
-        return false;
-    }
+    if (undone < 0) /* the scan failed this once (no descriptor left?): as if blind */
+        return blind;
     if (e->collapsed_at != 0) {
         /* mapped anew, split, or never collapsed: how long did the last collapse last? */
-        uint32_t lasted = k - e->collapsed_at - 1;
+        uint64_t lasted = k - e->collapsed_at - 1;
         e->wait = lasted >= LASTS ? 0 : e->wait == 0 ? 1 : e->wait * 2 > REVISIT ? REVISIT
                                                                                   : e->wait * 2;
         e->collapsed_at = 0;
@@ -223,12 +241,24 @@ void tutti__cma_offer(const tutti__window_t *w, const void *buf, size_t len)
         lo += huge;
     if (last != first && (e - last) * 2 < huge)
         hi -= huge;
-    bool go = kernel_has && hi > lo && collapse_now(offer(lo, hi));
+    uintptr_t ilo = (b + huge - 1) & ~(huge - 1), ihi = e & ~(huge - 1); /* wholly inside */
+    bool go = kernel_has && hi > lo && collapse_now(offer(lo, hi), ilo, ihi);
     pthread_mutex_unlock(&lock);
     /* Outside the lock: a collapse takes milliseconds, and two threads collapsing one range
-     * only make the kernel look twice. */
-    if (go && madvise((void *)lo, hi - lo, MADV_COLLAPSE) == 0)
-        __atomic_fetch_add(&collapses, 1, __ATOMIC_RELAXED);
+     * only make the kernel look twice. Each end page half inside on its own: one that crosses
+     * into a mapping that cannot be collapsed fails alone (a range that starts in such a
+     * mapping fails whole, EINVAL). */
+    if (go) {
+        bool ok = false;
+        if (ihi > ilo)
+            ok = madvise((void *)ilo, ihi - ilo, MADV_COLLAPSE) == 0;
+        if (lo < ilo && lo < hi)
+            ok |= madvise((void *)lo, huge, MADV_COLLAPSE) == 0 && ihi <= ilo;
+        if (hi > ihi && hi - huge >= lo && hi - huge >= ilo)
+            ok |= madvise((void *)(hi - huge), huge, MADV_COLLAPSE) == 0 && ihi <= ilo;
+        if (ok)
+            __atomic_fetch_add(&collapses, 1, __ATOMIC_RELAXED);
+    }
     errno = saved;
 }
 

@@ -439,6 +439,85 @@ START_TEST(test_two_jobs)
 }
 END_TEST
 
+/* ---- two jobs of one session on one port ---------------------------------------------------- */
+
+/* Two jobs started from one terminal or script on one port, without tokens or launcher ids,
+ * cannot be told apart: job B's rank 1 may take job A's free rank 1 and both "succeed" on mixed
+ * data. B's rank 0, which finds the port taken and A's secret file readable, tells A's store,
+ * which fails every rank of A's rendezvous (B's rank 1 within it), saying why; B's rank 0 says
+ * that it did. No rank of either may come out with a communicator. Job A's rank 0 is rank 0
+ * here; rank 1 starts B's two ranks at once, in this session (the harness's), and stays out. */
+static int session_b(int rank)
+{
+    char v[16];
+    snprintf(v, sizeof v, "%d", rank);
+    setenv("RANK", v, 1);
+    tutti_comm_t *comm = NULL;
+    double t0 = th_now();
+    tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+    double dt = th_now() - t0;
+    if (st == TUTTI_OK) {
+        fprintf(stderr, "job B rank %d joined job A's rendezvous: mixed jobs\n", rank);
+        tutti_comm_destroy(comm);
+        return 1;
+    }
+    if (rank == 0 && (strstr(tutti_last_error(), "in use") == NULL ||
+                      strstr(tutti_last_error(), "that job was told") == NULL)) {
+        fprintf(stderr, "job B rank 0: \"%s\", expected \"in use\" and \"that job was told\"\n",
+                tutti_last_error());
+        return 1;
+    }
+    if (dt > 5.0) {
+        fprintf(stderr, "job B rank %d: failing took %.1f s, not at once\n", rank, dt);
+        return 1;
+    }
+    return 0;
+}
+
+static int one_session_rank(int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    if (rank == 0) {
+        tutti_comm_t *comm = NULL;
+        tutti_status_t st = tutti_comm_init_env(NULL, &comm);
+        if (st == TUTTI_OK) {
+            tutti_comm_destroy(comm);
+            return th_fail("job A's rank 0 formed a communicator with job B's rank 1");
+        }
+        if (st != TUTTI_ERR_BOOTSTRAP ||
+            strstr(tutti_last_error(), "second process given rank 0") == NULL)
+            return th_fail("job A's rank 0: %d (%s): \"%s\", expected TUTTI_ERR_BOOTSTRAP "
+                           "naming the second rank 0",
+                           st, tutti_strerror(st), tutti_last_error());
+        return 0;
+    }
+    usleep(200000); /* A's rank 0 serves by now */
+    pid_t kids[2];
+    for (int b = 1; b >= 0; b--)
+        if ((kids[b] = fork()) == 0)
+            _exit(session_b(b));
+    int bad = 0;
+    for (int b = 1; b >= 0; b--) {
+        int st = 0;
+        waitpid(kids[b], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            bad = th_fail("job B's rank %d (status 0x%x): see above", b, st);
+    }
+    return bad;
+}
+
+START_TEST(test_two_jobs_one_session)
+{
+    th_opts_t o = TH_OPTS_INIT;
+    o.transport = "shm";
+    o.timeout_s = 40;
+    o.rank_timeout_s = 20;
+    o.env[0] = "TUTTI_TIMEOUT=10";
+    ck_assert_msg(th_run_opts(2, &o, one_session_rank, NULL) == 0,
+                  "two jobs of one session on one port: see stderr");
+}
+END_TEST
+
 /* ---- two jobs of two users on one port ----------------------------------------------------- */
 
 /* Job B runs as another user (uid 65534), so its rank finds no secret file for A's store in its
@@ -827,7 +906,9 @@ START_TEST(test_emfile)
         tutti__auth_from_key(key, &a);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         tutti__store_server_t *sv = NULL;
-        if (tutti__store_server_start(&sa, "127.0.0.1", 2, &a, tutti__now() + 25, &sv) != 0)
+        bool in_use;
+        if (tutti__store_server_start(&sa, "127.0.0.1", 2, &a, tutti__now() + 25, &sv,
+                                      &in_use) != 0)
             _exit(2);
         struct rlimit rl = {64, 64};
         setrlimit(RLIMIT_NOFILE, &rl);
@@ -1386,6 +1467,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_stranger, 0, 2);
     tcase_add_loop_test(tc, test_two_jobs, 0, (int)(sizeof two_cases / sizeof two_cases[0]));
+    tcase_add_test(tc, test_two_jobs_one_session);
     tcase_add_loop_test(tc, test_two_users, 0, 2);
     tcase_add_test(tc, test_back_to_back);
     tcase_add_test(tc, test_bind);

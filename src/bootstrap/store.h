@@ -89,10 +89,10 @@ typedef struct tutti__store_server tutti__store_server_t;
  * of size ranks, authenticated as auth says, from a thread until every rank has closed, or
  * deadline (plus a short grace while a rank still asks) has passed. A HOST job's secret file is
  * written (named after name_ip and the port) before anyone can connect, and removed when the
- * server stops. */
+ * server stops. *in_use tells, on failure, that a listener held the port (EADDRINUSE). */
 tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, const char *name_ip,
                                          int size, const tutti__auth_t *auth, double deadline,
-                                         tutti__store_server_t **out);
+                                         tutti__store_server_t **out, bool *in_use);
 
 /* tutti__store_server_linger: see tutti__store_linger. */
 void tutti__store_server_linger(tutti__store_server_t *sv, double seconds);

@@ -29,6 +29,8 @@ struct tutti__store {
                            let its connection go to tell (handshake) */
     double no_secret_at; /* when a store on this host was first found without its secret file */
     bool own_store;     /* that store said it serves this job, whose launcher names it */
+    bool rival;         /* rank 0 telling the store that holds its port of itself (tell_holder) */
+    bool told;          /* that store answered that it was told */
     uint8_t mixer[32];  /* keys travel as HMAC(mixer, key) */
     pthread_mutex_t mu; /* one request at a time on fd */
     tutti__store_server_t *srv; /* rank 0 only */
@@ -115,6 +117,7 @@ static tutti_status_t rpc(tutti__store_t *s, uint32_t type, uint32_t a, uint32_t
         TUTTI__CHECK(recv_all(s, NULL, w[3] - n, deadline));
         text[n] = '\0';
         printable(text);
+        s->told = s->rival && strcmp(text, TUTTI__WIRE_TOLD) == 0;
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d, rendezvous store at %s:%d: %s",
                                 s->rank, s->addr, s->port, text);
     }
@@ -458,6 +461,14 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
     }
     uint8_t body[TUTTI__WIRE_HELLO_BODY], *nc = body + TUTTI__WIRE_HELLO_NONCE;
     uint32_t flags = a->have_key ? TUTTI__WIRE_PROOF : 0;
+    if (s->rival) {
+        if (!a->have_key) /* a store of another host: it could not be told */
+            return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "no secret for the store at %s:%d",
+                                    s->addr, s->port);
+        flags |= TUTTI__WIRE_RIVAL;
+    }
+    /* a rival names its pid where a rank names its rank (the store's message shows it) */
+    const uint32_t who = s->rival ? (uint32_t)getpid() : (uint32_t)s->rank;
     memset(body, 0, sizeof body);
     tutti__wire_put32(body + TUTTI__WIRE_HELLO_FLAGS, flags);
     memcpy(body + TUTTI__WIRE_HELLO_JOB, a->job, TUTTI__AUTH_JOB);
@@ -465,11 +476,11 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
         return tutti__set_error(TUTTI_ERR_SYSTEM, "rank %d: getrandom: %s", s->rank,
                                 strerror(errno));
     if (a->have_key)
-        tutti__auth_client_mac(a->key, ns, nc, (uint32_t)s->rank, (uint32_t)s->size, a->job,
-                               flags, body + TUTTI__WIRE_HELLO_MAC);
+        tutti__auth_client_mac(a->key, ns, nc, who, (uint32_t)s->size, a->job, flags,
+                               body + TUTTI__WIRE_HELLO_MAC);
     uint8_t mac[32];
     uint32_t rt = 0;
-    tutti__wire_put_hdr(hdr, TUTTI__REQ_HELLO, (uint32_t)s->rank, (uint32_t)s->size);
+    tutti__wire_put_hdr(hdr, TUTTI__REQ_HELLO, who, (uint32_t)s->size);
     struct iovec iov[2] = {{hdr, sizeof hdr}, {body, sizeof body}};
     err = tutti__sock_sendv(s->fd, iov, 2, deadline);
     if (err != 0) {
@@ -496,6 +507,7 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
             n = 0;
         text[n] = '\0';
         printable(text);
+        s->told = s->rival && strcmp(text, TUTTI__WIRE_TOLD) == 0;
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d, rendezvous store at %s:%d: %s",
                                 s->rank, s->addr, s->port, text);
     }
@@ -628,6 +640,44 @@ static bool addr_is_local(const char *addr)
     return local;
 }
 
+/* tell_holder: rank 0 (s0) of a job without a secret of its own could not serve its store,
+ * since a live store holds the port. Where this rank can read that store's secret file (a job it
+ * cannot be told apart from: its user's, started from the same terminal or script, or the same
+ * launcher's job), the two jobs' other ranks may join either store and form mixed groups that
+ * compute without a word: it tells that store (HELLO with TUTTI__WIRE_RIVAL), which then fails
+ * every rank of its rendezvous, saying why. Another job's store, another program, or none is
+ * left alone. Adds what it did to this rank's error text; keeps it otherwise. */
+static void tell_holder(const tutti__store_t *s0, const char *addr, int port, double deadline)
+{
+    tutti__saved_error_t saved;
+    tutti__save_error(&saved);
+    tutti__auth_t a = s0->auth;
+    a.have_key = false;
+    memset(a.key, 0, sizeof a.key);
+    double d = tutti__now() + 2.0 < deadline ? tutti__now() + 2.0 : deadline;
+    tutti__store_t *s = store_new(0, s0->size, addr, port, &a, d);
+    memset(&a, 0, sizeof a);
+    bool told = false;
+    if (s != NULL) {
+        char why[256];
+        bool fatal = false, retry = false;
+        s->rival = true;
+        s->fd = try_connect(addr, port, NULL, d, why, sizeof why, &fatal);
+        if (s->fd >= 0 && handshake(s, d, &retry) != TUTTI_OK)
+            told = s->told;
+        store_free(s);
+    }
+    tutti__restore_error(&saved, TUTTI_OK);
+    if (told) {
+        size_t n = strlen(tutti__tls_error());
+        snprintf(tutti__tls_error() + n, TUTTI__ERRLEN - n,
+                 ". The store there is of a job that this rank cannot tell from its own (its "
+                 "secret file is this user's, from the same terminal or script): two jobs share "
+                 "this MASTER_PORT, and a rank of either may have joined the other's; that job "
+                 "was told, and fails too rather than mix them");
+    }
+}
+
 tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
                                  const tutti__auth_t *auth, double deadline,
                                  tutti__store_t **out)
@@ -649,9 +699,13 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         struct sockaddr_in sa;
         char name_ip[INET_ADDRSTRLEN];
         TUTTI__CHECK_GOTO(bind_address(addr, port, &sa, name_ip), st, fail);
-        TUTTI__CHECK_GOTO(tutti__store_server_start(&sa, name_ip, size, &s->auth, deadline,
-                                                    &s->srv),
-                          st, fail);
+        bool in_use = false;
+        st = tutti__store_server_start(&sa, name_ip, size, &s->auth, deadline, &s->srv, &in_use);
+        if (st != TUTTI_OK) {
+            if (in_use && s->auth.mode == TUTTI__AUTH_HOST)
+                tell_holder(s, addr, port, deadline);
+            goto fail;
+        }
         port = s->port = tutti__store_server_port(s->srv);
     }
 

@@ -303,6 +303,26 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
                k->auth.source);
         return;
     }
+    if (flags & TUTTI__WIRE_RIVAL) {
+        if (!proof) {
+            refuse(k, c, "a client said it was given rank 0 too, without proving the job's "
+                         "secret");
+            return;
+        }
+        /* The rival's ranks and this job's may already have taken each other's places: fail
+         * every rank of both, loudly, rather than let a mixed group compute. */
+        doom(k, TUTTI_ERR_BOOTSTRAP,
+             "a second process given rank 0 (pid %u, world size %u) found this job's rendezvous "
+             "store on port %d and its secret file: two jobs started from one terminal or script "
+             "share this MASTER_PORT (or one job gave rank 0 twice), which tutti cannot tell "
+             "apart without a launcher's job id, and a rank of either may have joined the "
+             "other's; every rank fails rather than mix them: give each job its own MASTER_PORT, "
+             "or TUTTI_JOB_TOKEN",
+             c->a, c->b, k->port);
+        reply(c, TUTTI__REP_ERROR, 0, TUTTI__WIRE_TOLD, sizeof TUTTI__WIRE_TOLD - 1);
+        c->drop = true;
+        return;
+    }
     if (n != k->size) {
         refuse(k, c, "the rendezvous store on port %d serves a job of %d ranks, but rank %d was "
                      "started with a world size of %d: WORLD_SIZE differs between ranks",

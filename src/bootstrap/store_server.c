@@ -284,9 +284,13 @@ static void *serve(void *arg)
                 conn_free(sv, c);
         }
         compact(sv);
-        /* Every rank is in: nobody needs the secret file any more, so a kill of rank 0 from now
-         * on leaves nothing behind. */
-        if (sv->core.nadmitted == sv->core.size && sv->secret_path[0] != '\0') {
+        /* A rank is done with the store (its creation is complete, or failed): nobody needs
+         * the secret file any more, so a kill of rank 0 from now on leaves nothing behind.
+         * Not sooner, at the last rank's hello: until then a second rank 0 of the same session
+         * (another job on this port, whose ranks may have joined this one) can still read it
+         * and tell this store (TUTTI__WIRE_RIVAL); and a rank's next creation on this port
+         * comes only after it closed, so it still finds no file here, as before. */
+        if (sv->core.ndone > 0 && sv->secret_path[0] != '\0') {
             tutti__secret_file_remove(sv->secret_path);
             sv->secret_path[0] = '\0';
         }
@@ -346,8 +350,9 @@ static tutti_status_t fd_room(int size)
 
 tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, const char *name_ip,
                                          int size, const tutti__auth_t *auth, double deadline,
-                                         server_t **out)
+                                         server_t **out, bool *in_use)
 {
+    *in_use = false;
     TUTTI__CHECK(fd_room(size));
     int port = ntohs(bind_to->sin_port);
     server_t *sv = calloc(1, sizeof *sv);
@@ -382,6 +387,7 @@ tutti_status_t tutti__store_server_start(const struct sockaddr_in *bind_to, cons
     if (rc == 0)
         rc = listen(sv->lfd, 4096);
     if (rc < 0) {
+        *in_use = errno == EADDRINUSE;
         if (errno == EADDRINUSE)
             st = tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                   "rank 0 cannot serve the rendezvous store on %s port %d: address "

@@ -60,6 +60,13 @@ enum {
  * TUTTI__WIRE_SAME_JOB, quietly. */
 #define TUTTI__WIRE_ASK_JOB 2u
 #define TUTTI__WIRE_SAME_JOB "same job"
+/* RIVAL (with PROOF only; a = the client's pid, b = its world size): the client is a second
+ * process given rank 0 that found the port held by this store and could read its secret file: a
+ * job it cannot be told apart from (two jobs started from one terminal or script on one
+ * MASTER_PORT, or one job that gave rank 0 twice). The server dooms the rendezvous, saying so,
+ * admits no one, and answers ERROR with the text TUTTI__WIRE_TOLD. */
+#define TUTTI__WIRE_RIVAL 4u
+#define TUTTI__WIRE_TOLD "told"
 
 /* The HELLO body: flags, job id, client nonce, MAC. */
 #define TUTTI__WIRE_HELLO_FLAGS 0

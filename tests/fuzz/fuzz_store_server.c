@@ -69,17 +69,20 @@ static void feed(tutti__store_core_t *k, tutti__sconn_t *c, const uint8_t *p, si
     drain(c);
 }
 
-/* hello_of writes into m a hello that passes: rank r's proof over c's challenge. */
-static size_t hello_of(const tutti__auth_t *a, const tutti__sconn_t *c, int r, uint8_t *m)
+/* hello_of writes into m a hello that passes: rank r's proof over c's challenge (with
+ * TUTTI__WIRE_RIVAL in flags: a second rank 0's, r its pid). */
+static size_t hello_of(const tutti__auth_t *a, const tutti__sconn_t *c, int r, uint32_t flags,
+                       uint8_t *m)
 {
     uint8_t *b = m + TUTTI__WIRE_HDR;
     memset(m, 0, TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_BODY);
     tutti__wire_put_hdr(m, TUTTI__REQ_HELLO, (uint32_t)r, SIZE);
-    tutti__wire_put32(b + TUTTI__WIRE_HELLO_FLAGS, TUTTI__WIRE_PROOF);
+    flags |= TUTTI__WIRE_PROOF;
+    tutti__wire_put32(b + TUTTI__WIRE_HELLO_FLAGS, flags);
     memcpy(b + TUTTI__WIRE_HELLO_JOB, a->job, TUTTI__AUTH_JOB);
     memset(b + TUTTI__WIRE_HELLO_NONCE, 0x3c, TUTTI__AUTH_NONCE);
     tutti__auth_client_mac(a->key, c->ns, b + TUTTI__WIRE_HELLO_NONCE, (uint32_t)r, SIZE, a->job,
-                           TUTTI__WIRE_PROOF, b + TUTTI__WIRE_HELLO_MAC);
+                           flags, b + TUTTI__WIRE_HELLO_MAC);
     return TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_BODY;
 }
 
@@ -97,9 +100,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(tutti__store_conn_open(&k, &c[i], i, (opt >> (1 + i)) & 1, 0.0));
         drain(&c[i]);
         if (authed >> i & 1) {
+            /* opt bit 5: connection 0 is a second rank 0 telling the store of itself */
+            bool rival = i == 0 && (opt >> 5 & 1);
             uint8_t m[TUTTI__WIRE_HDR + TUTTI__WIRE_HELLO_BODY];
-            size_t n = hello_of(a, &c[i], (authed >> 4 ^ i) & 3, m);
+            size_t n = hello_of(a, &c[i], (authed >> 4 ^ i) & 3, rival ? TUTTI__WIRE_RIVAL : 0,
+                                m);
             feed(&k, &c[i], m, n);
+            /* a proven rival dooms the rendezvous and is never admitted */
+            if (rival)
+                FUZZ_ASSERT(k.doomed && c[i].rank < 0 && c[i].drop);
         }
     }
     /* the rest: chunks of [connection, length, bytes] */
@@ -127,9 +136,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     for (int r = 0; r < SIZE; r++)
         FUZZ_ASSERT(held[r] <= 1);
-    /* a client that entered without a proof did so only as a remote client of a host-file job */
+    /* a client that entered without a proof did so only as a remote client of a host-file job
+     * (connection 0 after a rival: the new client that took its place) */
     for (int i = 0; i < NCONN; i++)
-        if (c[i].rank >= 0 && !(authed >> i & 1))
+        if (c[i].rank >= 0 && (!(authed >> i & 1) || (i == 0 && (opt >> 5 & 1))))
             FUZZ_ASSERT(a->mode == TUTTI__AUTH_HOST && !c[i].peer_local);
     for (int i = 0; i < NCONN; i++)
         tutti__store_conn_close(&k, &c[i]);

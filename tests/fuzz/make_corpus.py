@@ -50,6 +50,10 @@ write('store_server', 'stranger', bytes([0, 0]) + chunks(
 write('store_server', 'remote_host_job', bytes([1, 0]) + chunks(
     (0, hello(3, 4)), (0, hdr(REQ_SET, 2, 1) + b'kk' + b'v'), (0, hdr(REQ_GET, 2, 0) + b'kk'),
     (1, hello(3, 4)), (2, hello(2, 5))))
+# a second rank 0 (opt bit 5; connection 0 pre-authenticated with TUTTI__WIRE_RIVAL) and one
+# that claims to be without proof (flags RIVAL only)
+write('store_server', 'rival', bytes([0x20, 0x03]) + chunks(
+    (1, hdr(REQ_GET, 1, 0) + b'k'), (2, hello(0, 4, 4)), (1, hdr(REQ_CLOSE, 0, 0))))
 write('store_server', 'bad_lengths', bytes([0, 1]) + chunks(
     (0, hdr(REQ_SET, 0, 1)), (1, hdr(REQ_GET, 300, 0)), (2, hdr(99, 0, 0)),
     (3, hdr(REQ_SET, 1, (1 << 20) + 1))))

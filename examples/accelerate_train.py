@@ -134,8 +134,10 @@ def main():
               "mixed precision %s, DDP over the default group: %s" %
               (size, torch.__version__, sys.modules["accelerate"].__version__,
                dist.get_backend(), type(backend).__name__, accelerator.mixed_precision,
-               "none: ONE process, not distributed (accelerate launch --cpu --num_processes N, or "
-               "a MULTI_CPU config without a hostfile, starts one)" if size == 1
+               "none: ONE process, not distributed (accelerate launch --cpu --num_processes N, "
+               "a MULTI_CPU config without a hostfile, or a config with distributed_type NO, as "
+               "'accelerate config default' writes, starts one: use --multi_gpu --num_processes "
+               "N)" if size == 1
                else "yes" if on_group else "NO"))
         print("accelerate_train.py: loss %.4f -> %.4f in %d steps; weights identical on every "
               "rank: %s" % (first, last, len(losses), "yes" if ok.item() else "NO"), flush=True)

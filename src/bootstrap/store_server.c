@@ -284,13 +284,16 @@ static void *serve(void *arg)
                 conn_free(sv, c);
         }
         compact(sv);
-        /* A rank is done with the store (its creation is complete, or failed): nobody needs
-         * the secret file any more, so a kill of rank 0 from now on leaves nothing behind.
-         * Not sooner, at the last rank's hello: until then a second rank 0 of the same session
-         * (another job on this port, whose ranks may have joined this one) can still read it
-         * and tell this store (TUTTI__WIRE_RIVAL); and a rank's next creation on this port
-         * comes only after it closed, so it still finds no file here, as before. */
-        if (sv->core.ndone > 0 && sv->secret_path[0] != '\0') {
+        /* Every rank is in and one is done with the store (its creation complete, or failed):
+         * nobody needs the secret file any more, so a kill of rank 0 from now on leaves
+         * nothing behind. Not at the last rank's hello: until a rank is done, a second rank 0
+         * of the same session (another job on this port, whose ranks may have joined this one)
+         * can still read it and tell this store (TUTTI__WIRE_RIVAL); and a rank's next
+         * creation on this port comes only after it closed, so it still finds no file here.
+         * Nor while a rank has yet to join: one that failed early serves the news to the late
+         * ones, which must prove the secret to hear it. */
+        if (sv->core.nadmitted == sv->core.size && sv->core.ndone > 0 &&
+            sv->secret_path[0] != '\0') {
             tutti__secret_file_remove(sv->secret_path);
             sv->secret_path[0] = '\0';
         }

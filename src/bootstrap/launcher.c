@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/fnv.h"
 #include "discover.h"
 
 /* env_int reads a decimal integer, blanks around it allowed (as strtol allows them before). */
@@ -306,14 +307,8 @@ static bool control_port(long pid, char *out, size_t cap)
     return false;
 }
 
-/* FNV-1a: spreads a launcher's job name over the port range alike on every rank. */
-static unsigned long name_hash(const char *s)
-{
-    unsigned long h = 2166136261ul;
-    for (; *s != '\0'; s++)
-        h = ((h ^ (unsigned char)*s) * 16777619ul) & 0xfffffffful;
-    return h;
-}
+/* name_hash spreads a launcher's job name over the port range alike on every rank. */
+static unsigned long name_hash(const char *s) { return tutti__fnv32_str(TUTTI__FNV32_INIT, s); }
 
 bool tutti__hydra_job(char *out, size_t cap)
 {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/fnv.h"
 #include "discover.h"
 
 /* Ranks share memory when they share a host, a boot, and the same /dev/shm file system (not
@@ -45,16 +46,15 @@ static uint64_t device_of(const char *path)
     return stat(path, &st) == 0 ? (uint64_t)st.st_dev : 0;
 }
 
-/* hash_file mixes the first 4 KiB of path (what matches keep, when not NULL: the lines that
- * contain it) into h, FNV-1a. */
+/* hash_file mixes path's lines of up to 4 KiB (when keep is not NULL: those that contain it)
+ * into h. */
 static uint32_t hash_file(uint32_t h, const char *path, const char *keep)
 {
     FILE *f = fopen(path, "r");
     char line[4096];
     while (f != NULL && fgets(line, sizeof line, f) != NULL)
         if (keep == NULL || strstr(line, keep) != NULL)
-            for (const char *p = line; *p != '\0'; p++)
-                h = (h ^ (unsigned char)*p) * 16777619u;
+            h = tutti__fnv32_str(h, line);
     if (f != NULL)
         fclose(f);
     return h;
@@ -69,7 +69,7 @@ static uint32_t hash_file(uint32_t h, const char *path, const char *keep)
  */
 static uint32_t sched_group(void)
 {
-    uint32_t h = 2166136261u;
+    uint32_t h = TUTTI__FNV32_INIT;
     FILE *f = fopen("/proc/sys/kernel/sched_autogroup_enabled", "r");
     int on = 0;
     if (f != NULL) {

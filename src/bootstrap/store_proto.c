@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../common/fnv.h"
 #include "../common/sha256.h"
 #include "store_impl.h"
 
@@ -18,13 +19,7 @@ struct tutti__kv {
     size_t nbuckets, nentries;
 };
 
-static uint64_t hash(const char *k)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *k; k++)
-        h = (h ^ (uint8_t)*k) * 1099511628211ull;
-    return h;
-}
+static uint64_t hash(const char *k) { return tutti__fnv64_str(TUTTI__FNV64_INIT, k); }
 
 static entry_t *lookup(tutti__kv_t *kv, const char *key)
 {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../common/fnv.h"
 #include "../common/sha256.h"
 #include "comm.h"
 #include "observe.h"
@@ -164,13 +165,8 @@ typedef struct agreed {
     uint64_t algo[TUTTI_COLL_COUNT]; /* 0: unset */
 } agreed_t;
 
-static uint64_t text_hash(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (; *s != '\0'; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h | 1u;
-}
+/* text_hash: never 0, which stands for unset. */
+static uint64_t text_hash(const char *s) { return tutti__fnv64_str(TUTTI__FNV64_INIT, s) | 1u; }
 
 /* override_text describes what rank q has for coll's variable, for the text of a disagreement:
  * this rank knows its own value, and the others' only as unset, as its own, or as another. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "../bootstrap/wire.h"
+#include "../common/fnv.h"
 #include "../common/sha256.h"
 #include "comm.h"
 
@@ -350,14 +351,14 @@ TUTTI_API tutti_status_t tutti_comm_create_group(tutti_comm_t *parent, const int
     /* Every rank must pass the same list; split alone would build whatever the ranks' own
      * entries add up to (ranks listing {0,1} and {0,2} would all land in one group of 3), so
      * the lists' hashes are compared first, and a difference fails every rank alike. */
-    uint64_t h = 1469598103934665603ull, *hs = malloc((size_t)parent->size * sizeof *hs);
+    uint64_t h = TUTTI__FNV64_INIT, *hs = malloc((size_t)parent->size * sizeof *hs);
     if (hs == NULL)
         return tutti__comm_error(parent, TUTTI_ERR_NO_MEMORY,
                                  "tutti_comm_create_group: out of memory");
     for (int i = -1; i < n; i++) {
         uint32_t v = (uint32_t)(i < 0 ? n : ranks[i]);
-        for (int b = 0; b < 4; b++)
-            h = (h ^ ((v >> (8 * b)) & 0xffu)) * 1099511628211ull;
+        uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+        h = tutti__fnv64(h, le, sizeof le);
     }
     tutti_status_t st = gather_all(parent, &h, hs, sizeof h);
     int other = -1;

@@ -467,6 +467,13 @@ static int session_b(int rank)
                 tutti_last_error());
         return 1;
     }
+    /* B's rank 1 joined A's rendezvous (or came to it failed): whatever else it met, it says why
+     * the rendezvous failed (it used to blame A's rank 0 for leaving) */
+    if (rank == 1 && strstr(tutti_last_error(), "second process given rank 0") == NULL) {
+        fprintf(stderr, "job B rank 1: \"%s\", expected it to name the second rank 0\n",
+                tutti_last_error());
+        return 1;
+    }
     if (dt > 5.0) {
         fprintf(stderr, "job B rank %d: failing took %.1f s, not at once\n", rank, dt);
         return 1;

@@ -647,11 +647,22 @@ static bool addr_is_local(const char *addr)
  * compute without a word: it tells that store (HELLO with TUTTI__WIRE_RIVAL), which then fails
  * every rank of its rendezvous, saying why. Another job's store, another program, or none is
  * left alone. Adds what it did to this rank's error text; keeps it otherwise. */
-static void tell_holder(const tutti__store_t *s0, const char *addr, int port, double deadline)
+static void tell_holder(const tutti__store_t *s0, const char *addr, const char *name_ip,
+                        int port, double deadline)
 {
     tutti__saved_error_t saved;
     tutti__save_error(&saved);
     tutti__auth_t a = s0->auth;
+    a.have_key = false;
+    memset(a.key, 0, sizeof a.key);
+    /* Only a store whose secret file this rank can read is told: look before connecting, so
+     * that another program, or another job's store, is not even reached. */
+    bool absent = false;
+    if (tutti__secret_file_read(name_ip, port, 0, &a, &absent) != TUTTI_OK) {
+        memset(&a, 0, sizeof a);
+        tutti__restore_error(&saved, TUTTI_OK);
+        return;
+    }
     a.have_key = false;
     memset(a.key, 0, sizeof a.key);
     double d = tutti__now() + 2.0 < deadline ? tutti__now() + 2.0 : deadline;
@@ -671,10 +682,11 @@ static void tell_holder(const tutti__store_t *s0, const char *addr, int port, do
     if (told) {
         size_t n = strlen(tutti__tls_error());
         snprintf(tutti__tls_error() + n, TUTTI__ERRLEN - n,
-                 ". The store there is of a job that this rank cannot tell from its own (its "
-                 "secret file is this user's, from the same terminal or script): two jobs share "
-                 "this MASTER_PORT, and a rank of either may have joined the other's; that job "
-                 "was told, and fails too rather than mix them");
+                 ". The store there is of a job that this rank cannot tell from its own (this "
+                 "rank could read its secret file: this user's, from the same terminal or script, "
+                 "or the same launcher's job): two jobs share this MASTER_PORT, or one job gave "
+                 "rank 0 twice, and a rank of either may have joined the other's; that job was "
+                 "told, and fails too rather than mix them");
     }
 }
 
@@ -703,7 +715,7 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         st = tutti__store_server_start(&sa, name_ip, size, &s->auth, deadline, &s->srv, &in_use);
         if (st != TUTTI_OK) {
             if (in_use && s->auth.mode == TUTTI__AUTH_HOST)
-                tell_holder(s, addr, port, deadline);
+                tell_holder(s, addr, name_ip, port, deadline);
             goto fail;
         }
         port = s->port = tutti__store_server_port(s->srv);

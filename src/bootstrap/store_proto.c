@@ -305,7 +305,10 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
             return;
         }
         /* The rival's ranks and this job's may already have taken each other's places: fail
-         * every rank of both, loudly, rather than let a mixed group compute. */
+         * every rank of both, loudly, rather than let a mixed group compute. (A rendezvous
+         * failing already for another reason keeps that reason, and the rival is not told it
+         * made this one fail.) */
+        bool already = k->doomed;
         doom(k, TUTTI_ERR_BOOTSTRAP,
              "a second process given rank 0 (pid %u, world size %u) found this job's rendezvous "
              "store on port %d and its secret file: two jobs started from one terminal or script "
@@ -314,7 +317,10 @@ static void hello(tutti__store_core_t *k, tutti__sconn_t *c)
              "other's; every rank fails rather than mix them: give each job its own MASTER_PORT, "
              "or TUTTI_JOB_TOKEN",
              c->a, c->b, k->port);
-        reply(c, TUTTI__REP_ERROR, 0, TUTTI__WIRE_TOLD, sizeof TUTTI__WIRE_TOLD - 1);
+        if (already)
+            reply(c, TUTTI__REP_ERROR, 0, "failing already", sizeof "failing already" - 1);
+        else
+            reply(c, TUTTI__REP_ERROR, 0, TUTTI__WIRE_TOLD, sizeof TUTTI__WIRE_TOLD - 1);
         c->drop = true;
         return;
     }

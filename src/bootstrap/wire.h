@@ -64,7 +64,8 @@ enum {
  * process given rank 0 that found the port held by this store and could read its secret file: a
  * job it cannot be told apart from (two jobs started from one terminal or script on one
  * MASTER_PORT, or one job that gave rank 0 twice). The server dooms the rendezvous, saying so,
- * admits no one, and answers ERROR with the text TUTTI__WIRE_TOLD. */
+ * admits no one, and answers ERROR with the text TUTTI__WIRE_TOLD (another text where the
+ * rendezvous was failing already). */
 #define TUTTI__WIRE_RIVAL 4u
 #define TUTTI__WIRE_TOLD "told"
 

@@ -540,6 +540,19 @@ TUTTI_API tutti_status_t tutti_comm_init_env(const tutti_comm_config_t *config, 
                              .oob = tutti__store_oob(store), .where = where,
                              .cancelled = tutti__store_doomed, .cancel_ctx = store};
     st = tutti__comm_create(rank, size, &bs, store, &cfg, NULL, comm);
+    if (st < 0) {
+        /* A failure met outside the store's waits (a peer that left, whose own wait learned
+         * that the rendezvous was failed, e.g. by a second rank 0): say what the store says. */
+        tutti__saved_error_t mine;
+        tutti__save_error(&mine);
+        if (tutti__store_doomed(store) < 0) {
+            char doom[TUTTI__ERRLEN];
+            snprintf(doom, sizeof doom, "%s", tutti__tls_error());
+            tutti__restore_error(&mine, st);
+            if (strstr(mine.text, doom) == NULL)
+                tutti__append_error("; meanwhile the rendezvous was failed: %s", doom);
+        }
+    }
     /* Ranks on this host that would not trust the store (another PID namespace or container,
      * where they cannot tell it is their job's) hang up before their hello, and say why
      * themselves; rank 0 waited for them to its deadline and blamed the launch. */

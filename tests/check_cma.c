@@ -619,69 +619,90 @@ static int alltoall_checked(tutti_comm_t *comm, int32_t *s, int32_t *r, size_t c
     return 0;
 }
 
+/* fill writes rank's send buffer: total values, blocks of count. */
+static void fill(int32_t *s, size_t total, size_t count, int rank)
+{
+    for (size_t k = 0; k < total; k++)
+        s[k] = val(rank, (int)(k / count), k % count);
+}
+
 /* remap_at maps fresh memory over the buffer at p (MAP_FIXED: the old pages go in the same
  * call, so no other thread can take the address between) and fills it as rank's send buffer:
- * what a free and a new allocation of the same size at the same place leave. NULL on failure. */
+ * what a free and a new allocation of the same size at the same place leave. NULL on failure,
+ * with th_fail's message. */
 static int32_t *remap_at(void *p, size_t bytes, int rank, size_t count)
 {
     void *m = mmap(p, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                    -1, 0);
-    if (m == MAP_FAILED)
+    if (m == MAP_FAILED) {
+        th_fail("could not map the buffer anew: %s", strerror(errno));
         return NULL;
-    int32_t *s = m;
-    for (size_t k = 0; k < bytes / 4; k++)
-        s[k] = val(rank, (int)(k / count), k % count);
-    return s;
+    }
+    fill(m, bytes / 4, count, rank);
+    return m;
+}
+
+/* sends sends s by single copy `calls` times, each result checked, then (where fresh memory
+ * comes in 4 KiB pages: fresh_small) wants s in huge pages, else fails with what and why. */
+static int sends(tutti_comm_t *comm, int32_t *s, int32_t *r, size_t count, int rank, int n,
+                 int calls, bool fresh_small, const char *what, const char *why)
+{
+    int rc = 0;
+    for (int call = 1; call <= calls && rc == 0; call++)
+        rc = alltoall_checked(comm, s, r, count, rank, n, what);
+    if (rc == 0 && fresh_small && huge_kb(s) < 2048)
+        rc = th_fail("%s: not in huge pages after %d sends (%ld kB)%s", what, calls, huge_kb(s),
+                     why);
+    return rc;
 }
 
 /* A send buffer unmapped and mapped anew at the same address (as glibc does with every large
  * allocation freed and made again, torch's tensors among them) is 4 KiB pages again: tutti must
  * see it and collapse it again on its second send, not take it for the one it collapsed. One
  * mapped anew for every call is collapsed now and then, not every call (each collapse costs
- * more than a copy): of the 10 calls below, at least one and at most four find it collapsed. */
-static int remap_rank(int rank, int n, void *arg)
+ * more than a copy): of the 10 calls below, at least one and at most four find it collapsed.
+ * With gap (edge_rank), the buffer's first huge page lies half in an unmapped gap (glibc's large
+ * chunks are not 2 MiB-aligned, and the page below one may be unmapped or another mapping):
+ * that end page can never be collapsed, and must not make the buffer look mapped anew at every
+ * send; sent 12 times in place, then mapped anew, it is in huge pages again after two sends. */
+static int remap_test(int rank, int n, bool gap)
 {
-    (void)arg;
     tutti_comm_t *comm = init();
     if (comm == NULL)
         return 1;
     int rc = use(comm, TUTTI_COLL_ALLTOALL, "cma");
     size_t count = THP_BLOCK / 4, total = (size_t)n * count, bytes = total * 4;
-    int32_t *s = huge_map(bytes), *r = malloc(bytes);
-    if (s == NULL || r == NULL)
+    size_t half = gap ? HUGE_PAGE / 2 : 0;
+    char *m = huge_map(bytes + half);
+    int32_t *s = NULL, *r = malloc(bytes);
+    if (m == NULL || r == NULL)
         rc = th_fail("no memory for %zu bytes", bytes);
-    for (size_t k = 0; rc == 0 && k < total; k++)
-        s[k] = val(rank, (int)(k / count), k % count);
-    bool fresh_small = rc == 0 && huge_kb(s) == 0; /* else THP "always": nothing to tell */
-    for (int call = 1; call <= 2 && rc == 0; call++)
-        rc = alltoall_checked(comm, s, r, count, rank, n, "first mapping");
-    if (rc == 0 && fresh_small && huge_kb(s) < 2048)
-        rc = th_fail("the first mapping is not in huge pages after two sends (%ld kB)",
-                     huge_kb(s));
-    /* mapped anew: sent twice, it must be collapsed again */
-    if (rc == 0) {
-        s = remap_at(s, bytes, rank, count);
-        if (s == NULL)
-            rc = th_fail("could not map the buffer anew: %s", strerror(errno));
+    else {
+        if (half > 0)
+            munmap(m, half); /* the gap below */
+        s = (int32_t *)(void *)(m + half);
+        fill(s, total, count, rank);
     }
-    for (int call = 1; call <= 2 && rc == 0; call++)
-        rc = alltoall_checked(comm, s, r, count, rank, n, "second mapping");
-    if (rc == 0 && fresh_small && huge_kb(s) < 2048)
-        rc = th_fail("a buffer mapped anew where a collapsed one was is not in huge pages after "
-                     "two sends (%ld kB): taken for the old one",
-                     huge_kb(s));
+    bool fresh_small = rc == 0 && huge_kb(s) == 0; /* else THP "always": nothing to tell */
+    if (rc == 0)
+        rc = sends(comm, s, r, count, rank, n, gap ? 12 : 2, fresh_small, "first mapping", "");
+    if (rc == 0 && (s = remap_at(s, bytes, rank, count)) == NULL)
+        rc = 1;
+    if (rc == 0)
+        rc = sends(comm, s, r, count, rank, n, 2, fresh_small, "mapped anew",
+                   gap ? ": its end page in the gap made every send look like a new mapping, "
+                         "and collapses backed off"
+                       : ": taken for the old one");
     /* mapped anew for every call */
     int collapsed = 0;
-    for (int call = 1; call <= 10 && rc == 0; call++) {
-        s = remap_at(s, bytes, rank, count);
-        if (s == NULL) {
-            rc = th_fail("could not map the buffer anew: %s", strerror(errno));
-            break;
-        }
-        rc = alltoall_checked(comm, s, r, count, rank, n, "a mapping per call");
-        collapsed += huge_kb(s) >= 2048;
+    for (int call = 1; call <= 10 && rc == 0 && !gap; call++) {
+        if ((s = remap_at(s, bytes, rank, count)) == NULL)
+            rc = 1;
+        else
+            rc = alltoall_checked(comm, s, r, count, rank, n, "a mapping per call");
+        collapsed += rc == 0 && huge_kb(s) >= 2048;
     }
-    if (rc == 0 && fresh_small && (collapsed < 1 || collapsed > 4))
+    if (rc == 0 && !gap && fresh_small && (collapsed < 1 || collapsed > 4))
         rc = th_fail("a buffer mapped anew for each of 10 calls was collapsed in %d of them, "
                      "want 1 to 4 (%s)",
                      collapsed, collapsed < 1 ? "never again" : "no backing off");
@@ -692,52 +713,16 @@ static int remap_rank(int rank, int n, void *arg)
     return rc;
 }
 
-/* The same for a buffer whose first huge page lies half in a gap (glibc's large chunks are not
- * 2 MiB-aligned, and the page below one may be unmapped or another mapping): that end page can
- * never be collapsed, and must not make the buffer look mapped anew at every send. Sent 12
- * times in place, then mapped anew, it is in huge pages again after its second send. */
+static int remap_rank(int rank, int n, void *arg)
+{
+    (void)arg;
+    return remap_test(rank, n, false);
+}
+
 static int edge_rank(int rank, int n, void *arg)
 {
     (void)arg;
-    tutti_comm_t *comm = init();
-    if (comm == NULL)
-        return 1;
-    int rc = use(comm, TUTTI_COLL_ALLTOALL, "cma");
-    size_t count = THP_BLOCK / 4, total = (size_t)n * count, bytes = total * 4;
-    size_t half = HUGE_PAGE / 2;
-    char *m = huge_map(bytes + half); /* the first half page is unmapped below: the gap */
-    int32_t *s = NULL, *r = malloc(bytes);
-    if (m == NULL || r == NULL)
-        rc = th_fail("no memory for %zu bytes", bytes);
-    else {
-        munmap(m, half);
-        s = (int32_t *)(void *)(m + half);
-    }
-    for (size_t k = 0; rc == 0 && k < total; k++)
-        s[k] = val(rank, (int)(k / count), k % count);
-    bool fresh_small = rc == 0 && huge_kb(s) == 0;
-    for (int call = 1; call <= 12 && rc == 0; call++)
-        rc = alltoall_checked(comm, s, r, count, rank, n, "beside a gap");
-    if (rc == 0 && fresh_small && huge_kb(s) < 2048)
-        rc = th_fail("a buffer beside a gap is not in huge pages after 12 sends (%ld kB)",
-                     huge_kb(s));
-    if (rc == 0) {
-        s = remap_at(s, bytes, rank, count);
-        if (s == NULL)
-            rc = th_fail("could not map the buffer anew: %s", strerror(errno));
-    }
-    for (int call = 1; call <= 2 && rc == 0; call++)
-        rc = alltoall_checked(comm, s, r, count, rank, n, "beside a gap, mapped anew");
-    if (rc == 0 && fresh_small && huge_kb(s) < 2048)
-        rc = th_fail("a buffer beside a gap, mapped anew after 12 sends, is not in huge pages "
-                     "after two more (%ld kB): its end page in the gap made every send look "
-                     "like a new mapping, and collapses backed off",
-                     huge_kb(s));
-    if (s != NULL)
-        munmap(s, bytes);
-    free(r);
-    tutti_comm_destroy(comm);
-    return rc;
+    return remap_test(rank, n, true);
 }
 
 START_TEST(test_thp_remap)

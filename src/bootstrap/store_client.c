@@ -117,7 +117,6 @@ static tutti_status_t rpc(tutti__store_t *s, uint32_t type, uint32_t a, uint32_t
         TUTTI__CHECK(recv_all(s, NULL, w[3] - n, deadline));
         text[n] = '\0';
         printable(text);
-        s->told = s->rival && strcmp(text, TUTTI__WIRE_TOLD) == 0;
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "rank %d, rendezvous store at %s:%d: %s",
                                 s->rank, s->addr, s->port, text);
     }

@@ -460,12 +460,8 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
     }
     uint8_t body[TUTTI__WIRE_HELLO_BODY], *nc = body + TUTTI__WIRE_HELLO_NONCE;
     uint32_t flags = a->have_key ? TUTTI__WIRE_PROOF : 0;
-    if (s->rival) {
-        if (!a->have_key) /* a store of another host: it could not be told */
-            return tutti__set_error(TUTTI_ERR_BOOTSTRAP, "no secret for the store at %s:%d",
-                                    s->addr, s->port);
-        flags |= TUTTI__WIRE_RIVAL;
-    }
+    if (s->rival)
+        flags |= TUTTI__WIRE_RIVAL; /* with the key tell_holder read from the holder's file */
     /* a rival names its pid where a rank names its rank (the store's message shows it) */
     const uint32_t who = s->rival ? (uint32_t)getpid() : (uint32_t)s->rank;
     memset(body, 0, sizeof body);
@@ -655,15 +651,14 @@ static void tell_holder(const tutti__store_t *s0, const char *addr, const char *
     a.have_key = false;
     memset(a.key, 0, sizeof a.key);
     /* Only a store whose secret file this rank can read is told: look before connecting, so
-     * that another program, or another job's store, is not even reached. */
+     * that another program, or another job's store, is not even reached. The key read proves
+     * the hello (a.have_key: the handshake reads no file again). */
     bool absent = false;
     if (tutti__secret_file_read(name_ip, port, 0, &a, &absent) != TUTTI_OK) {
         memset(&a, 0, sizeof a);
         tutti__restore_error(&saved, TUTTI_OK);
         return;
     }
-    a.have_key = false;
-    memset(a.key, 0, sizeof a.key);
     double d = tutti__now() + 2.0 < deadline ? tutti__now() + 2.0 : deadline;
     tutti__store_t *s = store_new(0, s0->size, addr, port, &a, d);
     memset(&a, 0, sizeof a);

@@ -212,8 +212,10 @@ static bool collapse_now(seen_t *e, uintptr_t ilo, uintptr_t ihi)
     if (e->collapsed_at != 0) {
         /* mapped anew, split, or never collapsed: how long did the last collapse last? */
         uint64_t lasted = k - e->collapsed_at - 1;
-        e->wait = lasted >= LASTS ? 0 : e->wait == 0 ? 1 : e->wait * 2 > REVISIT ? REVISIT
-                                                                                  : e->wait * 2;
+        if (lasted >= LASTS)
+            e->wait = 0; /* it lasted: a new mapping is collapsed at once */
+        else
+            e->wait = e->wait == 0 ? 1 : e->wait * 2 > REVISIT ? REVISIT : e->wait * 2;
         e->collapsed_at = 0;
         if (e->wait > 0) {
             e->next = k + e->wait;
@@ -249,14 +251,15 @@ void tutti__cma_offer(const tutti__window_t *w, const void *buf, size_t len)
      * into a mapping that cannot be collapsed fails alone (a range that starts in such a
      * mapping fails whole, EINVAL). */
     if (go) {
-        bool ok = false;
-        if (ihi > ilo)
-            ok = madvise((void *)ilo, ihi - ilo, MADV_COLLAPSE) == 0;
-        if (lo < ilo && lo < hi)
-            ok |= madvise((void *)lo, huge, MADV_COLLAPSE) == 0 && ihi <= ilo;
-        if (hi > ihi && hi - huge >= lo && hi - huge >= ilo)
-            ok |= madvise((void *)(hi - huge), huge, MADV_COLLAPSE) == 0 && ihi <= ilo;
-        if (ok)
+        /* lo <= ilo always; an end page is one apart from the interior (the high one only if
+         * it is not the low one, for a buffer inside a single page) */
+        bool inner = ihi > ilo && madvise((void *)ilo, ihi - ilo, MADV_COLLAPSE) == 0;
+        bool edge = false;
+        if (lo < ilo)
+            edge |= madvise((void *)lo, huge, MADV_COLLAPSE) == 0;
+        if (hi > ihi && hi - huge >= ilo)
+            edge |= madvise((void *)(hi - huge), huge, MADV_COLLAPSE) == 0;
+        if (ihi > ilo ? inner : edge) /* counted by the interior, where there is one */
             __atomic_fetch_add(&collapses, 1, __ATOMIC_RELAXED);
     }
     errno = saved;

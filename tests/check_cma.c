@@ -739,6 +739,144 @@ START_TEST(test_thp_remap)
 }
 END_TEST
 
+/* ---- alltoallv: single copy or the window, block by block -------------------------------------- */
+
+/* Block sizes (int32 elements) on both sides of single copy's thresholds (64 KiB at 2 ranks,
+ * 256 KiB at more) and far from them. vcount is symmetric in its ranks, so that in place (a
+ * block to j as long as the one from j) works too. */
+static const size_t vsizes[] = {0, 1, 1000, 16383, 16384, 65535, 65536, 300001};
+
+static size_t vcount(int src, int dst, int shape)
+{
+    int a = src < dst ? src : dst, b = src < dst ? dst : src;
+    return vsizes[(size_t)(a * 3 + b * 5 + shape) % (sizeof vsizes / sizeof vsizes[0])];
+}
+
+/* mixed_case runs one alltoallv whose pairs' blocks come from count(src, dst, shape), with a
+ * gap of 5 elements after every block, in place or not, and checks every element and gap;
+ * or, where fails, that the call failed and left the communicator failed. */
+static int mixed_case(tutti_comm_t *comm, int rank, int n, int shape, bool in_place,
+                      size_t (*count)(int src, int dst, int shape), bool fails)
+{
+    size_t sc[8], sd[8], rcn[8], rd[8], so = 0, ro = 0;
+    for (int j = 0; j < n; j++) {
+        sc[j] = count(rank, j, shape), rcn[j] = count(j, rank, shape);
+        sd[j] = so, rd[j] = ro;
+        so += sc[j] + 5, ro += rcn[j] + 5;
+    }
+    int32_t *s = malloc(so * 4 + 4), *r = malloc(ro * 4 + 4);
+    memset(r, 0xa5, ro * 4);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < sc[j]; i++)
+            (in_place ? r : s)[(in_place ? rd : sd)[j] + i] = val(rank, j, i);
+    tutti_status_t st = tutti_alltoallv(in_place ? TUTTI_IN_PLACE : s, sc, sd, r, rcn, rd,
+                                        TUTTI_INT32, comm, NULL);
+    int rc = 0;
+    if (fails && st == TUTTI_OK)
+        rc = th_fail("alltoallv shape %d: an alltoallv that reads from the non-dumpable rank 1 "
+                     "succeeded", shape);
+    else if (fails && tutti_barrier(comm, NULL) != TUTTI_ERR_COMM_FAILED)
+        rc = th_fail("alltoallv shape %d failed (%s), but the communicator is not failed", shape,
+                     tutti_comm_last_error(comm));
+    else if (st != TUTTI_OK && !fails)
+        rc = th_fail("alltoallv shape %d%s: %s: %s", shape, in_place ? " in place" : "",
+                     tutti_strerror(st), tutti_comm_last_error(comm));
+    for (int j = 0; j < n && rc == 0 && !fails; j++) {
+        for (size_t i = 0; i < rcn[j] && rc == 0; i++)
+            if (r[rd[j] + i] != val(j, rank, i))
+                rc = th_fail("alltoallv shape %d%s: block of %zu from %d [%zu] = %d, want %d",
+                             shape, in_place ? " in place" : "", rcn[j], j, i, r[rd[j] + i],
+                             val(j, rank, i));
+        for (size_t g = 0; g < 5 && rc == 0; g++)
+            if (r[rd[j] + rcn[j] + g] != (int32_t)0xa5a5a5a5)
+                rc = th_fail("alltoallv shape %d: the gap after rank %d's block was written",
+                             shape, j);
+    }
+    free(s);
+    free(r);
+    return rc;
+}
+
+/* With no override, alltoallv runs single copy where it is allowed (select.c), which sends
+ * each block below the plain alltoall's threshold through the window and reads the rest:
+ * every mix of the two, in place and not, exact; in a small window (TUTTI_SHM_WINDOW) the small
+ * blocks that do not fit are read too. */
+static int mixed_rank(int rank, int size, void *arg)
+{
+    (void)arg;
+    tutti_comm_t *comm = init();
+    if (comm == NULL)
+        return 1;
+    int rc = 0;
+    for (int shape = 0; shape < 8 && rc == 0; shape++)
+        rc = mixed_case(comm, rank, size, shape, false, vcount, false) |
+             mixed_case(comm, rank, size, shape, true, vcount, false);
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_alltoallv_mixed)
+{
+    for (int n = 2; n <= 4; n++)
+        ck_assert_msg(on_shm(n, NULL, mixed_rank, NULL) == 0, "%d ranks", n);
+    ck_assert_msg(on_shm(3, "TUTTI_SHM_WINDOW=4096", mixed_rank, NULL) == 0, "small window");
+    ck_assert_msg(on_shm(2, "TUTTI_CMA=off", mixed_rank, NULL) == 0, "single copy off");
+}
+END_TEST
+
+/* Which way each block went, seen from outside: once reads from rank 1 are refused (as in
+ * refused_rank), an alltoallv whose blocks all lie below single copy's threshold still works
+ * (they went through the window), and one where rank 1 sends a block above it fails on every
+ * rank. In a window too small for them (arg "small"), the small blocks are read, and fail. */
+static size_t small_count(int src, int dst, int shape)
+{
+    (void)shape;
+    return src == dst ? 70000 : 1500 + (size_t)(src + dst); /* own blocks are never read */
+}
+
+static size_t large_count(int src, int dst, int shape)
+{
+    return src == 1 && dst == 0 ? 70000 : small_count(src, dst, shape);
+}
+
+static int route_rank(int rank, int size, void *arg)
+{
+    const bool small_window = arg != NULL;
+    tutti_comm_t *comm = init();
+    if (comm == NULL)
+        return 1;
+    if (tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLTOALL, "cma") != TUTTI_OK ||
+        tutti_comm_set_algorithm(comm, TUTTI_COLL_ALLTOALL, "auto") != TUTTI_OK) {
+        if (rank == 0)
+            fprintf(stderr, "check_cma: single copy is off here; route not run\n");
+        tutti_comm_destroy(comm);
+        return 0;
+    }
+    drop_ptrace();
+    if (rank == 1)
+        prctl(PR_SET_DUMPABLE, 0);
+    int rc = 0;
+    if (tutti_barrier(comm, NULL) != TUTTI_OK) /* every rank has dropped it */
+        rc = th_fail("barrier: %s", tutti_comm_last_error(comm));
+    if (rc == 0 && !small_window)
+        rc = mixed_case(comm, rank, size, 0, false, small_count, false);
+    if (rc == 0)
+        rc = mixed_case(comm, rank, size, 1, false, small_window ? small_count : large_count,
+                        true);
+    tutti_comm_destroy(comm);
+    return rc;
+}
+
+START_TEST(test_alltoallv_route)
+{
+    for (int n = 2; n <= 3; n++) {
+        ck_assert_msg(on_shm(n, NULL, route_rank, NULL) == 0, "%d ranks", n);
+        ck_assert_msg(on_shm(n, "TUTTI_SHM_WINDOW=4096", route_rank, "small") == 0,
+                      "%d ranks, small window", n);
+    }
+}
+END_TEST
+
 /* ---- a read the kernel refuses in the middle of a call --------------------------------------- */
 
 /* After creation (single copy probed and on) every rank drops CAP_SYS_PTRACE and rank 1 turns
@@ -823,6 +961,8 @@ int main(void)
     tcase_add_test(tc, test_ptrace_refused);
     tcase_add_test(tc, test_bad_knob);
     tcase_add_test(tc, test_read_refused);
+    tcase_add_test(tc, test_alltoallv_mixed);
+    tcase_add_test(tc, test_alltoallv_route);
     tcase_add_test(tc, test_thp);
     tcase_add_test(tc, test_thp_remap);
     suite_add_tcase(s, tc);

@@ -86,25 +86,28 @@ START_TEST(test_caps_and_choice)
     t.node_seg = 1 << 20;
     unsigned caps = tutti__topo_caps(&t, &node);
     ck_assert_uint_eq(caps, TUTTI__NEEDS_NODES | TUTTI__NEEDS_UNIFORM);
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 1 << 26)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 8)->name, "hier");
-    /* large blocks: the network is busy anyway; aggregation's copies cost more (select.c) */
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, (256 << 10) - 4)->name,
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8, false)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 1 << 26, false)->name,
                      "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 256 << 10)->name,
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8, false)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 8, false)->name, "hier");
+    /* large blocks: the network is busy anyway; aggregation's copies cost more (select.c) */
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, (256 << 10) - 4, false)->name,
+                     "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 256 << 10, false)->name,
                      "pairwise");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_REDUCE_SCATTER, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_BCAST, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_REDUCE, 8)->name, "tree");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_REDUCE_SCATTER, 8, false)->name,
+                     "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_BCAST, 8, false)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_REDUCE, 8, false)->name, "tree");
     ck_assert(!tutti__algo_offered(&tutti__allreduce_direct, caps));
     /* a node without a window somewhere (node_seg 0): no hierarchy */
     t.node_seg = 0;
     caps = tutti__topo_caps(&t, &none);
     ck_assert(!(caps & TUTTI__NEEDS_NODES));
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8)->name, "tree");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 1 << 20)->name, "rhd");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8, false)->name, "tree");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 1 << 20, false)->name,
+                     "rhd");
     tutti__topo_free(&t);
 
     /* nodes of unequal size: hier allreduce and bcast, the rail algorithms not */
@@ -112,10 +115,10 @@ START_TEST(test_caps_and_choice)
     t.node_seg = 1 << 20;
     caps = tutti__topo_caps(&t, &node);
     ck_assert_uint_eq(caps, TUTTI__NEEDS_NODES);
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_BCAST, 8)->name, "hier");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8)->name, "ring");
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 8)->name, "pairwise");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8, false)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_BCAST, 8, false)->name, "hier");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8, false)->name, "ring");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLTOALL, 8, false)->name, "pairwise");
     ck_assert(!tutti__algo_offered(&tutti__alltoall_hier, caps));
     ck_assert(tutti__algo_offered(&tutti__allreduce_hier, caps));
     tutti__topo_free(&t);
@@ -125,7 +128,7 @@ START_TEST(test_caps_and_choice)
     t.node_seg = 0;
     caps = tutti__topo_caps(&t, &none);
     ck_assert(!(caps & TUTTI__NEEDS_NODES));
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8)->name, "ring");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLGATHER, 8, false)->name, "ring");
     tutti__topo_free(&t);
 
     /* one node: the direct algorithms */
@@ -134,8 +137,24 @@ START_TEST(test_caps_and_choice)
     caps = tutti__topo_caps(&t, &all);
     ck_assert(caps & TUTTI__NEEDS_WINDOW);
     ck_assert(!(caps & TUTTI__NEEDS_NODES));
-    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8)->name, "direct");
+    ck_assert_str_eq(tutti__select(&ov, caps, 4, TUTTI_COLL_ALLREDUCE, 8, false)->name, "direct");
     tutti__topo_free(&t);
+
+    /* alltoallv on one node: single copy, which chooses block by block, where it is allowed;
+     * the direct algorithm where not; a plain alltoall by its block size */
+    const unsigned room = TUTTI__NEEDS_WINDOW | TUTTI__NEEDS_ROOM;
+    const unsigned cma = room | TUTTI__NEEDS_CMA;
+    ck_assert_str_eq(tutti__select(&ov, cma, 2, TUTTI_COLL_ALLTOALL, 0, true)->name, "cma");
+    ck_assert_str_eq(tutti__select(&ov, room, 2, TUTTI_COLL_ALLTOALL, 0, true)->name, "direct");
+    ck_assert_str_eq(tutti__select(&ov, cma, 2, TUTTI_COLL_ALLTOALL, 8, false)->name, "direct");
+    ck_assert_uint_eq(tutti__cma_alltoall_min(2), 64 << 10);
+    ck_assert_str_eq(tutti__select(&ov, cma, 2, TUTTI_COLL_ALLTOALL, 64 << 10, false)->name,
+                     "cma");
+    /* an override for the sizes alltoallv is chosen at (0) still wins */
+    tutti__algo_override_t direct = {.n = 1};
+    direct.r[0] = (tutti__algo_range_t){0, SIZE_MAX, &tutti__alltoall_direct};
+    ck_assert_str_eq(tutti__select(&direct, cma, 2, TUTTI_COLL_ALLTOALL, 0, true)->name,
+                     "direct");
 }
 END_TEST
 
@@ -160,8 +179,9 @@ START_TEST(test_flat_choice)
     ck_assert_str_eq(tutti__allreduce_flat(1000, 25 << 20)->name, "rhd");
     /* the default across nodes of one rank each follows it */
     tutti__algo_override_t ov = {0};
-    ck_assert_str_eq(tutti__select(&ov, 0, 1000, TUTTI_COLL_ALLREDUCE, 25 << 20)->name, "rhd");
-    ck_assert_str_eq(tutti__select(&ov, 0, 3, TUTTI_COLL_ALLREDUCE, 1 << 20)->name, "ring");
+    ck_assert_str_eq(tutti__select(&ov, 0, 1000, TUTTI_COLL_ALLREDUCE, 25 << 20, false)->name,
+                     "rhd");
+    ck_assert_str_eq(tutti__select(&ov, 0, 3, TUTTI_COLL_ALLREDUCE, 1 << 20, false)->name, "ring");
 }
 END_TEST
 

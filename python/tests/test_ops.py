@@ -302,6 +302,11 @@ def w_ops(mode):
     call(dist.all_to_all_single, out, inp)
     same(torch, out, torch.cat([torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) +
                                 1000 * s for s in range(n)]), "alltoall_base equal")
+    # equal splits given on some ranks only (even ranks), none on the others: the same call
+    out = torch.empty(n * 4)
+    call(dist.all_to_all_single, out, inp, *([[4] * n] * 2 if rank % 2 == 0 else []))
+    same(torch, out, torch.cat([torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) +
+                                1000 * s for s in range(n)]), "alltoall_base equal, some splits")
 
     def rows(src, dst):
         return src + dst + 1 if (src + dst) % 3 else 0  # some peers get nothing

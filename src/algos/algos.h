@@ -237,6 +237,11 @@ void tutti__win_fail(tutti__net_t *net, tutti_status_t st, uint64_t seq, bool re
 tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* tutti__coll_fail writes the text of c's failure to c->err, after the rank and the call
+ * ("rank R: <call>: <text>"), and returns status. */
+tutti_status_t tutti__coll_fail(tutti__coll_t *c, tutti_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* tutti__isend / tutti__irecv post bytes to / from peer (an index in c's group: the
  * communicator rank unless c->group maps it) on c's channel (its slice's). req must stay alive
  * until tutti__waitall returns for it; a post that fails withdraws everything else c has posted
@@ -525,9 +530,13 @@ const tutti__algo_t *tutti__algo_find(tutti_coll_t coll, const char *name, size_
 
 /* tutti__select picks the algorithm for a call of coll moving bytes among n ranks: the
  * override ov's range that holds bytes, else the default by size and topology (caps: the
- * TUTTI__NEEDS_* bits the network offers). */
+ * TUTTI__NEEDS_* bits the network offers). v: the call is an allgatherv or alltoallv. */
 const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps, int n,
-                                   tutti_coll_t coll, size_t bytes);
+                                   tutti_coll_t coll, size_t bytes, bool v);
+
+/* tutti__cma_alltoall_min is the block size from which a plain alltoall among n ranks of one
+ * node takes single copy; alltoallv's single copy moves smaller blocks through the window. */
+size_t tutti__cma_alltoall_min(int n);
 
 /* tutti__allreduce_flat is the flat allreduce for bytes among n ranks that talk through the
  * network (a whole group, or a rail of a hierarchical one): the tree up to TUTTI__TREE_MAX

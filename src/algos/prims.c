@@ -20,10 +20,7 @@ static int describe(const tutti__coll_t *c, char *buf, size_t cap)
                     c->count * c->esize, tutti_dtype_name(c->dtype));
 }
 
-static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt, ...)
+tutti_status_t tutti__coll_fail(tutti__coll_t *c, tutti_status_t st, const char *fmt, ...)
 {
     char what[256];
     describe(c, what, sizeof what);
@@ -35,6 +32,9 @@ static tutti_status_t fail(tutti__coll_t *c, tutti_status_t st, const char *fmt,
     snprintf(c->err, TUTTI__ERRLEN, "rank %d: %s: %s", c->net->rank, what, detail);
     return st;
 }
+
+/* the many failures of this file, by a short name */
+#define fail tutti__coll_fail
 
 tutti_status_t tutti__decline(tutti__coll_t *c, tutti_status_t st, const char *fmt, ...)
 {

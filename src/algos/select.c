@@ -132,6 +132,11 @@ static bool cma_for(bool cma, const cma_range_t r[2], int n, size_t bytes)
     return cma && bytes >= x->lo && bytes < x->hi;
 }
 
+size_t tutti__cma_alltoall_min(int n)
+{
+    return cma_alltoall[n > 2].lo;
+}
+
 /*
  * Allreduce at 2 ranks with cores of their own takes the ring (over shm's slots) instead of the
  * window from RING2_MIN to RING2_MAX bytes. The window's 3 barriers per segment leave nothing to
@@ -207,7 +212,7 @@ const tutti__algo_t *tutti__allreduce_flat(int n, size_t bytes)
  * Otherwise: a tree for latency-bound sizes, a ring or recursive halving/doubling once
  * bandwidth dominates (tutti__allreduce_flat). */
 const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned caps, int n,
-                                   tutti_coll_t coll, size_t bytes)
+                                   tutti_coll_t coll, size_t bytes, bool v)
 {
     for (int i = 0; i < ov->n; i++)
         if (bytes >= ov->r[i].lo && bytes <= ov->r[i].hi)
@@ -227,6 +232,9 @@ const tutti__algo_t *tutti__select(const tutti__algo_override_t *ov, unsigned ca
                : even ? &tutti__allgather_hier
                       : &tutti__allgather_ring;
     case TUTTI_COLL_ALLTOALL:
+        /* alltoallv: single copy chooses block by block, as the plain alltoall would */
+        if (v && win && cma && (caps & TUTTI__NEEDS_ROOM))
+            return &tutti__alltoall_cma;
         return win && cma_for(cma, cma_alltoall, n, bytes) ? &tutti__alltoall_cma
                : win && (caps & TUTTI__NEEDS_ROOM)  ? &tutti__alltoall_direct
                : even && bytes < HIER_ALLTOALL_MAX ? &tutti__alltoall_hier
@@ -250,7 +258,8 @@ size_t tutti__coll_bytes(const tutti__coll_t *c)
     if (c->counts == NULL)
         return c->count * c->esize;
     /* alltoallv's counts differ from rank to rank, and every rank must pick the same
-     * algorithm: its choice ignores the size (it is made as for 0 bytes). */
+     * algorithm: its choice ignores the size (it is made as for 0 bytes; single copy then
+     * chooses block by block, alltoall_cma.c). */
     if (c->kind == TUTTI_COLL_ALLTOALL)
         return 0;
     size_t mx = 0;

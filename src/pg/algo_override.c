@@ -157,5 +157,5 @@ TUTTI_API const char *tutti_comm_algorithm(const tutti_comm_t *comm, tutti_coll_
     if (!tutti__comm_valid(comm) || (unsigned)coll >= TUTTI_COLL_COUNT)
         return NULL;
     tutti__algo_override_t ov = tutti__exec_get_override(comm, coll);
-    return tutti__select(&ov, comm->net.caps, comm->size, coll, bytes)->name;
+    return tutti__select(&ov, comm->net.caps, comm->size, coll, bytes, false)->name;
 }

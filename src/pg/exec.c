@@ -250,7 +250,8 @@ static void number(tutti_comm_t *comm, tutti__coll_t *c, size_t bytes, int nspli
     c->posted = comm->obs != NULL ? tutti__now() : 0;
     c->call_bytes = bytes;
     if (c->algo == NULL)
-        c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes);
+        c->algo = tutti__select(&comm->algo[c->kind], comm->net.caps, comm->size, c->kind, bytes,
+                                c->counts != NULL);
     tutti__sig_make(c, nsplit);
     /* Every TUTTI__FLOW_EVERY-th broadcast, and reduce, that runs with peers (not an empty
      * one, which meets no one) holds its senders back (algos.h): counted from the calls

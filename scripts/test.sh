@@ -30,10 +30,13 @@ run_suite() { # run_suite NAME BUILD_DIR [meson test args...]
     local name=$1 dir=$2
     shift 2
     echo "test.sh: == $name =="
+    local t0=$SECONDS
     if ! meson test -C "$dir" --print-errorlogs "$@"; then
         failed+=("$name ($dir/meson-logs/testlog.txt)")
         summaries+=("$dir/meson-logs/testlog.json")
     fi
+    # what each stage costs, for keeping the whole run short (builds not counted)
+    echo "test.sh: $name took $((SECONDS - t0)) s (run so far: $((SECONDS - start)) s)"
 }
 
 sanitizer_build() { # sanitizer_build DIR SANITIZERS
@@ -93,6 +96,7 @@ if [ "$fuzz_seconds" != 0 ] && [ $# -eq 0 ]; then
             failed+=("fuzz_$h ($log, build-fuzz/artifacts/)")
         fi
     done
+    echo "test.sh: fuzzing done (run so far: $((SECONDS - start)) s)"
 fi
 
 if [ ${#failed[@]} -eq 0 ]; then

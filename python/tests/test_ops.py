@@ -302,11 +302,6 @@ def w_ops(mode):
     call(dist.all_to_all_single, out, inp)
     same(torch, out, torch.cat([torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) +
                                 1000 * s for s in range(n)]), "alltoall_base equal")
-    # equal splits given on some ranks only (even ranks), none on the others: the same call
-    out = torch.empty(n * 4)
-    call(dist.all_to_all_single, out, inp, *([[4] * n] * 2 if rank % 2 == 0 else []))
-    same(torch, out, torch.cat([torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) +
-                                1000 * s for s in range(n)]), "alltoall_base equal, some splits")
 
     def rows(src, dst):
         return src + dst + 1 if (src + dst) % 3 else 0  # some peers get nothing
@@ -318,6 +313,20 @@ def w_ops(mode):
     call(dist.all_to_all_single, out, inp, recv_splits, send_splits)
     want = torch.cat([torch.full((rows(s, rank), 3), float(10 * s + rank)) for s in range(n)])
     same(torch, out, want, "alltoall_base uneven")
+    # splits that happen to be equal on one rank (0: 2 rows to and from everyone) among unequal
+    # ones elsewhere: every rank must still run the same call (a build that ran equal splits as
+    # an alltoall failed here as mismatched)
+
+    def rows2(src, dst):
+        return 2 if 0 in (src, dst) else src + dst + 1
+
+    send_splits = [rows2(rank, j) for j in range(n)]
+    recv_splits = [rows2(j, rank) for j in range(n)]
+    inp = torch.cat([torch.full((rows2(rank, j), 3), float(10 * rank + j)) for j in range(n)])
+    out = torch.empty(sum(recv_splits), 3)
+    call(dist.all_to_all_single, out, inp, recv_splits, send_splits)
+    want = torch.cat([torch.full((rows2(s, rank), 3), float(10 * s + rank)) for s in range(n)])
+    same(torch, out, want, "alltoall_base, equal splits on rank 0 only")
     # in place: output and input at one address, with splits whose send and receive sizes
     # differ (rank r sends (2r + j) % 4 rows to j; prefix views of one tensor)
     send_splits = [(2 * rank + j) % 4 for j in range(n)]

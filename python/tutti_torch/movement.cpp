@@ -5,7 +5,6 @@
 // with the others.
 #include "backend.h"
 
-#include <algorithm>
 #include <memory>
 
 #include "errors.h"
@@ -18,9 +17,8 @@ static const char *const kBytesHint =
     "tutti moves this call's data as bytes: the uint8 counts above are the tensors' bytes";
 static const char *const kAlltoallHint =
     "tutti runs all_to_all as an alltoall(v) of bytes: the counts above are bytes, and each "
-    "rank's input split for rank j must equal rank j's output split for it; splits that cut "
-    "both tensors into equal parts run as an alltoall, other splits as an alltoallv, so a "
-    "rank passing no splits cannot meet one whose splits are not equal parts";
+    "rank's input split for rank j must equal rank j's output split for it; every rank must "
+    "give split sizes, or none (without them the call is an alltoall, with them an alltoallv)";
 static const char *const kGatherHint =
     "tutti runs gather as one alltoallv of bytes: the counts above are bytes; most often the "
     "ranks named different roots (dst), or the root's gather_list does not match the tensors "
@@ -319,14 +317,10 @@ WorkPtr BackendTutti::alltoall_base(at::Tensor &output, at::Tensor &input,
     c.keep = {bi.work, bo.work};
     if (bo.copied())
         c.finalize = [bo] { bo.copy_back(); };
-    // Splits that cut both tensors into equal parts are the even form, whether given or not:
-    // every rank runs the same call however each wrote it (Gloo accepts the mix too).
-    const bool even = std::all_of(sc.begin(), sc.end(), [&](size_t b) { return b == sc[0]; }) &&
-                      sc == rc;
-    if (even) {
+    if (outputSplitSizes.empty() && inputSplitSizes.empty()) {
         const void *s = bi.ptr();
         void *r = bo.ptr();
-        size_t nb = sc[0];
+        size_t nb = nbytes(input) / static_cast<size_t>(size_);
         c.posts.push_back([s, r, nb](tutti_comm_t *comm, tutti_work_t **h) {
             return tutti_alltoall(s, r, nb, TUTTI_UINT8, comm, h);
         });

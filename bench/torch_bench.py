@@ -24,7 +24,8 @@ CPU time then).
 
 Sizes follow nccl-tests: "size" is the larger buffer of one rank (all_reduce: the buffer;
 all_gather_into_tensor: the output, n x the input; reduce_scatter_tensor: the input, n x the
-output; all_to_all_single: the input, which equals the output); algbw = size / time;
+output; all_to_all_single: the input, which equals the output; all_to_all_uneven, uneven splits
+as a mixture of experts sends, only with --colls: the larger of input and output); algbw = size / time;
 busbw = algbw x 2(n-1)/n for all_reduce and x (n-1)/n for the others.
 
 --json FILE writes every measurement (all repetitions) for plots or the README.
@@ -38,7 +39,8 @@ import sys
 import time
 import warnings
 
-COLLS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"]
+COLLS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
+         "all_to_all_uneven"]
 DTYPES = {"fp32": 4, "bf16": 2}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -78,8 +80,8 @@ def parse_args():
                    help="untimed calls before the first timing of a size (default 3; one "
                         "before each later one)")
     p.add_argument("--max-iters", type=int, default=2000, help="most timed calls per timing")
-    p.add_argument("--colls", default=",".join(COLLS), help="comma-separated subset of %s"
-                   % ",".join(COLLS))
+    p.add_argument("--colls", default=",".join(COLLS[:4]), help="comma-separated subset of %s "
+                   "(default: all but all_to_all_uneven)" % ",".join(COLLS))
     p.add_argument("--dtypes", default="fp32,bf16", help="comma-separated: fp32, bf16")
     p.add_argument("--backends", default="tutti,gloo",
                    help="the backends to time, in the order of the first repetition")
@@ -165,11 +167,23 @@ class Case:
             self.send = data(rank, per * n)
             self.out = torch.empty(per, dtype=dtype)
             self.expect = sum(data(r, per, rank * per).double() for r in range(n)).to(dtype)
-        else:  # all_to_all_single: block j of rank r's input goes to rank j
+        elif coll == "all_to_all_single":  # block j of rank r's input goes to rank j
             per = count // n
             self.send = data(rank, per * n)
             self.out = torch.empty(per * n, dtype=dtype)
             self.expect = torch.cat([data(r, per, rank * per) for r in range(n)])
+        else:  # all_to_all_uneven: splits as a mixture of experts routes tokens, 2/3 or 4/3 of
+            # the even block by the parity of sender + receiver
+            per = count // n
+
+            def rows(src, dst):
+                return per * 2 // 3 if (src + dst) % 2 else per * 4 // 3
+
+            self.in_splits = [rows(rank, j) for j in range(n)]
+            self.out_splits = [rows(r, rank) for r in range(n)]
+            self.send = torch.cat([data(rank, rows(rank, j), j * count) for j in range(n)])
+            self.out = torch.empty(sum(self.out_splits), dtype=dtype)
+            self.expect = torch.cat([data(r, rows(r, rank), rank * count) for r in range(n)])
         self.nbytes = max(self.send.numel(), self.out.numel()) * esize
 
     def call(self, group):
@@ -180,8 +194,11 @@ class Case:
             d.all_gather_into_tensor(self.out, self.send, group=group)
         elif self.coll == "reduce_scatter_tensor":
             d.reduce_scatter_tensor(self.out, self.send, group=group)
-        else:
+        elif self.coll == "all_to_all_single":
             d.all_to_all_single(self.out, self.send, group=group)
+        else:
+            d.all_to_all_single(self.out, self.send, self.out_splits, self.in_splits,
+                                group=group)
 
     def check(self, group):
         """One call from fresh buffers; '' when the result is exact, else what is wrong."""

@@ -40,11 +40,13 @@ static void publish_v(tutti__coll_t *c, tutti__window_t *w, const char *in, size
     size_t used = head, lo = SIZE_MAX, hi = 0, sum = 0;
     for (int j = 0; j < n; j++) {
         size_t d = tutti__sdispl(c, j), k = tutti__scount(c, j), bytes = k * es;
+        size_t lines = (bytes + 63) & ~(size_t)63; /* the next block starts on a line */
         uint64_t where = d;
-        if (j != rank && k > 0 && bytes < small && bytes <= w->region_size - used) {
+        if (j != rank && k > 0 && bytes < small && used <= w->region_size &&
+            lines <= w->region_size - used) {
             memcpy(w->regions[rank] + used, in + d * es, bytes);
             where = IN_WINDOW | used;
-            used += (bytes + 63) & ~(size_t)63;
+            used += lines;
         } else if (j != rank && k > 0) {
             lo = d < lo ? d : lo;
             hi = d + k > hi ? d + k : hi;

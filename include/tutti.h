@@ -343,7 +343,11 @@ TUTTI_API const char *tutti_comm_last_error(const tutti_comm_t *comm);
 TUTTI_API tutti_status_t tutti_comm_set_algorithm(tutti_comm_t *comm, tutti_coll_t coll,
                                                   const char *spec);
 
-/** @return the name of the algorithm comm would use for coll at bytes bytes, or NULL. */
+/** @return the name of the algorithm comm would use for coll at bytes bytes, or NULL. For
+ *  TUTTI_COLL_ALLGATHER and TUTTI_COLL_ALLTOALL the answer is for the plain collective, bytes
+ *  per block; allgatherv chooses as the plain one at its largest block, and alltoallv, whose
+ *  blocks differ between ranks, runs "cma" on one node where single copy is allowed (each
+ *  block through the window or read, by its size), else as at 0 bytes, overrides included. */
 TUTTI_API const char *tutti_comm_algorithm(const tutti_comm_t *comm, tutti_coll_t coll,
                                            size_t bytes);
 

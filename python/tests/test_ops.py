@@ -303,30 +303,21 @@ def w_ops(mode):
     same(torch, out, torch.cat([torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) +
                                 1000 * s for s in range(n)]), "alltoall_base equal")
 
-    def rows(src, dst):
-        return src + dst + 1 if (src + dst) % 3 else 0  # some peers get nothing
-
-    send_splits = [rows(rank, j) for j in range(n)]
-    recv_splits = [rows(j, rank) for j in range(n)]
-    inp = torch.cat([torch.full((rows(rank, j), 3), float(10 * rank + j)) for j in range(n)])
-    out = torch.empty(sum(recv_splits), 3)
-    call(dist.all_to_all_single, out, inp, recv_splits, send_splits)
-    want = torch.cat([torch.full((rows(s, rank), 3), float(10 * s + rank)) for s in range(n)])
-    same(torch, out, want, "alltoall_base uneven")
-    # splits that happen to be equal on one rank (0: 2 rows to and from everyone) among unequal
-    # ones elsewhere: every rank must still run the same call (a build that ran equal splits as
-    # an alltoall failed here as mismatched)
-
-    def rows2(src, dst):
-        return 2 if 0 in (src, dst) else src + dst + 1
-
-    send_splits = [rows2(rank, j) for j in range(n)]
-    recv_splits = [rows2(j, rank) for j in range(n)]
-    inp = torch.cat([torch.full((rows2(rank, j), 3), float(10 * rank + j)) for j in range(n)])
-    out = torch.empty(sum(recv_splits), 3)
-    call(dist.all_to_all_single, out, inp, recv_splits, send_splits)
-    want = torch.cat([torch.full((rows2(s, rank), 3), float(10 * s + rank)) for s in range(n)])
-    same(torch, out, want, "alltoall_base, equal splits on rank 0 only")
+    # uneven: rank r sends rows(r, j) rows to j. First some peers get nothing; then splits that
+    # happen to be equal on one rank (0: 2 rows to and from everyone) among unequal ones
+    # elsewhere, where every rank must still run the same call (a build that ran equal splits
+    # as an alltoall failed there as mismatched)
+    routes = {"alltoall_base uneven": lambda s, d: s + d + 1 if (s + d) % 3 else 0,
+              "alltoall_base, equal splits on rank 0 only":
+                  lambda s, d: 2 if 0 in (s, d) else s + d + 1}
+    for what, rows in routes.items():
+        send_splits = [rows(rank, j) for j in range(n)]
+        recv_splits = [rows(j, rank) for j in range(n)]
+        inp = torch.cat([torch.full((rows(rank, j), 3), float(10 * rank + j)) for j in range(n)])
+        out = torch.empty(sum(recv_splits), 3)
+        call(dist.all_to_all_single, out, inp, recv_splits, send_splits)
+        want = torch.cat([torch.full((rows(s, rank), 3), float(10 * s + rank)) for s in range(n)])
+        same(torch, out, want, what)
     # in place: output and input at one address, with splits whose send and receive sizes
     # differ (rank r sends (2r + j) % 4 rows to j; prefix views of one tensor)
     send_splits = [(2 * rank + j) % 4 for j in range(n)]

@@ -29,9 +29,10 @@
 enum { ADDR, FIRST_PEER }; /* words of a rank's header in its region; alltoallv: then 2 per rank */
 #define IN_WINDOW (UINT64_C(1) << 63) /* a block's place is an offset into its sender's region */
 
-/* publish_v writes, for each rank j, where this rank's block for j is (a displacement in
- * in, or IN_WINDOW | an offset in the region it copied it to) and its count, from header bytes
- * into the region; it offers the single-copy blocks' span to tutti__cma_offer. */
+/* publish_v writes in this rank's header, for each rank j, where its block for j is (a
+ * displacement in in, or IN_WINDOW | the offset in this rank's region it copied it to, past the
+ * head bytes of the header) and its count; it offers the single-copy blocks' span to
+ * tutti__cma_offer. */
 static void publish_v(tutti__coll_t *c, tutti__window_t *w, const char *in, size_t head)
 {
     const int n = c->size, rank = c->rank;
@@ -107,7 +108,8 @@ static tutti_status_t run(tutti__coll_t *c)
     /* A block of another length than the sender's would be read past its end, or short: fail
      * before reading (the peers learn it from this rank's failure, in the last barrier). */
     for (int i = 0; v && i < n; i++) {
-        uint64_t theirs = ((const uint64_t *)(const void *)w->regions[i])[FIRST_PEER + 2 * rank + 1];
+        const uint64_t *head_i = (const uint64_t *)(const void *)w->regions[i];
+        uint64_t theirs = head_i[FIRST_PEER + 2 * rank + 1];
         if (i != rank && theirs != tutti__rcount(c, i))
             return tutti__count_mismatch(c, i, theirs);
     }

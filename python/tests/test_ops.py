@@ -318,6 +318,24 @@ def w_ops(mode):
         call(dist.all_to_all_single, out, inp, recv_splits, send_splits)
         want = torch.cat([torch.full((rows(s, rank), 3), float(10 * s + rank)) for s in range(n)])
         same(torch, out, want, what)
+    # random routings, as a mixture of experts sends: the same split matrix on every rank (one
+    # seed), rows from 0 to 20000 (blocks on both sides of single copy's thresholds), a whole
+    # rank's row empty now and then, several dtypes (a script like this one found the defect of
+    # the case above at its first step)
+    routing = torch.Generator().manual_seed(4321)
+    for step in range(24):
+        S = torch.randint(0, [1, 10, 1000, 20000][step % 4] + 1, (n, n), generator=routing)
+        if step % 5 == 0:
+            S[step % n] = 0
+        dt = [torch.float32, torch.bfloat16, torch.int8][step % 3]
+        send_splits, recv_splits = S[rank].tolist(), S[:, rank].tolist()
+        inp = torch.cat([torch.full((send_splits[j], 2), (rank * 31 + j * 7 + step) % 100,
+                                    dtype=dt) for j in range(n)])
+        out = torch.full((sum(recv_splits), 2), -1, dtype=dt)
+        call(dist.all_to_all_single, out, inp, recv_splits, send_splits)
+        want = torch.cat([torch.full((recv_splits[s], 2), (s * 31 + rank * 7 + step) % 100,
+                                     dtype=dt) for s in range(n)])
+        same(torch, out, want, "alltoall_base, random routing %d" % step)
     # in place: output and input at one address, with splits whose send and receive sizes
     # differ (rank r sends (2r + j) % 4 rows to j; prefix views of one tensor)
     send_splits = [(2 * rank + j) % 4 for j in range(n)]

@@ -4,8 +4,10 @@
  * ptrace rules forbid it (found by the probe at creation: every rank drops CAP_SYS_PTRACE and
  * makes itself non-dumpable); and a read the kernel refuses in the middle of a call, which must
  * fail on every rank, alike, without a hang; where the defaults pick single copy (select.c's
- * ranges, at 2 and 3 ranks), exact with no override; and a send buffer read a second time
- * backed with huge pages first (TUTTI_CMA_THP), its bytes unchanged. */
+ * ranges, at 2 and 3 ranks), exact with no override; alltoallv's choice block by block
+ * (small blocks through the window, large ones read), exact in every mix and seen from outside
+ * once reads are refused; and a send buffer read a second time backed with huge pages first
+ * (TUTTI_CMA_THP), its bytes unchanged. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>

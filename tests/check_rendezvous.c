@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include "check_main.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -774,32 +775,66 @@ typedef struct sniper {
     int nfds;
 } sniper_t;
 
-/* listener_with_peer finds a listening TCP socket (IPv4, not skip) that has an established
- * connection on its port already: the port in *port, its address in *addr; 0 if none. */
+/* own_sockets fills inodes with this process's socket inodes (from /proc/self/fd); returns
+ * how many (at most cap). */
+static int own_sockets(unsigned long *inodes, int cap)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while (n < cap && (e = readdir(d)) != NULL) {
+        char path[64], link[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, link, sizeof link - 1);
+        if (k <= 0)
+            continue;
+        link[k] = '\0';
+        if (sscanf(link, "socket:[%lu]", &inodes[n]) == 1)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* listener_with_peer finds the port that this process (rank 1) has connected to on this host,
+ * other than skip (the store's), that something still listens on: rank 0's liveness port,
+ * in *port, its address in *addr; 0 if none yet. Only this process's own connections count,
+ * so that another test's ports on a busy machine are never taken for it. */
 static int listener_with_peer(int skip, uint32_t *addr, int *port)
 {
+    unsigned long mine[256];
+    int nmine = own_sockets(mine, 256);
     FILE *f = fopen("/proc/net/tcp", "r");
     if (f == NULL)
         return 0;
     char line[512];
-    unsigned lports[64], laddrs[64], eports[256];
-    int nl = 0, ne = 0;
+    unsigned lports[64], rports[64], raddrs[64];
+    int nl = 0, nr = 0;
     while (fgets(line, sizeof line, f) != NULL) {
-        unsigned la, lp, ra, rp, st;
-        if (sscanf(line, " %*d: %8X:%4X %8X:%4X %2X", &la, &lp, &ra, &rp, &st) != 5)
+        unsigned lp, ra, rp, st;
+        unsigned long inode;
+        /* sl, local address:port, remote address:port, state, queues, timer, retransmits, uid,
+         * timeout, inode */
+        if (sscanf(line, " %*d: %*8X:%4X %8X:%4X %2X %*X:%*X %*X:%*X %*X %*u %*u %lu", &lp, &ra,
+                   &rp, &st, &inode) != 5)
             continue;
         if (st == 0x0A && (int)lp != skip && nl < 64) {
-            laddrs[nl] = la;
             lports[nl++] = lp;
-        } else if (st == 0x01 && ne < 256) {
-            eports[ne++] = lp;
+        } else if (st == 0x01 && (int)rp != skip && nr < 64) {
+            for (int i = 0; i < nmine; i++)
+                if (mine[i] == inode) {
+                    raddrs[nr] = ra;
+                    rports[nr++] = rp;
+                }
         }
     }
     fclose(f);
     for (int i = 0; i < nl; i++)
-        for (int j = 0; j < ne; j++)
-            if (eports[j] == lports[i]) {
-                *addr = laddrs[i]; /* as the kernel stores it: network order read as a word */
+        for (int j = 0; j < nr; j++)
+            if (rports[j] == lports[i]) {
+                *addr = raddrs[j]; /* as the kernel stores it: network order read as a word */
                 *port = (int)lports[i];
                 return 1;
             }

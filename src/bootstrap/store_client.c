@@ -31,6 +31,8 @@ struct tutti__store {
     bool own_store;     /* that store said it serves this job, whose launcher names it */
     bool rival;         /* rank 0 telling the store that holds its port of itself (tell_holder) */
     bool told;          /* that store answered that it was told */
+    bool reconnect;     /* a silent listener is left after SILENT_S and reached again (open) */
+    bool silent_warned; /* that was said once */
     uint8_t mixer[32];  /* keys travel as HMAC(mixer, key) */
     pthread_mutex_t mu; /* one request at a time on fd */
     tutti__store_server_t *srv; /* rank 0 only */
@@ -47,6 +49,8 @@ struct tutti__store {
  * already in use") and will not come. Under a launcher that leaves the other ranks running
  * (MPICH's), waiting to the deadline (TUTTI_TIMEOUT, 300 s by default) was a hang. */
 #define FOREIGN_GONE_S 20.0
+/* A listener silent this long after accepting is left, and the port connected to again */
+#define SILENT_S 3.0
 
 /* io_deadline bounds one request: the server answers at once, so only a hung or vanished
  * rank 0 takes long; the store's own deadline applies, but never less than 10 s. */
@@ -350,9 +354,31 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
     uint32_t w[4];
     /* rank 0's store sends the challenge as it accepts; a listener that stays silent for
      * seconds is most likely another program on MASTER_PORT (or a stopped rank 0). Say so early,
-     * and keep waiting: rank 0 may be held in a debugger. */
+     * and keep waiting: rank 0 may be held in a debugger. A rank that joins (tutti__store_open)
+     * connects again instead, until its deadline: a connection can also land, as a store
+     * stops, where nobody will answer it (a creation right after another on the same port
+     * waited out its deadline so, once in the tests' runs), and the next one reaches the
+     * store that serves. */
     double start = tutti__now(), first = start + 10.0 < deadline ? start + 10.0 : deadline;
+    if (s->reconnect && start + SILENT_S < first)
+        first = start + SILENT_S;
     int err = tutti__sock_recv(s->fd, hdr, sizeof hdr, first);
+    if (err == ETIMEDOUT && s->reconnect && first < deadline) {
+        if (!s->silent_warned)
+            TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: what listens at %s:%d accepted the connection "
+                       "but said nothing for %.0f s; a tutti store speaks at once: is that port "
+                       "(MASTER_PORT?) another program's, or is the store's process stopped? "
+                       "Connecting again until the deadline.",
+                       s->rank, s->addr, s->port, first - start);
+        s->silent_warned = true;
+        *retry = true;
+        return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
+                                "what listens there accepted the connection but sent no tutti "
+                                "challenge in %.1f s, however often connected: another program "
+                                "holds that port (MASTER_PORT? give the job another), or the "
+                                "store's process is stopped or out of file descriptors",
+                                first - start);
+    }
     if (err == ETIMEDOUT && first < deadline) {
         TUTTI__LOG(TUTTI__LOG_WARN, "rank %d: what listens at %s:%d accepted the connection but "
                    "has said nothing for %.0f s; a tutti store speaks at once: is that port "
@@ -362,7 +388,7 @@ static tutti_status_t handshake(tutti__store_t *s, double deadline, bool *retry)
         err = tutti__sock_recv(s->fd, hdr, sizeof hdr, deadline);
     }
     /* (A second is long for a store's first word; a shorter deadline is just too short.) */
-    if (err == ETIMEDOUT && deadline - start >= 1.0)
+    if (err == ETIMEDOUT && (deadline - start >= 1.0 || s->silent_warned))
         return tutti__set_error(TUTTI_ERR_BOOTSTRAP,
                                 "rank %d: what listens at %s:%d accepted the connection but sent "
                                 "no tutti challenge in %.1f s: another program holds that port "
@@ -755,6 +781,7 @@ tutti_status_t tutti__store_open(int rank, int size, const char *addr, int port,
         }
         if (s->fd >= 0) {
             tutti__sock_nodelay(s->fd);
+            s->reconnect = true;
             st = handshake(s, deadline, &retry);
             if (st == TUTTI_OK)
                 break;

@@ -1,12 +1,16 @@
 """harness.py: starts the ranks of a tutti_torch test as separate processes (torchrun's way: RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT on a free port), under a deadline, and reports
-every rank's exit status and output; also a runner for launchers (torchrun, mpirun).
+every rank's exit status and output; also a runner for launchers (torchrun, mpirun). A rank is
+forked from a Python that has imported torch already (zygote.py) where its environment allows,
+which spares each rank torch's import (TUTTI_TEST_SPAWN=1 spawns every rank fresh).
 
 Each test file is both the unittest that meson runs and, with --worker NAME, the code of one
 rank; the worker's own assertions fail the rank, and the test fails with every rank's stderr.
 """
+import json
 import os
 import random
+import select
 import signal
 import socket
 import subprocess
@@ -73,9 +77,100 @@ def _collect(procs, files, deadline):
     return results, timed_out
 
 
+# What torch reads as it is imported: a rank whose environment differs from the zygote's here
+# is spawned, not forked (zygote.py).
+_IMPORT_ENV = ("TORCH", "LD_", "PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "GLOG_", "CUDA", "NCCL_")
+
+
+class _Zygote:
+    """harness's side of zygote.py: one per test process, started at the first rank it forks."""
+
+    def __init__(self):
+        self.env = dict(os.environ, OMP_NUM_THREADS="1")
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = subprocess.Popen([PY, os.path.join(HERE, "zygote.py"), str(theirs.fileno())],
+                                     env=self.env, pass_fds=[theirs.fileno()],
+                                     start_new_session=True)
+        theirs.close()
+        self.sock = mine
+        self.exits = {}
+        self.replies = []
+
+    def fits(self, env):
+        keys = {k for k in list(env) + list(self.env) if k.startswith(_IMPORT_ENV)}
+        return all(env.get(k) == self.env.get(k) for k in keys)
+
+    def pump(self, timeout):
+        """Reads what the zygote said within timeout seconds (at least what is there now)."""
+        ready, _, _ = select.select([self.sock], [], [], max(0.0, timeout))
+        while ready:
+            msg = self.sock.recv(1 << 16)
+            if not msg:
+                raise RuntimeError("harness: the zygote (zygote.py) ended, exit %s; its ranks "
+                                   "are unaccounted for" % self.proc.wait())
+            m = json.loads(msg)
+            if "exit" in m:
+                self.exits[m["exit"]] = m["rc"]
+            else:
+                self.replies.append(m)
+            ready, _, _ = select.select([self.sock], [], [], 0)
+
+    def fork(self, argv, env, fo, fe):
+        socket.send_fds(self.sock, [json.dumps({"argv": argv, "env": env,
+                                                "cwd": os.getcwd()}).encode()],
+                        [fo.fileno(), fe.fileno()])
+        end = time.monotonic() + 60
+        while not self.replies:
+            if time.monotonic() > end:
+                raise RuntimeError("harness: the zygote did not answer a fork in 60 s")
+            self.pump(end - time.monotonic())
+        m = self.replies.pop(0)
+        if "error" in m:
+            raise RuntimeError("harness: the zygote could not fork a rank: " + m["error"])
+        return _Forked(self, m["pid"])
+
+
+class _Forked:
+    """A rank forked by the zygote, with what _collect uses of a Popen."""
+
+    def __init__(self, zygote, pid):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def poll(self):
+        if self.returncode is None:
+            self.zygote.pump(0)
+            self.returncode = self.zygote.exits.pop(self.pid, None)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = 0.2 if end is None else min(0.2, end - time.monotonic())
+            if left <= 0:
+                raise subprocess.TimeoutExpired([PY, "--worker"], timeout)
+            self.zygote.pump(left)
+        return self.returncode
+
+
+_zygote = None
+
+
+def _start_rank(argv, env, fo, fe):
+    """Forks the rank from the zygote where its environment allows (TUTTI_TEST_SPAWN=1: never),
+    else spawns a fresh Python."""
+    global _zygote
+    if os.environ.get("TUTTI_TEST_SPAWN", "0") == "0":
+        if _zygote is None:
+            _zygote = _Zygote()
+        if _zygote.fits(env):
+            return _zygote.fork(argv, env, fo, fe)
+    return subprocess.Popen([PY] + argv, env=env, stdout=fo, stderr=fe, text=True,
+                            start_new_session=True)
+
+
 def run_ranks(script, worker, n, timeout=90, env=None, args=()):
-    """Runs `python script --worker worker args...` as ranks 0..n-1; returns (results,
-    timed_out)."""
+    """Runs `python script --worker worker args...` as ranks 0..n-1 (forked from the zygote, or
+    spawned: _start_rank); returns (results, timed_out)."""
     port = free_port()
     procs, files = [], []
     for r in range(n):
@@ -84,9 +179,8 @@ def run_ranks(script, worker, n, timeout=90, env=None, args=()):
         e.update(env or {})
         fo = tempfile.TemporaryFile("w+")
         fe = tempfile.TemporaryFile("w+")
-        procs.append(subprocess.Popen([PY, script, "--worker", worker] + list(args), env=e,
-                                      stdout=fo, stderr=fe, text=True, start_new_session=True))
         files.append((fo, fe))
+        procs.append(_start_rank([script, "--worker", worker] + list(args), e, fo, fe))
     return _collect(procs, files, time.monotonic() + timeout)
 
 

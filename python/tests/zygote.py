@@ -18,7 +18,6 @@ import json
 import os
 import runpy
 import select
-import signal
 import socket
 import sys
 
@@ -43,15 +42,14 @@ def _reap(sock, children):
 
 
 def _become_rank(sock, req, fds):
-    """In the fork: the rank's session, output, environment and arguments; then the file."""
+    """In the fork: the rank's session, output, environment and arguments; then the file. The
+    signal dispositions stay the zygote's, which are a fresh Python's (SIGPIPE ignored)."""
     sock.close()
     os.setsid()
     os.dup2(fds[0], 1)
     os.dup2(fds[1], 2)
     for fd in fds:
         os.close(fd)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
     os.environ.clear()
     os.environ.update(req["env"])
     os.chdir(req["cwd"])

@@ -26,14 +26,37 @@ export MESON_TESTTHREADS=${MESON_TESTTHREADS:-2}
 start=$SECONDS
 failed=()
 summaries=()
+beside=()
 run_suite() { # run_suite NAME BUILD_DIR [meson test args...]
+    # With `beside` set (meson test arguments naming tests that mostly wait: suite 'waits',
+    # tests/meson.build), those run at the same time as the others, which they hardly slow: a
+    # second `meson test` with its own log files (testlog-beside.*), whose output is printed
+    # when both are done. Both run what the build left (--no-rebuild): neither may relink a
+    # binary the other is running.
     local name=$1 dir=$2
     shift 2
     echo "test.sh: == $name =="
-    local t0=$SECONDS
-    if ! meson test -C "$dir" --print-errorlogs "$@"; then
+    local t0=$SECONDS wpid="" wlog=$dir/meson-logs/beside.txt rebuild=()
+    if [ ${#beside[@]} -gt 0 ]; then
+        rebuild=(--no-rebuild)
+        mkdir -p "$dir/meson-logs"
+        meson test -C "$dir" --no-rebuild --print-errorlogs --logbase testlog-beside \
+            "${beside[@]}" >"$wlog" 2>&1 &
+        wpid=$!
+    fi
+    if ! meson test -C "$dir" "${rebuild[@]}" --print-errorlogs "$@"; then
         failed+=("$name ($dir/meson-logs/testlog.txt)")
         summaries+=("$dir/meson-logs/testlog.json")
+    fi
+    if [ -n "$wpid" ]; then
+        local wrc=0
+        wait "$wpid" || wrc=$?
+        echo "test.sh: $name: the tests run beside the others (${beside[*]}):"
+        cat "$wlog"
+        if [ "$wrc" != 0 ]; then
+            failed+=("$name, beside ($dir/meson-logs/testlog-beside.txt)")
+            summaries+=("$dir/meson-logs/testlog-beside.json")
+        fi
     fi
     # what each stage costs, for keeping the whole run short (builds not counted)
     echo "test.sh: $name took $((SECONDS - t0)) s (run so far: $((SECONDS - start)) s)"
@@ -52,21 +75,30 @@ sanitizer_build() { # sanitizer_build DIR SANITIZERS
     meson compile -C "$1" >/dev/null
 }
 
-run_suite "tests" build "$@"
+if [ $# -eq 0 ]; then
+    beside=(--suite waits)
+    run_suite "tests" build --no-suite waits
+else
+    run_suite "tests" build "$@"
+fi
 
 if [ "${TUTTI_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
     sanitizer_build build-asan address,undefined
     # CK_TIMEOUT_MULTIPLIER: the sanitizers run 2-10x slower; Check's per-case timeouts (the
     # meson ones have room enough) are for a hang, not for speed.
+    beside=(--suite waits)
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        CK_TIMEOUT_MULTIPLIER=2 run_suite "AddressSanitizer + UBSan" build-asan
+        CK_TIMEOUT_MULTIPLIER=2 run_suite "AddressSanitizer + UBSan" build-asan --no-suite waits
     sanitizer_build build-tsan thread
     # One at a time: ThreadSanitizer runs 5-15x slower, and these tests' own deadlines (2-5 s
-    # for a failure to be seen) are not scaled by CK_TIMEOUT_MULTIPLIER.
+    # for a failure to be seen) are not scaled by CK_TIMEOUT_MULTIPLIER. Beside them, one at a
+    # time too, the one that mostly sleeps.
+    beside=(--num-processes 1 check_p2p_waits)
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CK_TIMEOUT_MULTIPLIER=4 \
-        run_suite "ThreadSanitizer" build-tsan --num-processes 1 check_workers check_split \
-        check_failure check_oob check_bootstrap check_create check_p2p check_p2p_waits \
-        check_p2p_engine check_placement check_trace check_shrink
+        run_suite "ThreadSanitizer" build-tsan --num-processes 1 check_p2p check_failure \
+        check_shrink check_split check_workers check_oob check_bootstrap check_create \
+        check_p2p_engine check_placement check_trace
+    beside=()
 fi
 
 # Fuzzing: what a harness finds new stays in build-fuzz/corpus/ (never in the repository's

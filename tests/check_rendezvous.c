@@ -1522,9 +1522,15 @@ static Suite *suite(void)
     tcase_add_test(tc, test_token_mismatch);
     tcase_add_test(tc, test_fake_server);
     tcase_add_test(tc, test_reserved_key);
-    tcase_add_test(tc, test_single_rank);
     tcase_add_test(tc, test_any_addr);
     tcase_add_loop_test(tc, test_bad_secret_dir, 0, 2);
+    suite_add_tcase(s, tc);
+    /* It holds the default port 29500, which other launchers' tests (torchrun's default) bind:
+     * a test of its own that scripts/test.sh never runs beside those (tests/meson.build). */
+    tc = tcase_create("default_port");
+    tcase_set_tags(tc, "default_port");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_single_rank);
     suite_add_tcase(s, tc);
     tc = tcase_create("host_file");
     tcase_add_checked_fixture(tc, xdg_setup, xdg_teardown);

@@ -109,23 +109,26 @@ static int free_port_in(int lo, int n)
     return -1;
 }
 
-/* th_run's ports come from 20000-30999; th_free_port's from 31000-32699, below the kernel's
- * ephemeral range: a test's second port never meets the run's own. Binaries that meson runs
- * side by side get TH_PORT_SLOT (tests/meson.build): slot k of TH_PORT_SLOTS has its own k-th
- * share of each range, so that two tests never pick one port (a port is free when picked, but
- * rank 0 binds it only later: two jobs of two tests could otherwise meet on it). */
-static int port_share(int lo, int n)
+/* Ports. A binary run alone (no TH_PORT_SLOT) draws th_run's ports from 20000-30999 and
+ * th_free_port's from 31000-32699, below the kernel's ephemeral range: a test's second port never
+ * meets the run's own. Binaries that meson runs side by side get TH_PORT_SLOT k of TH_PORT_SLOTS
+ * (tests/meson.build) and draw from 5000-10999 and 11000-11999 instead, slot k from its own k-th
+ * share: two of them never pick one port (a port is free when picked, but rank 0 binds it only
+ * later: two jobs of two tests could otherwise meet on it), and none meets a test that runs alone,
+ * which scripts/test.sh may run beside them (as it does the other launchers' tests, whose ports
+ * are 12000-31999: python/tests/harness.py, tests/e2e_train.sh, Slurm's job ports). */
+static int port_share(int lo, int n, int slotted_lo, int slotted_n)
 {
     const char *s = getenv("TH_PORT_SLOT"), *k = getenv("TH_PORT_SLOTS");
     int slot = s ? atoi(s) : -1, slots = k ? atoi(k) : 0;
-    if (slots < 1 || slot < 0 || slot >= slots || n / slots < 16)
+    if (slots < 1 || slot < 0 || slot >= slots || slotted_n / slots < 16)
         return free_port_in(lo, n);
-    return free_port_in(lo + slot * (n / slots), n / slots);
+    return free_port_in(slotted_lo + slot * (slotted_n / slots), slotted_n / slots);
 }
 
-static int free_port(void) { return port_share(20000, 11000); }
+static int free_port(void) { return port_share(20000, 11000, 5000, 6000); }
 
-int th_free_port(void) { return port_share(31000, 1700); }
+int th_free_port(void) { return port_share(31000, 1700, 11000, 1000); }
 
 int th_await_slot(int i, double limit_s)
 {

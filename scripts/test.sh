@@ -92,12 +92,12 @@ if [ "${TUTTI_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
     sanitizer_build build-tsan thread
     # One at a time: ThreadSanitizer runs 5-15x slower, and these tests' own deadlines (2-5 s
     # for a failure to be seen) are not scaled by CK_TIMEOUT_MULTIPLIER. Beside them, one at a
-    # time too, the one that mostly sleeps.
-    beside=(--num-processes 1 check_p2p_waits)
+    # time too, the two that mostly sleep.
+    beside=(--num-processes 1 check_p2p_waits check_failure)
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 CK_TIMEOUT_MULTIPLIER=4 \
-        run_suite "ThreadSanitizer" build-tsan --num-processes 1 check_p2p check_failure \
-        check_shrink check_split check_workers check_oob check_bootstrap check_create \
-        check_p2p_engine check_placement check_trace
+        run_suite "ThreadSanitizer" build-tsan --num-processes 1 check_p2p check_shrink \
+        check_split check_workers check_oob check_bootstrap check_create check_p2p_engine \
+        check_placement check_trace
     beside=()
 fi
 

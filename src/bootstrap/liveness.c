@@ -86,6 +86,7 @@ struct tutti__liveness {
     int lowest_dead;  /* -1 while none; read without the lock when the lock is busy */
     bool forked;      /* this is a fork()ed child's copy: the connections belong to the parent */
     pthread_t beat;   /* the heartbeat thread (tutti__live_beat), when beat_on */
+    /* beat_on: read by the heartbeat thread and by waits on any thread: atomic (beating()) */
     bool beat_on, beat_stop;
     double beat_period;
     int64_t beat_at_ms;    /* CLOCK_MONOTONIC_COARSE of the last heartbeat sent (atomic) */
@@ -98,6 +99,13 @@ struct tutti__liveness {
                                      retried one says the same) */
     unsigned char bye[1 + BYE_REC];
 };
+
+/* beating: whether the heartbeat thread runs (set and cleared on the creating thread, read on
+ * any) */
+static inline bool beating(const tutti__liveness_t *l)
+{
+    return __atomic_load_n(&l->beat_on, __ATOMIC_ACQUIRE);
+}
 
 /* ---- fork: a child must not keep the parent's connections open ------------------------------ */
 
@@ -380,7 +388,7 @@ static bool take(const tutti__liveness_t *l, peer_t *p, const unsigned char *b, 
     double now = tutti__now(), before, empty;
     __atomic_load(&p->heard, &before, __ATOMIC_RELAXED);
     __atomic_load(&p->empty_at, &empty, __ATOMIC_RELAXED);
-    if (l->beat_on && before > 0 && empty - before > TUTTI__LIVE_SILENCE_S)
+    if (beating(l) && before > 0 && empty - before > TUTTI__LIVE_SILENCE_S)
         __atomic_store(&p->resumed, &now, __ATOMIC_RELAXED);
     __atomic_store(&p->heard, &now, __ATOMIC_RELAXED);
     for (size_t i = 0; i < n; i++) {
@@ -965,19 +973,23 @@ tutti_status_t tutti__live_beat(tutti__liveness_t *l, double period_s)
         return TUTTI_OK;
     l->beat_period = period_s;
     l->beat_at_ms = coarse_ms();
+    /* on before the thread starts, so that its first reads see it (TSan saw the store race the
+     * thread's first take()) */
+    __atomic_store_n(&l->beat_on, true, __ATOMIC_RELEASE);
     int rc = pthread_create(&l->beat, NULL, beat_main, l);
     char why[512];
-    if (rc != 0)
+    if (rc != 0) {
+        __atomic_store_n(&l->beat_on, false, __ATOMIC_RELEASE);
         return tutti__set_error(TUTTI_ERR_SYSTEM, "rank %d cannot start its heartbeat thread: %s",
                                 l->rank, tutti__thread_fail_why(rc, why, sizeof why));
+    }
     pthread_setname_np(l->beat, "tutti-beat");
-    l->beat_on = true;
     return TUTTI_OK;
 }
 
 double tutti__live_stalled(const tutti__liveness_t *l)
 {
-    if (l == NULL || !l->beat_on)
+    if (l == NULL || !beating(l))
         return 0;
     int64_t now = coarse_ms(), beat = __atomic_load_n(&l->beat_at_ms, __ATOMIC_RELAXED);
     if (__builtin_expect(now - beat <= stall_ms(l), 1) &&
@@ -988,20 +1000,20 @@ double tutti__live_stalled(const tutti__liveness_t *l)
 
 static void beat_stop(tutti__liveness_t *l)
 {
-    if (!l->beat_on || l->forked)
+    if (!beating(l) || l->forked)
         return;
     pthread_mutex_lock(&l->beat_mu);
     l->beat_stop = true;
     pthread_cond_broadcast(&l->beat_cv);
     pthread_mutex_unlock(&l->beat_mu);
     pthread_join(l->beat, NULL);
-    l->beat_on = false;
+    __atomic_store_n(&l->beat_on, false, __ATOMIC_RELEASE);
 }
 
 bool tutti__live_silent(tutti__liveness_t *l, double limit_s, int from, int *rank,
                         double *silent_s)
 {
-    if (l == NULL || l->forked || !l->beat_on || !(limit_s > 0))
+    if (l == NULL || l->forked || !beating(l) || !(limit_s > 0))
         return false;
     double now = tutti__now();
     for (int r = from < 0 ? 0 : from; r < l->size; r++) {
@@ -1038,7 +1050,7 @@ double tutti__live_left_grace(const tutti__liveness_t *l, int rank)
 
 bool tutti__live_troubled(tutti__liveness_t *l, double since, int *rank)
 {
-    if (l == NULL || l->forked || !l->beat_on)
+    if (l == NULL || l->forked || !beating(l))
         return false;
     for (int r = 0; r < l->size; r++) {
         const peer_t *p = &l->peers[r];
